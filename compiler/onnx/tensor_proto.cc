@@ -1,0 +1,189 @@
+#include "compiler/onnx/tensor_proto.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+namespace kiln::onnx_io {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::vector<int64_t>> CheckedDims(const onnx::TensorProto& proto, DType dtype,
+                                                 size_t max_bytes) {
+  std::vector<int64_t> dims(proto.dims().begin(), proto.dims().end());
+  const size_t es = DTypeSize(dtype);
+  unsigned __int128 bytes = es;
+  for (int64_t d : dims) {
+    if (d < 0) {
+      return absl::InvalidArgumentError("tensor '" + proto.name() + "' has negative dim " +
+                                        std::to_string(d));
+    }
+    bytes *= static_cast<unsigned __int128>(d);
+    if (bytes > max_bytes) {
+      return absl::ResourceExhaustedError("tensor '" + proto.name() + "' is larger than " +
+                                          std::to_string(max_bytes) + " bytes");
+    }
+  }
+  return dims;
+}
+
+// Resolves an external data location inside base_dir; anything escaping it is rejected.
+absl::StatusOr<fs::path> ResolveExternal(const std::string& name, const std::string& location,
+                                         const std::string& base_dir) {
+  if (base_dir.empty()) {
+    return absl::InvalidArgumentError("tensor '" + name +
+                                      "' uses external data but the model has no folder");
+  }
+  fs::path rel(location);
+  if (location.empty() || rel.is_absolute()) {
+    return absl::InvalidArgumentError("tensor '" + name + "': external data location '" +
+                                      location + "' must be a relative path");
+  }
+  std::error_code ec;
+  fs::path base = fs::weakly_canonical(fs::path(base_dir), ec);
+  fs::path full = fs::weakly_canonical(base / rel, ec);
+  if (ec) return absl::InvalidArgumentError("tensor '" + name + "': bad external data path");
+  auto [b_end, f_it] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
+  if (b_end != base.end()) {
+    return absl::InvalidArgumentError("tensor '" + name + "': external data location '" +
+                                      location + "' escapes the model's folder");
+  }
+  return full;
+}
+
+absl::Status ReadExternal(const onnx::TensorProto& proto, const TensorReadOptions& options,
+                          Tensor& t) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : proto.external_data()) {
+    try {
+      if (kv.key() == "location") location = kv.value();
+      if (kv.key() == "offset") offset = std::stoll(kv.value());
+      if (kv.key() == "length") length = std::stoll(kv.value());
+    } catch (const std::exception&) {
+      return absl::InvalidArgumentError("tensor '" + proto.name() + "': bad external_data " +
+                                        kv.key());
+    }
+  }
+  ASSIGN_OR_RETURN(fs::path path, ResolveExternal(proto.name(), location, options.base_dir));
+  if (offset < 0 || (length >= 0 && static_cast<size_t>(length) != t.nbytes())) {
+    return absl::InvalidArgumentError("tensor '" + proto.name() +
+                                      "': external data offset/length do not match its size");
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError("external data file not found: " + path.string());
+  f.seekg(0, std::ios::end);
+  const int64_t size = f.tellg();
+  if (offset + static_cast<int64_t>(t.nbytes()) > size) {
+    return absl::InvalidArgumentError("tensor '" + proto.name() + "': external data file " +
+                                      path.string() + " is too short");
+  }
+  f.seekg(offset);
+  f.read(static_cast<char*>(t.raw_mutable()), static_cast<std::streamsize>(t.nbytes()));
+  if (!f) return absl::DataLossError("failed reading external data " + path.string());
+  return absl::OkStatus();
+}
+
+absl::Status SizeMismatch(const onnx::TensorProto& proto, size_t got, int64_t want) {
+  return absl::InvalidArgumentError("tensor '" + proto.name() + "' holds " +
+                                    std::to_string(got) + " values but its dims " +
+                                    "need " + std::to_string(want));
+}
+
+// Copies a typed repeated field (float_data, int32_data, ...) into t.
+template <class Field>
+absl::Status CopyTyped(const onnx::TensorProto& proto, const Field& field, Tensor& t) {
+  if (static_cast<int64_t>(field.size()) != t.numel()) {
+    return SizeMismatch(proto, field.size(), t.numel());
+  }
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (t.dtype()) {
+      case DType::kFloat16: case DType::kBFloat16:
+        t.mutable_data<uint16_t>()[i] = static_cast<uint16_t>(field.Get(i));
+        break;
+      case DType::kUInt64: t.mutable_data<uint64_t>()[i] = static_cast<uint64_t>(field.Get(i)); break;
+      case DType::kFloat32: case DType::kFloat64:
+        t.SetDouble(i, static_cast<double>(field.Get(i)));
+        break;
+      default: t.SetInt(i, static_cast<int64_t>(field.Get(i))); break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyTypedData(const onnx::TensorProto& proto, Tensor& t) {
+  switch (t.dtype()) {
+    case DType::kFloat32: return CopyTyped(proto, proto.float_data(), t);
+    case DType::kFloat64: return CopyTyped(proto, proto.double_data(), t);
+    case DType::kInt64: return CopyTyped(proto, proto.int64_data(), t);
+    case DType::kUInt32: case DType::kUInt64: return CopyTyped(proto, proto.uint64_data(), t);
+    default: return CopyTyped(proto, proto.int32_data(), t);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,
+                                       const TensorReadOptions& options) {
+  if (!proto.has_data_type() || !IsValidOnnxDType(proto.data_type())) {
+    return absl::InvalidArgumentError("tensor '" + proto.name() + "' has invalid data_type " +
+                                      std::to_string(proto.data_type()));
+  }
+  const DType dtype = static_cast<DType>(proto.data_type());
+  if (!IsSupportedDType(dtype)) {
+    return absl::UnimplementedError("tensor '" + proto.name() + "' has dtype " +
+                                    DTypeName(dtype) + ", which Kiln does not support");
+  }
+  if (proto.has_segment()) {
+    return absl::UnimplementedError("tensor '" + proto.name() + "' is segmented");
+  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, CheckedDims(proto, dtype, options.max_bytes));
+  Tensor t(dtype, dims);
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    RETURN_IF_ERROR(ReadExternal(proto, options, t));
+  } else if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != t.nbytes()) {
+      return absl::InvalidArgumentError(
+          "tensor '" + proto.name() + "' raw_data has " + std::to_string(proto.raw_data().size()) +
+          " bytes but dims " + ShapeToString(dims) + " of " + DTypeName(dtype) + " need " +
+          std::to_string(t.nbytes()));
+    }
+    if (t.nbytes()) std::memcpy(t.raw_mutable(), proto.raw_data().data(), t.nbytes());
+  } else {
+    RETURN_IF_ERROR(CopyTypedData(proto, t));
+  }
+  return t;
+}
+
+onnx::TensorProto TensorToProto(const Tensor& t, const std::string& name) {
+  onnx::TensorProto p;
+  p.set_name(name);
+  p.set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.shape()) p.add_dims(d);
+  p.set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+  return p;
+}
+
+absl::StatusOr<Tensor> ReadTensorFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError("cannot open " + path);
+  onnx::TensorProto proto;
+  if (!proto.ParseFromIstream(&f)) {
+    return absl::InvalidArgumentError(path + " is not a serialized onnx.TensorProto");
+  }
+  TensorReadOptions opts;
+  opts.base_dir = fs::path(path).parent_path().string();
+  return TensorFromProto(proto, opts);
+}
+
+absl::Status WriteTensorFile(const Tensor& t, const std::string& name, const std::string& path) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f || !TensorToProto(t, name).SerializeToOstream(&f)) {
+    return absl::InternalError("cannot write " + path);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::onnx_io

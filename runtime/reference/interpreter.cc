@@ -1,0 +1,145 @@
+#include "runtime/reference/interpreter.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace kiln::ref {
+
+void KernelRegistry::Register(const std::string& domain, const std::string& op_type,
+                              KernelFn fn) {
+  kernels_[{domain, op_type}] = std::move(fn);
+}
+
+const KernelFn* KernelRegistry::Find(const std::string& domain,
+                                     const std::string& op_type) const {
+  auto it = kernels_.find({domain, op_type});
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> KernelRegistry::OpTypes(const std::string& domain) const {
+  std::vector<std::string> ops;
+  for (const auto& [key, fn] : kernels_) {
+    if (key.first == domain) ops.push_back(key.second);
+  }
+  return ops;
+}
+
+const KernelRegistry& KernelRegistry::Default() {
+  static const KernelRegistry* registry = [] {
+    auto* r = new KernelRegistry();
+    RegisterElementwiseKernels(*r);
+    RegisterNnKernels(*r);
+    RegisterReductionKernels(*r);
+    RegisterTensorKernels(*r);
+    RegisterKilnKernels(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunNode(const Node& node, const KernelInputs& inputs) {
+  const KernelFn* fn = KernelRegistry::Default().Find(node.domain, node.op_type);
+  if (!fn) return absl::UnimplementedError(node.Describe() + ": operator is not supported");
+  ASSIGN_OR_RETURN(std::vector<Tensor> outs, (*fn)(node, inputs));
+  if (outs.size() < node.outputs.size()) outs.resize(node.outputs.size());
+  for (size_t i = 0; i < node.outputs.size(); ++i) {
+    if (node.outputs[i] && !outs[i].defined()) {
+      return absl::InternalError(node.Describe() + ": kernel produced no output " +
+                                 std::to_string(i));
+    }
+  }
+  return outs;
+}
+
+absl::Status CheckInput(const Value& input, const Tensor& t) {
+  if (t.dtype() != input.dtype) {
+    return absl::InvalidArgumentError("input '" + input.name + "' must be " +
+                                      DTypeName(input.dtype) + ", got " + DTypeName(t.dtype()));
+  }
+  if (!input.shape) return absl::OkStatus();
+  const Shape& s = *input.shape;
+  bool ok = static_cast<int64_t>(s.size()) == t.rank();
+  for (size_t i = 0; ok && i < s.size(); ++i) {
+    ok = !s[i].known() || s[i].value == t.dim(static_cast<int64_t>(i));
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError("input '" + input.name + "' must have shape " +
+                                      ShapeToString(s) + ", got " + ShapeToString(t.shape()));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Index of the last node that reads each value, so intermediates are freed early.
+std::unordered_map<const Value*, size_t> LastUses(const Graph& graph) {
+  std::unordered_map<const Value*, size_t> last;
+  const auto& nodes = graph.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (Value* in : nodes[i]->inputs) {
+      if (in) last[in] = i;
+    }
+  }
+  for (Value* out : graph.outputs) last[out] = nodes.size();
+  return last;
+}
+
+}  // namespace
+
+absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
+  std::unordered_map<const Value*, Tensor> env;
+  for (Value* in : graph.inputs) {
+    auto it = inputs.find(in->name);
+    if (it == inputs.end()) {
+      return absl::InvalidArgumentError("missing input '" + in->name + "'");
+    }
+    RETURN_IF_ERROR(CheckInput(*in, it->second));
+    env[in] = it->second;
+  }
+  for (const auto& [name, t] : inputs) {
+    Value* v = graph.FindValue(name);
+    if (!v || (std::find(graph.inputs.begin(), graph.inputs.end(), v) == graph.inputs.end())) {
+      return absl::InvalidArgumentError("unknown input '" + name + "'");
+    }
+  }
+  auto last = LastUses(graph);
+  const auto& nodes = graph.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& node = *nodes[i];
+    KernelInputs kin;
+    for (Value* in : node.inputs) {
+      if (!in) {
+        kin.push_back(nullptr);
+      } else if (in->constant) {
+        kin.push_back(&*in->constant);
+      } else {
+        auto it = env.find(in);
+        if (it == env.end()) {
+          return absl::InternalError(node.Describe() + ": input '" + in->name +
+                                     "' was not computed");
+        }
+        kin.push_back(&it->second);
+      }
+    }
+    ASSIGN_OR_RETURN(std::vector<Tensor> outs, RunNode(node, kin));
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      if (node.outputs[k]) env[node.outputs[k]] = std::move(outs[k]);
+    }
+    for (Value* in : node.inputs) {
+      if (in && !in->constant && last[in] == i) env.erase(in);
+    }
+  }
+  TensorMap result;
+  for (Value* out : graph.outputs) {
+    if (out->constant) {
+      result[out->name] = *out->constant;
+      continue;
+    }
+    auto it = env.find(out);
+    if (it == env.end()) return absl::InternalError("output '" + out->name + "' not computed");
+    result[out->name] = it->second;
+  }
+  return result;
+}
+
+}  // namespace kiln::ref

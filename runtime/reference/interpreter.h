@@ -1,0 +1,29 @@
+// The reference interpreter: the oracle. Runs a graph node by node with the straightforward
+// kernels of the registry. Every backend and every optimization is judged against it.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ir/graph.h"
+#include "runtime/reference/kernel.h"
+
+namespace kiln::ref {
+
+using TensorMap = std::map<std::string, Tensor>;
+
+// Runs one node: finds its kernel (UNIMPLEMENTED naming op, node and opset if none) and checks
+// the kernel returned one tensor per output.
+absl::StatusOr<std::vector<Tensor>> RunNode(const Node& node, const KernelInputs& inputs);
+
+// Feeds `inputs` (by graph input name; every graph input required, dtypes must match, shapes
+// must match the declared known dims) and returns every graph output by name. Intermediates
+// are released after their last use.
+absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs);
+
+// Checks a fed tensor against a graph input declaration.
+absl::Status CheckInput(const Value& input, const Tensor& t);
+
+}  // namespace kiln::ref

@@ -1,0 +1,195 @@
+// kiln check: runs ONNX backend-test directories and reports pass / fail / unsupported / error.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "compiler/onnx/importer.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/compare.h"
+#include "tools/kiln/json_writer.h"
+#include "tools/kiln/model_io.h"
+
+namespace kiln::tools {
+namespace {
+
+struct CheckOptions {
+  std::string backend = "reference";
+  double rtol = 1e-3;
+  double atol = 1e-7;
+  std::string json_path;
+  bool quiet = false;
+  std::vector<std::string> paths;
+};
+
+struct CheckResult {
+  std::string test;
+  std::string status;  // pass | fail | unsupported | error
+  double max_abs_err = 0.0;
+  double max_rel_err = 0.0;
+  std::string message;
+};
+
+CheckResult FromStatus(const std::string& test, const absl::Status& st) {
+  CheckResult r;
+  r.test = test;
+  r.status = absl::IsUnimplemented(st) ? "unsupported" : "error";
+  r.message = std::string(st.message());
+  return r;
+}
+
+// Compares one output, folding it into the running result.
+void CompareOutput(const std::string& name, const Value* decl, const Tensor& got,
+                   const Tensor& want, const CheckOptions& opt, CheckResult& r) {
+  Comparison c = CompareTensors(got, want, opt.rtol, opt.atol);
+  r.max_abs_err = std::max(r.max_abs_err, c.max_abs_err);
+  r.max_rel_err = std::max(r.max_rel_err, c.max_rel_err);
+  if (!c.ok && r.status == "pass") {
+    r.status = "fail";
+    r.message = "output '" + name + "': " + c.message;
+  }
+  // Shape inference must agree with what the kernel computed.
+  if (r.status == "pass" && decl && decl->shape && IsStatic(*decl->shape) &&
+      StaticDims(*decl->shape) != got.shape()) {
+    r.status = "fail";
+    r.message = "output '" + name + "': shape inference says " + ShapeToString(*decl->shape) +
+                " but the kernel produced " + ShapeToString(got.shape());
+  }
+}
+
+absl::Status RunDataSet(const std::string& model_path, const DataSet& ds,
+                        const CheckOptions& opt, CheckResult& r) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(model_path));
+  ASSIGN_OR_RETURN(ref::TensorMap feeds, BindInputs(*graph, ds));
+  RETURN_IF_ERROR(BindShapes(*graph, feeds));
+  ASSIGN_OR_RETURN(ref::TensorMap outs, ref::Run(*graph, feeds));
+  if (ds.outputs.size() != graph->outputs.size()) {
+    return absl::InvalidArgumentError("test data has " + std::to_string(ds.outputs.size()) +
+                                      " outputs, the graph " +
+                                      std::to_string(graph->outputs.size()));
+  }
+  for (size_t k = 0; k < ds.outputs.size(); ++k) {
+    const Value* decl = graph->outputs[k];
+    CompareOutput(decl->name, decl, outs.at(decl->name), ds.outputs[k], opt, r);
+  }
+  return absl::OkStatus();
+}
+
+CheckResult RunTest(const TestCase& tc, const CheckOptions& opt) {
+  const std::string model = tc.dir + "/model.onnx";
+  absl::StatusOr<std::vector<DataSet>> sets = ReadDataSets(tc.dir);
+  if (!sets.ok()) return FromStatus(tc.name, sets.status());
+  CheckResult r;
+  r.test = tc.name;
+  r.status = "pass";
+  if (sets->empty()) {
+    // Still prove the model imports and infers.
+    absl::StatusOr<std::unique_ptr<Graph>> g = onnx_io::ImportModelFile(model);
+    if (!g.ok()) return FromStatus(tc.name, g.status());
+    r.message = "no test data sets";
+    return r;
+  }
+  for (const DataSet& ds : *sets) {
+    absl::Status st = RunDataSet(model, ds, opt, r);
+    if (!st.ok()) return FromStatus(tc.name, st);
+  }
+  return r;
+}
+
+absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
+  CheckOptions o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto next = [&]() -> absl::StatusOr<std::string> {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--backend") {
+      ASSIGN_OR_RETURN(o.backend, next());
+    } else if (a == "--rtol" || a == "--atol") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      try {
+        (a == "--rtol" ? o.rtol : o.atol) = std::stod(v);
+      } catch (const std::exception&) {
+        return absl::InvalidArgumentError(a + ": not a number: " + v);
+      }
+    } else if (a == "--json") {
+      ASSIGN_OR_RETURN(o.json_path, next());
+    } else if (a == "-q" || a == "--quiet") {
+      o.quiet = true;
+    } else if (!a.empty() && a[0] == '-') {
+      return absl::InvalidArgumentError("unknown option " + a);
+    } else {
+      o.paths.push_back(a);
+    }
+  }
+  if (o.backend != "reference") {
+    return absl::InvalidArgumentError("unknown backend '" + o.backend + "' (have: reference)");
+  }
+  if (o.paths.empty()) return absl::InvalidArgumentError("no test PATH given");
+  return o;
+}
+
+void WriteJson(const std::string& path, const std::vector<CheckResult>& results,
+               const std::map<std::string, int>& counts) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("results");
+  w.BeginArray();
+  for (const auto& r : results) {
+    w.BeginObject();
+    w.Field("test", r.test);
+    w.Field("status", r.status);
+    w.Field("max_abs_err", r.max_abs_err);
+    w.Field("max_rel_err", r.max_rel_err);
+    w.Field("message", r.message);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("summary");
+  w.BeginObject();
+  for (const char* k : {"pass", "fail", "unsupported", "error"}) {
+    w.Field(k, static_cast<int64_t>(counts.count(k) ? counts.at(k) : 0));
+  }
+  w.EndObject();
+  w.EndObject();
+  std::ofstream(path) << w.str() << "\n";
+}
+
+}  // namespace
+
+int CheckCommand(const std::vector<std::string>& args) {
+  absl::StatusOr<CheckOptions> opt = ParseArgs(args);
+  if (!opt.ok()) {
+    std::fprintf(stderr, "kiln check: %s\n", std::string(opt.status().message()).c_str());
+    return 2;
+  }
+  std::vector<TestCase> cases;
+  for (const auto& p : opt->paths) {
+    auto found = FindTestCases(p);
+    if (found.empty()) std::fprintf(stderr, "kiln check: no tests under %s\n", p.c_str());
+    cases.insert(cases.end(), found.begin(), found.end());
+  }
+  std::vector<CheckResult> results;
+  std::map<std::string, int> counts;
+  for (const auto& tc : cases) {
+    auto t0 = std::chrono::steady_clock::now();
+    CheckResult r = RunTest(tc, *opt);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count();
+    ++counts[r.status];
+    if (!opt->quiet || r.status != "pass") {
+      std::printf("%-12s %-60s abs=%.3g rel=%.3g %.0fms %s\n", r.status.c_str(), r.test.c_str(),
+                  r.max_abs_err, r.max_rel_err, ms, r.message.c_str());
+      std::fflush(stdout);
+    }
+    results.push_back(std::move(r));
+  }
+  std::printf("summary: %d pass, %d fail, %d unsupported, %d error (%zu tests)\n", counts["pass"],
+              counts["fail"], counts["unsupported"], counts["error"], cases.size());
+  if (!opt->json_path.empty()) WriteJson(opt->json_path, results, counts);
+  return (counts["fail"] + counts["error"]) > 0 ? 1 : 0;
+}
+
+}  // namespace kiln::tools

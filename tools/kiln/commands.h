@@ -1,0 +1,14 @@
+// Subcommands of the `kiln` command line. Each takes its arguments (after the subcommand
+// name) and returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln::tools {
+
+int CheckCommand(const std::vector<std::string>& args);
+int RunCommand(const std::vector<std::string>& args);
+
+// Loads a model: import, normalize, infer shapes. Prints the error and returns null on failure.
+}  // namespace kiln::tools

@@ -1,0 +1,64 @@
+#include "tools/kiln/compare.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace kiln::tools {
+
+Comparison CompareTensors(const Tensor& actual, const Tensor& expected, double rtol,
+                          double atol) {
+  Comparison c;
+  if (actual.dtype() != expected.dtype()) {
+    c.ok = false;
+    c.message = "dtype " + DTypeName(actual.dtype()) + ", expected " + DTypeName(expected.dtype());
+    return c;
+  }
+  if (actual.shape() != expected.shape()) {
+    c.ok = false;
+    c.message = "shape " + ShapeToString(actual.shape()) + ", expected " +
+                ShapeToString(expected.shape());
+    return c;
+  }
+  const bool exact = expected.dtype() == DType::kUInt64 || expected.dtype() == DType::kInt64;
+  int64_t worst = -1;
+  double worst_excess = 0.0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    double a = actual.GetDouble(i), e = expected.GetDouble(i);
+    if (exact && actual.GetUInt(i) == expected.GetUInt(i)) continue;
+    if (std::isnan(a) || std::isnan(e)) {
+      if (std::isnan(a) && std::isnan(e)) continue;
+      c.ok = false;
+      worst = i;
+      worst_excess = INFINITY;
+      continue;
+    }
+    if (std::isinf(a) || std::isinf(e)) {
+      if (a == e) continue;
+      c.ok = false;
+      worst = i;
+      worst_excess = INFINITY;
+      continue;
+    }
+    double abs_err = std::fabs(a - e);
+    c.max_abs_err = std::max(c.max_abs_err, abs_err);
+    if (e != 0.0) c.max_rel_err = std::max(c.max_rel_err, abs_err / std::fabs(e));
+    double excess = abs_err - (atol + rtol * std::fabs(e));
+    if (excess > 0) {
+      c.ok = false;
+      if (excess > worst_excess || worst < 0) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+  }
+  if (!c.ok) {
+    std::ostringstream os;
+    os.precision(9);
+    os << "element " << worst << ": got " << actual.GetDouble(worst) << ", expected "
+       << expected.GetDouble(worst);
+    c.message = os.str();
+  }
+  return c;
+}
+
+}  // namespace kiln::tools

@@ -1,0 +1,39 @@
+// kiln: the command line. `kiln check` runs conformance-layout tests, `kiln run` runs a model
+// on given inputs.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/kiln/commands.h"
+
+namespace {
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: kiln <command> [options]\n"
+               "commands:\n"
+               "  check [--backend reference] [--rtol R] [--atol A] [--json FILE] [-q] PATH...\n"
+               "      run ONNX backend-test directories (model.onnx + test_data_set_*)\n"
+               "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
+               "      run a model and write its outputs as TensorProto files\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage();
+    return 2;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "check") return kiln::tools::CheckCommand(args);
+  if (cmd == "run") return kiln::tools::RunCommand(args);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    Usage();
+    return 0;
+  }
+  std::fprintf(stderr, "kiln: unknown command '%s'\n", cmd.c_str());
+  Usage();
+  return 2;
+}
