@@ -19,12 +19,20 @@ Comparison CompareTensors(const Tensor& actual, const Tensor& expected, double r
                 ShapeToString(expected.shape());
     return c;
   }
-  const bool exact = expected.dtype() == DType::kUInt64 || expected.dtype() == DType::kInt64;
+  // Integers and bools must match exactly (a tolerance scaled by |expected| would accept
+  // wrong indices); 64-bit values are compared as integers, not through double.
+  const bool exact = !IsFloatDType(expected.dtype());
   int64_t worst = -1;
   double worst_excess = 0.0;
   for (int64_t i = 0; i < expected.numel(); ++i) {
     double a = actual.GetDouble(i), e = expected.GetDouble(i);
-    if (exact && actual.GetUInt(i) == expected.GetUInt(i)) continue;
+    if (exact) {
+      if (actual.GetUInt(i) == expected.GetUInt(i)) continue;
+      c.ok = false;
+      c.max_abs_err = std::max(c.max_abs_err, std::fabs(a - e));
+      if (worst < 0) worst = i;
+      continue;
+    }
     if (std::isnan(a) || std::isnan(e)) {
       if (std::isnan(a) && std::isnan(e)) continue;
       c.ok = false;
