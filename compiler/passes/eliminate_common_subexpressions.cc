@@ -1,0 +1,103 @@
+#include "compiler/passes/eliminate_common_subexpressions.h"
+
+#include <cstring>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+namespace kiln::passes {
+namespace {
+
+std::string TensorKey(const Tensor& t) {
+  std::string k = std::to_string(static_cast<int>(t.dtype())) + ShapeToString(t.shape());
+  k.append(static_cast<const char*>(t.raw()), t.nbytes());
+  return k;
+}
+
+std::string AttrKey(const Attribute& a) {
+  std::ostringstream os;
+  os.precision(17);
+  os << static_cast<int>(a.kind) << ':';
+  switch (a.kind) {
+    case Attribute::Kind::kInt: os << a.i; break;
+    case Attribute::Kind::kFloat: os << a.f; break;
+    case Attribute::Kind::kString: os << a.s.size() << a.s; break;
+    case Attribute::Kind::kTensor: os << TensorKey(a.t); break;
+    case Attribute::Kind::kInts: for (int64_t v : a.ints) os << v << ','; break;
+    case Attribute::Kind::kFloats: for (float v : a.floats) os << v << ','; break;
+    case Attribute::Kind::kStrings:
+      for (const auto& s : a.strings) os << s.size() << s;
+      break;
+  }
+  return os.str();
+}
+
+std::string NodeKey(const Node& n) {
+  std::ostringstream os;
+  os << n.domain << '|' << n.op_type << '|';
+  for (const Value* in : n.inputs) os << static_cast<const void*>(in) << ',';
+  os << '|' << n.outputs.size() << '|';
+  for (const auto& [name, a] : n.attrs) os << name << '=' << AttrKey(a) << ';';
+  return os.str();
+}
+
+bool Deterministic(const Node& n) {
+  static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform",
+                                                "RandomNormalLike", "RandomUniformLike",
+                                                "Multinomial", "Bernoulli", "Dropout"};
+  return !(n.domain.empty() && kRandom.count(n.op_type));
+}
+
+// Merges constants with identical contents; returns true if any use was redirected.
+bool MergeConstants(Graph& graph) {
+  std::unordered_map<std::string, Value*> first;
+  bool changed = false;
+  std::vector<std::pair<Value*, Value*>> merges;
+  for (const auto& v : graph.values()) {
+    if (!v->constant || graph.IsGraphOutput(v.get())) continue;
+    auto [it, inserted] = first.emplace(TensorKey(*v->constant), v.get());
+    if (!inserted) merges.emplace_back(v.get(), it->second);
+  }
+  for (auto [dup, keep] : merges) {
+    if (graph.Consumers(dup).empty()) continue;
+    graph.ReplaceAllUses(dup, keep);
+    changed = true;
+  }
+  return changed;
+}
+
+bool AnyGraphOutput(const Graph& graph, const Node& n) {
+  for (const Value* out : n.outputs) {
+    if (out && graph.IsGraphOutput(out)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> EliminateCommonSubexpressions(Graph& graph) {
+  bool changed = MergeConstants(graph);
+  std::unordered_map<std::string, Node*> seen;
+  std::vector<Node*> removed;
+  for (const auto& node : graph.nodes()) {
+    Node& n = *node;
+    if (!Deterministic(n)) continue;
+    auto [it, inserted] = seen.emplace(NodeKey(n), &n);
+    if (inserted || AnyGraphOutput(graph, n)) continue;
+    Node& keep = *it->second;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      if (n.outputs[i] && keep.outputs[i]) graph.ReplaceAllUses(n.outputs[i], keep.outputs[i]);
+    }
+    bool all_mapped = true;
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      all_mapped = all_mapped && (!n.outputs[i] || keep.outputs[i]);
+    }
+    if (all_mapped) removed.push_back(&n);
+  }
+  for (Node* n : removed) graph.RemoveNode(n);
+  if (changed || !removed.empty()) graph.PruneUnusedValues();
+  return changed || !removed.empty();
+}
+
+}  // namespace kiln::passes

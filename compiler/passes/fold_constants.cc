@@ -1,0 +1,69 @@
+#include "compiler/passes/fold_constants.h"
+
+#include <set>
+
+#include "runtime/reference/interpreter.h"
+
+namespace kiln::passes {
+namespace {
+
+bool IsDeterministic(const Node& n) {
+  static const std::set<std::string> kRandom = {
+      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+      "Multinomial",  "Bernoulli"};
+  if (n.domain.empty() && kRandom.count(n.op_type)) return false;
+  if (n.domain.empty() && n.op_type == "Dropout") {
+    const Value* training = n.input(2);
+    return !training || (training->constant && training->constant->GetInt(0) == 0);
+  }
+  return true;
+}
+
+// Inputs all constant (at least one input, or none for source ops such as EyeLike-free ones).
+bool AllInputsConstant(const Node& n) {
+  for (const Value* in : n.inputs) {
+    if (in && !in->constant) return false;
+  }
+  return true;
+}
+
+bool WithinSizeCap(const Node& n, const FoldConstantsOptions& options) {
+  size_t in_bytes = 0, out_bytes = 0;
+  for (const Value* in : n.inputs) {
+    if (in) in_bytes += in->constant->nbytes();
+  }
+  for (const Value* out : n.outputs) {
+    if (!out) continue;
+    if (!out->shape || !IsStatic(*out->shape) || DTypeSize(out->dtype) == 0) return false;
+    out_bytes += static_cast<size_t>(NumElements(StaticDims(*out->shape))) *
+                 DTypeSize(out->dtype);
+  }
+  return out_bytes <= std::max(options.max_growth_bytes, in_bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<bool> FoldConstants(Graph& graph, const FoldConstantsOptions& options) {
+  std::vector<Node*> folded;
+  for (const auto& node : graph.nodes()) {
+    Node& n = *node;
+    if (!AllInputsConstant(n) || !IsDeterministic(n) || !WithinSizeCap(n, options)) continue;
+    ref::KernelInputs inputs;
+    for (const Value* in : n.inputs) inputs.push_back(in ? &*in->constant : nullptr);
+    absl::StatusOr<std::vector<Tensor>> outs = ref::RunNode(n, inputs);
+    if (!outs.ok()) continue;  // the engine reports it at run time, with the real inputs
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      Value* out = n.outputs[i];
+      if (!out) continue;
+      out->dtype = (*outs)[i].dtype();
+      out->shape = ToShape((*outs)[i].shape());
+      out->constant = std::move((*outs)[i]);
+    }
+    folded.push_back(&n);
+  }
+  for (Node* n : folded) graph.RemoveNode(n);
+  if (!folded.empty()) graph.PruneUnusedValues();
+  return !folded.empty();
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,31 @@
+// The one pass interface. Run() is non-virtual: it times the pass, runs the verifier after it
+// (when asked) and records what changed; each pass implements RunImpl. Every pass's algorithm
+// is also exposed as a plain function in its header, so tests and tools can call it directly.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "compiler/ir/graph.h"
+
+namespace kiln::passes {
+
+struct PassStats {
+  std::string name;
+  bool changed = false;
+  size_t ops_after = 0;
+  double ms = 0.0;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string name() const = 0;
+  // Runs the pass; with `verify`, the IR verifier must accept the result.
+  absl::StatusOr<PassStats> Run(Graph& graph, bool verify = true);
+
+ protected:
+  virtual absl::StatusOr<bool> RunImpl(Graph& graph) = 0;
+};
+
+}  // namespace kiln::passes

@@ -1,0 +1,83 @@
+#include "compiler/pipeline.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "compiler/passes/eliminate_common_subexpressions.h"
+#include "compiler/passes/eliminate_dead_code.h"
+#include "compiler/passes/eliminate_identity.h"
+#include "compiler/passes/fold_constants.h"
+
+namespace kiln {
+namespace {
+
+using PassFactory = std::function<std::unique_ptr<passes::Pass>()>;
+
+const std::map<std::string, PassFactory>& Factories() {
+  static const auto* factories = new std::map<std::string, PassFactory>{
+      {"fold_constants", [] { return std::make_unique<passes::FoldConstantsPass>(); }},
+      {"eliminate_identity", [] { return std::make_unique<passes::EliminateIdentityPass>(); }},
+      {"eliminate_common_subexpressions",
+       [] { return std::make_unique<passes::EliminateCommonSubexpressionsPass>(); }},
+      {"eliminate_dead_code", [] { return std::make_unique<passes::EliminateDeadCodePass>(); }},
+  };
+  return *factories;
+}
+
+}  // namespace
+
+absl::StatusOr<OptLevel> ParseOptLevel(const std::string& s) {
+  std::string t = s;
+  while (!t.empty() && t[0] == '-') t.erase(0, 1);
+  if (!t.empty() && (t[0] == 'O' || t[0] == 'o')) t.erase(0, 1);
+  if (t == "0") return OptLevel::kO0;
+  if (t == "1") return OptLevel::kO1;
+  if (t == "2") return OptLevel::kO2;
+  return absl::InvalidArgumentError("unknown optimization level '" + s + "' (O0, O1, O2)");
+}
+
+std::vector<std::string> PipelinePasses(OptLevel level) {
+  if (level == OptLevel::kO0) return {};
+  // Folding first: once the batch is bound, shape subgraphs become constants and expose
+  // no-op reshapes to eliminate_identity. CSE after that sees canonical inputs. Dead code
+  // last: every earlier pass leaves unused values behind.
+  std::vector<std::string> o1 = {"fold_constants", "eliminate_identity",
+                                 "eliminate_common_subexpressions", "fold_constants",
+                                 "eliminate_dead_code"};
+  if (level == OptLevel::kO1) return o1;
+  return o1;  // O2 adds the fusions as they land (before eliminate_dead_code).
+}
+
+std::vector<std::string> AllPassNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, f] : Factories()) names.push_back(name);
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<passes::Pass>> MakePass(const std::string& name) {
+  auto it = Factories().find(name);
+  if (it == Factories().end()) return absl::InvalidArgumentError("unknown pass '" + name + "'");
+  return it->second();
+}
+
+absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
+                                                           const PipelineOptions& options) {
+  for (const std::string& d : options.disabled) {
+    if (!Factories().count(d)) return absl::InvalidArgumentError("unknown pass '" + d + "'");
+  }
+  std::vector<std::string> names = PipelinePasses(options.level);
+  if (options.prefix >= 0 && static_cast<size_t>(options.prefix) < names.size()) {
+    names.resize(options.prefix);
+  }
+  std::vector<passes::PassStats> stats;
+  for (const std::string& name : names) {
+    if (options.disabled.count(name)) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<passes::Pass> pass, MakePass(name));
+    ASSIGN_OR_RETURN(passes::PassStats s, pass->Run(graph, options.verify));
+    stats.push_back(std::move(s));
+  }
+  return stats;
+}
+
+}  // namespace kiln

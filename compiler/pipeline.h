@@ -1,0 +1,38 @@
+// The pass pipeline, as data: the ordered pass list per optimization level lives in
+// pipeline.cc, in one place. Passes are enabled or disabled by name (config, command line,
+// and the differential check's bisection).
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ir/graph.h"
+#include "compiler/passes/pass.h"
+
+namespace kiln {
+
+enum class OptLevel { kO0 = 0, kO1 = 1, kO2 = 2 };
+
+absl::StatusOr<OptLevel> ParseOptLevel(const std::string& s);  // "O0", "-O2", "2"
+
+struct PipelineOptions {
+  OptLevel level = OptLevel::kO2;
+  std::set<std::string> disabled;  // pass names to skip
+  bool verify = true;              // run the IR verifier after every pass
+  // Run only the first `prefix` passes of the level (-1: all); the bisection uses it.
+  int prefix = -1;
+};
+
+// The pass names of a level, in order (before `disabled` is applied).
+std::vector<std::string> PipelinePasses(OptLevel level);
+// Every pass name Kiln knows (for validating --disable lists).
+std::vector<std::string> AllPassNames();
+absl::StatusOr<std::unique_ptr<passes::Pass>> MakePass(const std::string& name);
+
+absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
+                                                           const PipelineOptions& options);
+
+}  // namespace kiln
