@@ -7,6 +7,7 @@
 #include "compiler/passes/eliminate_common_subexpressions.h"
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/eliminate_identity.h"
+#include "compiler/passes/fold_batchnorm.h"
 #include "compiler/passes/fold_constants.h"
 
 namespace kiln {
@@ -21,6 +22,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"eliminate_common_subexpressions",
        [] { return std::make_unique<passes::EliminateCommonSubexpressionsPass>(); }},
       {"eliminate_dead_code", [] { return std::make_unique<passes::EliminateDeadCodePass>(); }},
+      {"fold_batchnorm", [] { return std::make_unique<passes::FoldBatchNormPass>(); }},
   };
   return *factories;
 }
@@ -46,7 +48,11 @@ std::vector<std::string> PipelinePasses(OptLevel level) {
                                  "eliminate_common_subexpressions", "fold_constants",
                                  "eliminate_dead_code"};
   if (level == OptLevel::kO1) return o1;
-  return o1;  // O2 adds the fusions as they land (before eliminate_dead_code).
+  // O2: BatchNorm folds into the Conv/Gemm before it once constants are folded; the fusions
+  // that follow see one op where there were two.
+  std::vector<std::string> o2 = o1;
+  o2.insert(o2.end() - 1, "fold_batchnorm");
+  return o2;
 }
 
 std::vector<std::string> AllPassNames() {

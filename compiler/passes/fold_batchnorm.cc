@@ -1,0 +1,187 @@
+#include "compiler/passes/fold_batchnorm.h"
+
+#include <cmath>
+
+namespace kiln::passes {
+namespace {
+
+struct Affine {
+  std::vector<double> scale, shift;  // per channel
+};
+
+bool IsConstFloat(const Value* v) {
+  return v && v->constant && IsFloatDType(v->dtype);
+}
+
+// The per-channel affine map of an inference-mode BatchNormalization, if it is one.
+std::optional<Affine> BatchNormAffine(const Graph& graph, const Node& bn) {
+  if (bn.op_type != "BatchNormalization" || !bn.domain.empty()) return std::nullopt;
+  if (bn.GetInt("training_mode", 0) != 0) return std::nullopt;
+  for (size_t i = 1; i < bn.outputs.size(); ++i) {
+    Value* o = bn.outputs[i];
+    if (o && (!graph.Consumers(o).empty() || graph.IsGraphOutput(o))) return std::nullopt;
+  }
+  for (size_t i = 1; i <= 4; ++i) {
+    if (!IsConstFloat(bn.input(i))) return std::nullopt;
+  }
+  const Tensor &g = *bn.input(1)->constant, &b = *bn.input(2)->constant,
+               &m = *bn.input(3)->constant, &v = *bn.input(4)->constant;
+  const int64_t c = g.numel();
+  if (b.numel() != c || m.numel() != c || v.numel() != c) return std::nullopt;
+  const double eps = bn.GetFloat("epsilon", 1e-5f);
+  Affine a;
+  for (int64_t i = 0; i < c; ++i) {
+    double s = g.GetDouble(i) / std::sqrt(v.GetDouble(i) + eps);
+    a.scale.push_back(s);
+    a.shift.push_back(b.GetDouble(i) - m.GetDouble(i) * s);
+  }
+  return a;
+}
+
+// Scales a weight tensor along its output-channel axis. `channel_of(flat index)` maps an
+// element to its channel.
+template <class ChannelOf>
+Tensor ScaleWeights(const Tensor& w, const Affine& a, ChannelOf channel_of) {
+  Tensor out(w.dtype(), w.shape());
+  for (int64_t i = 0; i < w.numel(); ++i) out.SetDouble(i, w.GetDouble(i) * a.scale[channel_of(i)]);
+  return out;
+}
+
+Tensor FoldBias(const Tensor* bias, const Affine& a, DType dtype, double bias_scale = 1.0) {
+  const int64_t c = static_cast<int64_t>(a.scale.size());
+  Tensor out(dtype, {c});
+  for (int64_t i = 0; i < c; ++i) {
+    double b = bias ? bias->GetDouble(bias->numel() == 1 ? 0 : i) * bias_scale : 0.0;
+    out.SetDouble(i, b * a.scale[i] + a.shift[i]);
+  }
+  return out;
+}
+
+// Output channels of a Conv (W: [M, C/g, k...]) or ConvTranspose (W: [C, M/g, k...]).
+std::optional<Tensor> ConvWeights(const Node& conv, const Tensor& w, const Affine& a) {
+  const int64_t c = static_cast<int64_t>(a.scale.size());
+  if (w.rank() < 3) return std::nullopt;
+  const int64_t inner = NumElements(std::vector<int64_t>(w.shape().begin() + 2, w.shape().end()));
+  if (conv.op_type == "Conv") {
+    if (w.dim(0) != c) return std::nullopt;
+    const int64_t per_oc = w.numel() / c;
+    return ScaleWeights(w, a, [per_oc](int64_t i) { return i / per_oc; });
+  }
+  const int64_t group = conv.GetInt("group", 1);
+  const int64_t m_per_g = w.dim(1);
+  if (m_per_g * group != c || w.dim(0) % group != 0) return std::nullopt;
+  const int64_t c_per_g = w.dim(0) / group;
+  return ScaleWeights(w, a, [=](int64_t i) {
+    int64_t j = (i / inner) % m_per_g, ic = i / (inner * m_per_g);
+    return (ic / c_per_g) * m_per_g + j;
+  });
+}
+
+bool FoldIntoConv(Graph& graph, Node& conv, const Affine& a) {
+  if (!IsConstFloat(conv.input(1)) || (conv.input(2) && !IsConstFloat(conv.input(2)))) {
+    return false;
+  }
+  std::optional<Tensor> w = ConvWeights(conv, *conv.input(1)->constant, a);
+  if (!w) return false;
+  const Tensor* bias = conv.input(2) ? &*conv.input(2)->constant : nullptr;
+  Value* new_w = graph.AddConstant(conv.input(1)->name + "_bnfold", std::move(*w));
+  Value* new_b = graph.AddConstant(conv.name + "_bias_bnfold", FoldBias(bias, a, new_w->dtype));
+  conv.inputs.resize(3);
+  conv.inputs[1] = new_w;
+  conv.inputs[2] = new_b;
+  return true;
+}
+
+bool FoldIntoGemm(Graph& graph, Node& gemm, const Affine& a) {
+  const Value* bv = gemm.input(1);
+  if (!IsConstFloat(bv) || bv->constant->rank() != 2) return false;
+  if (gemm.input(2) && !IsConstFloat(gemm.input(2))) return false;
+  const Tensor& b = *bv->constant;
+  const bool trans_b = gemm.GetInt("transB", 0) != 0;
+  const int64_t n = trans_b ? b.dim(0) : b.dim(1);
+  if (n != static_cast<int64_t>(a.scale.size())) return false;
+  const Tensor* c = gemm.input(2) ? &*gemm.input(2)->constant : nullptr;
+  if (c && c->numel() != 1 && c->numel() != n) return false;  // a [M, N] C is not per-channel
+  const int64_t cols = b.dim(1);
+  Tensor nb = ScaleWeights(b, a, [=](int64_t i) { return trans_b ? i / cols : i % cols; });
+  const double beta = gemm.GetFloat("beta", 1.0f);
+  Value* new_b = graph.AddConstant(bv->name + "_bnfold", std::move(nb));
+  Value* new_c = graph.AddConstant(gemm.name + "_c_bnfold", FoldBias(c, a, new_b->dtype, beta));
+  gemm.inputs.resize(3);
+  gemm.inputs[1] = new_b;
+  gemm.inputs[2] = new_c;
+  gemm.attrs["beta"] = Attribute::Float(1.0f);
+  return true;
+}
+
+// Replaces a standalone BatchNormalization by Mul + Add with [C, 1, ..., 1] parameters.
+bool LowerToScaleShift(Graph& graph, Node& bn, const Affine& a) {
+  const Value* x = bn.input(0);
+  if (!x->shape || x->shape->size() < 2) return false;
+  std::vector<int64_t> pshape(x->shape->size() - 1, 1);
+  pshape[0] = static_cast<int64_t>(a.scale.size());
+  Tensor s(x->dtype, pshape), t(x->dtype, pshape);
+  for (size_t i = 0; i < a.scale.size(); ++i) {
+    s.SetDouble(static_cast<int64_t>(i), a.scale[i]);
+    t.SetDouble(static_cast<int64_t>(i), a.shift[i]);
+  }
+  Value* sv = graph.AddConstant(bn.name + "_scale", std::move(s));
+  Value* tv = graph.AddConstant(bn.name + "_shift", std::move(t));
+  Value* mid = graph.NewValue(bn.name + "_scaled");
+  mid->dtype = x->dtype;
+  mid->shape = x->shape;
+  auto mul = std::make_unique<Node>();
+  mul->op_type = "Mul";
+  mul->name = bn.name + "_mul";
+  mul->opset = bn.opset;
+  mul->inputs = {bn.inputs[0], sv};
+  mul->outputs = {mid};
+  graph.InsertNode(&bn, std::move(mul));
+  bn.op_type = "Add";
+  bn.attrs.clear();
+  bn.inputs = {mid, tv};
+  bn.outputs.resize(1);
+  return true;
+}
+
+bool FoldOne(Graph& graph, Node& bn) {
+  std::optional<Affine> a = BatchNormAffine(graph, bn);
+  if (!a) return false;
+  Value* x = bn.input(0);
+  Node* producer = x->producer;
+  const bool exclusive = producer && graph.Consumers(x).size() == 1 && !graph.IsGraphOutput(x);
+  if (exclusive && producer->domain.empty()) {
+    bool folded = false;
+    if (producer->op_type == "Conv" || producer->op_type == "ConvTranspose") {
+      folded = FoldIntoConv(graph, *producer, *a);
+    } else if (producer->op_type == "Gemm") {
+      folded = FoldIntoGemm(graph, *producer, *a);
+    }
+    if (folded) {
+      Value* y = bn.outputs[0];
+      // The producer now computes y: hand it the BatchNorm's output value (its name may be a
+      // graph output) and drop the BatchNorm.
+      producer->outputs[0] = y;
+      y->producer = producer;
+      bn.outputs[0] = nullptr;
+      graph.RemoveNode(&bn);
+      return true;
+    }
+  }
+  return LowerToScaleShift(graph, bn, *a);
+}
+
+}  // namespace
+
+absl::StatusOr<bool> FoldBatchNorm(Graph& graph) {
+  std::vector<Node*> bns;
+  for (const auto& n : graph.nodes()) {
+    if (n->op_type == "BatchNormalization" && n->domain.empty()) bns.push_back(n.get());
+  }
+  bool changed = false;
+  for (Node* bn : bns) changed = FoldOne(graph, *bn) || changed;
+  if (changed) graph.PruneUnusedValues();
+  return changed;
+}
+
+}  // namespace kiln::passes
