@@ -9,6 +9,8 @@
 #include "compiler/passes/eliminate_identity.h"
 #include "compiler/passes/fold_batchnorm.h"
 #include "compiler/passes/fold_constants.h"
+#include "compiler/passes/fuse_conv_epilogue.h"
+#include "compiler/passes/fuse_matmul_epilogue.h"
 
 namespace kiln {
 namespace {
@@ -23,6 +25,9 @@ const std::map<std::string, PassFactory>& Factories() {
        [] { return std::make_unique<passes::EliminateCommonSubexpressionsPass>(); }},
       {"eliminate_dead_code", [] { return std::make_unique<passes::EliminateDeadCodePass>(); }},
       {"fold_batchnorm", [] { return std::make_unique<passes::FoldBatchNormPass>(); }},
+      {"fuse_conv_epilogue", [] { return std::make_unique<passes::FuseConvEpiloguePass>(); }},
+      {"fuse_matmul_epilogue",
+       [] { return std::make_unique<passes::FuseMatMulEpiloguePass>(); }},
   };
   return *factories;
 }
@@ -51,7 +56,7 @@ std::vector<std::string> PipelinePasses(OptLevel level) {
   // O2: BatchNorm folds into the Conv/Gemm before it once constants are folded; the fusions
   // that follow see one op where there were two.
   std::vector<std::string> o2 = o1;
-  o2.insert(o2.end() - 1, "fold_batchnorm");
+  o2.insert(o2.end() - 1, {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue"});
   return o2;
 }
 

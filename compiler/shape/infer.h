@@ -21,6 +21,7 @@ class InferContext {
   InferContext(Graph& graph, Node& node) : graph_(graph), node_(node) {}
 
   const Node& node() const { return node_; }
+  Graph& graph() { return graph_; }
   size_t num_inputs() const { return node_.inputs.size(); }
   size_t num_outputs() const { return node_.outputs.size(); }
   bool has_input(size_t i) const { return node_.input(i) != nullptr; }

@@ -1,7 +1,57 @@
+// Shape rules for Kiln's fused operators: each delegates to the rule of the operator it
+// wraps (an epilogue never changes the shape: residuals must broadcast to the output).
+#include "compiler/ir/kiln_ops.h"
 #include "compiler/shape/infer.h"
+#include "compiler/shape/shape_util.h"
 
 namespace kiln::shape {
+namespace {
 
-void RegisterKilnRules(RuleRegistry& r) { (void)r; }
+// Runs the ai.onnx rule of `op` on a temporary node that reads `inputs` and writes the fused
+// node's first output.
+absl::Status DelegateRule(InferContext& ctx, Graph& graph, const std::string& op,
+                          std::vector<Value*> inputs) {
+  const InferFn* rule = RuleRegistry::Default().Find("", op);
+  if (!rule) return ctx.Unsupported("no shape rule for " + op);
+  Node tmp;
+  tmp.name = ctx.node().name;
+  tmp.op_type = op;
+  tmp.opset = ctx.node().opset;
+  for (const auto& [name, a] : ctx.node().attrs) {
+    if (!kiln_ops::IsEpilogueAttribute(name)) tmp.attrs[name] = a;
+  }
+  tmp.inputs = std::move(inputs);
+  tmp.outputs = {ctx.node().output(0)};
+  InferContext sub(graph, tmp);
+  return (*rule)(sub);
+}
+
+std::vector<Value*> FirstInputs(const Node& n, size_t count) {
+  std::vector<Value*> v;
+  for (size_t i = 0; i < count && i < n.inputs.size(); ++i) v.push_back(n.inputs[i]);
+  return v;
+}
+
+}  // namespace
+
+void RegisterKilnRules(RuleRegistry& r) {
+  r.Register(kKilnDomain, kiln_ops::kFusedConv, [](InferContext& ctx) {
+    return DelegateRule(ctx, ctx.graph(), "Conv", FirstInputs(ctx.node(), 3));
+  });
+  r.Register(kKilnDomain, kiln_ops::kFusedMatMul, [](InferContext& ctx) {
+    const Node& n = ctx.node();
+    // 2-D operands follow Gemm (transA/transB, C); anything else is MatMul's broadcasting.
+    auto a = ctx.input_shape(0), b = ctx.input_shape(1);
+    if (a && b && a->size() == 2 && b->size() == 2) return DelegateRule(ctx, ctx.graph(), "Gemm", FirstInputs(n, 3));
+    return DelegateRule(ctx, ctx.graph(), "MatMul", FirstInputs(n, 2));
+  });
+  r.Register(kKilnDomain, kiln_ops::kFusedElementwise, [](InferContext& ctx) -> absl::Status {
+    ASSIGN_OR_RETURN(kiln_ops::Program p, kiln_ops::ReadProgram(ctx.node()));
+    ASSIGN_OR_RETURN(std::optional<Shape> shape, BroadcastInputs(ctx));
+    DType dtype = p.dtype != DType::kUndefined ? p.dtype : ctx.input_dtype(0);
+    ctx.set_output(0, dtype, shape);
+    return absl::OkStatus();
+  });
+}
 
 }  // namespace kiln::shape

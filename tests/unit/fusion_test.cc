@@ -1,0 +1,161 @@
+// Epilogue fusion tests: structure (what was fused) and numbers (reference interpreter on the
+// graph before and after).
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "compiler/ir/builder.h"
+#include "compiler/ir/kiln_ops.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/fuse_conv_epilogue.h"
+#include "compiler/passes/fuse_matmul_epilogue.h"
+#include "compiler/shape/infer.h"
+#include "runtime/reference/interpreter.h"
+
+namespace kiln::passes {
+namespace {
+
+Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
+  Tensor t(DType::kFloat32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.SetDouble(i, std::sin(i * scale) + offset);
+  return t;
+}
+
+int Count(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const auto& node : g.nodes()) n += node->op_type == op;
+  return n;
+}
+
+// Runs the pass and checks the outputs did not move; returns the changed flag.
+template <class F>
+bool FuseAndCompare(Graph& g, F pass, const ref::TensorMap& feeds) {
+  EXPECT_TRUE(shape::InferShapes(g).ok());
+  auto before = g.Clone();
+  absl::StatusOr<bool> changed = pass(g);
+  EXPECT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(VerifyGraph(g).ok()) << VerifyGraph(g);
+  EXPECT_TRUE(shape::InferShapes(g).ok());
+  auto want = ref::Run(*before, feeds);
+  auto got = ref::Run(g, feeds);
+  EXPECT_TRUE(want.ok()) << want.status();
+  EXPECT_TRUE(got.ok()) << got.status();
+  if (want.ok() && got.ok()) {
+    for (const auto& [name, t] : *want) {
+      const Tensor& o = got->at(name);
+      EXPECT_EQ(o.shape(), t.shape());
+      for (int64_t i = 0; i < t.numel() && o.shape() == t.shape(); ++i) {
+        EXPECT_NEAR(o.GetDouble(i), t.GetDouble(i), 1e-5) << name << "[" << i << "]";
+      }
+    }
+  }
+  return changed.ok() && *changed;
+}
+
+struct ConvGraph {
+  std::unique_ptr<Graph> graph;
+  ref::TensorMap feeds;
+};
+
+// conv(x) + bias -> relu -> + r -> relu; with `skip_also_used`, the residual sum also feeds
+// another consumer (a skip connection into the next block).
+ConvGraph ResidualBlock(bool skip_also_used) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 2, 4, 4});
+  Value* r = b.Input("r", DType::kFloat32, {1, 3, 4, 4});
+  Value* w = b.Constant("w", Ramp({3, 2, 3, 3}, 0.7, 0.0));
+  Value* conv = b.Op("Conv", {x, w}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  Value* biased = b.Op("Add", {conv, b.Constant("bias", Ramp({3, 1, 1}, 1.3, 0.1))});
+  Value* act = b.Op("Relu", {biased});
+  Value* sum = b.Op("Add", {act, r});
+  b.Output(b.Op("Relu", {sum}));
+  if (skip_also_used) b.Output(b.Op("Mul", {sum, b.Constant("two", Tensor::Scalar(DType::kFloat32, 2))}));
+  return {b.Build(), {{"x", Ramp({1, 2, 4, 4}, 0.3, -0.2)}, {"r", Ramp({1, 3, 4, 4}, 0.9, 0.0)}}};
+}
+
+TEST(FuseConvEpilogue, FusesBiasActivationResidualAndFinalActivation) {
+  ConvGraph cg = ResidualBlock(false);
+  EXPECT_TRUE(FuseAndCompare(*cg.graph, FuseConvEpilogue, cg.feeds));
+  ASSERT_EQ(cg.graph->nodes().size(), 1u);
+  const Node& f = *cg.graph->nodes()[0];
+  EXPECT_EQ(f.op_type, kiln_ops::kFusedConv);
+  std::vector<std::string> ops;
+  for (const auto& s : kiln_ops::ReadEpilogue(f)) ops.push_back(s.op);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Relu", "Add", "Relu"}));
+  EXPECT_TRUE(f.input(2) && f.input(2)->constant);  // the bias Add became the bias
+}
+
+TEST(FuseConvEpilogue, DoesNotSwallowResidualSumThatFeedsASkipConnection) {
+  ConvGraph cg = ResidualBlock(true);
+  EXPECT_TRUE(FuseAndCompare(*cg.graph, FuseConvEpilogue, cg.feeds));
+  EXPECT_EQ(Count(*cg.graph, "Relu"), 1);  // the Relu after the shared sum stays
+  EXPECT_EQ(Count(*cg.graph, "Mul"), 1);
+  Node* fused = nullptr;
+  for (const auto& n : cg.graph->nodes()) {
+    if (n->op_type == kiln_ops::kFusedConv) fused = n.get();
+  }
+  ASSERT_NE(fused, nullptr);
+  EXPECT_EQ(kiln_ops::ReadEpilogue(*fused).back().op, "Add");
+}
+
+TEST(FuseConvEpilogue, FusesSiluWrittenAsSigmoidTimesX) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 2, 4, 4});
+  Value* conv = b.Op("Conv", {x, b.Constant("w", Ramp({2, 2, 1, 1}, 0.5, 0.0))});
+  Value* sig = b.Op("Sigmoid", {conv});
+  b.Output(b.Op("Mul", {conv, sig}));
+  auto g = b.Build();
+  EXPECT_TRUE(FuseAndCompare(*g, FuseConvEpilogue, {{"x", Ramp({1, 2, 4, 4}, 0.3, 0.0)}}));
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(kiln_ops::ReadEpilogue(*g->nodes()[0])[0].op, "SiLU");
+}
+
+TEST(FuseMatMulEpilogue, FusesBiasAndGelu) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 3, 4});
+  Value* mm = b.Op("MatMul", {x, b.Constant("w", Ramp({4, 5}, 0.4, 0.0))});
+  Value* biased = b.Op("Add", {b.Constant("b", Ramp({5}, 0.8, 0.0)), mm});
+  b.Output(b.Op("Gelu", {biased}));
+  auto g = b.Build();
+  EXPECT_TRUE(FuseAndCompare(*g, FuseMatMulEpilogue, {{"x", Ramp({2, 3, 4}, 0.2, 0.0)}}));
+  ASSERT_EQ(g->nodes().size(), 1u);
+  EXPECT_EQ(g->nodes()[0]->op_type, kiln_ops::kFusedMatMul);
+}
+
+TEST(FuseMatMulEpilogue, FusesGemmWithTransBAndClip) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {3, 4});
+  Value* gemm = b.Op("Gemm", {x, b.Constant("w", Ramp({5, 4}, 0.4, 0.0)),
+                              b.Constant("c", Ramp({5}, 0.6, 0.0))},
+                     {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.5f)}});
+  Value* biased = b.Op("Add", {gemm, b.Constant("b", Ramp({1, 5}, 0.8, 0.0))});
+  b.Output(b.Op("Clip", {biased, b.Constant("lo", Tensor::Scalar(DType::kFloat32, 0)),
+                         b.Constant("hi", Tensor::Scalar(DType::kFloat32, 0.5))}));
+  auto g = b.Build();
+  EXPECT_TRUE(FuseAndCompare(*g, FuseMatMulEpilogue, {{"x", Ramp({3, 4}, 0.2, 0.0)}}));
+  ASSERT_EQ(g->nodes().size(), 1u);
+}
+
+TEST(FuseMatMulEpilogue, DoesNotFoldFullMatrixConstantAsBias) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {3, 4});
+  Value* mm = b.Op("MatMul", {x, b.Constant("w", Ramp({4, 5}, 0.4, 0.0))});
+  b.Output(b.Op("Add", {mm, b.Constant("m", Ramp({3, 5}, 0.8, 0.0))}));
+  auto g = b.Build();
+  EXPECT_FALSE(FuseAndCompare(*g, FuseMatMulEpilogue, {{"x", Ramp({3, 4}, 0.2, 0.0)}}));
+  EXPECT_EQ(Count(*g, "MatMul"), 1);
+  EXPECT_EQ(Count(*g, "Add"), 1);
+}
+
+TEST(FuseMatMulEpilogue, DoesNotFuseWhenMatMulOutputHasTwoConsumers) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {3, 4});
+  Value* mm = b.Op("MatMul", {x, b.Constant("w", Ramp({4, 5}, 0.4, 0.0))});
+  b.Output(b.Op("Relu", {mm}));
+  b.Output(b.Op("Tanh", {mm}));
+  auto g = b.Build();
+  EXPECT_FALSE(FuseAndCompare(*g, FuseMatMulEpilogue, {{"x", Ramp({3, 4}, 0.2, 0.0)}}));
+}
+
+}  // namespace
+}  // namespace kiln::passes
