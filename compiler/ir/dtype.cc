@@ -45,6 +45,9 @@ std::string DTypeName(DType t) {
     case DType::kUInt4: return "UINT4";
     case DType::kInt4: return "INT4";
     case DType::kFloat4E2M1: return "FLOAT4E2M1";
+    case DType::kFloat8E8M0: return "FLOAT8E8M0";
+    case DType::kUInt2: return "UINT2";
+    case DType::kInt2: return "INT2";
   }
   return "DTYPE(" + std::to_string(static_cast<int32_t>(t)) + ")";
 }
@@ -79,7 +82,7 @@ bool IsSignedDType(DType t) {
          t == DType::kInt64 || IsFloatDType(t);
 }
 
-bool IsValidOnnxDType(int32_t v) { return v >= 1 && v <= 23; }
+bool IsValidOnnxDType(int32_t v) { return v >= 1; }
 
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

@@ -34,6 +34,9 @@ enum class DType : int32_t {
   kUInt4 = 21,
   kInt4 = 22,
   kFloat4E2M1 = 23,
+  kFloat8E8M0 = 24,
+  kUInt2 = 25,
+  kInt2 = 26,
 };
 
 // Bytes per element; 0 for types Kiln cannot hold in a dense buffer (string, sub-byte).
@@ -45,6 +48,8 @@ bool IsSupportedDType(DType t);
 bool IsFloatDType(DType t);     // float16, bfloat16, float32, float64
 bool IsIntegerDType(DType t);   // signed and unsigned integers, not bool
 bool IsSignedDType(DType t);
+// Positive numbers are element types (possibly newer than Kiln knows: those are reported as
+// unsupported, not as invalid); zero and negative numbers are invalid.
 bool IsValidOnnxDType(int32_t v);
 
 // IEEE half and bfloat16 stored as raw bits; arithmetic happens in float/double.
