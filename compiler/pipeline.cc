@@ -9,8 +9,12 @@
 #include "compiler/passes/eliminate_identity.h"
 #include "compiler/passes/fold_batchnorm.h"
 #include "compiler/passes/fold_constants.h"
+#include "compiler/passes/fold_scale_into_weights.h"
 #include "compiler/passes/fuse_conv_epilogue.h"
+#include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
+#include "compiler/passes/recognize_patterns.h"
+#include "compiler/passes/simplify_reshapes.h"
 
 namespace kiln {
 namespace {
@@ -28,6 +32,11 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fuse_conv_epilogue", [] { return std::make_unique<passes::FuseConvEpiloguePass>(); }},
       {"fuse_matmul_epilogue",
        [] { return std::make_unique<passes::FuseMatMulEpiloguePass>(); }},
+      {"fuse_elementwise", [] { return std::make_unique<passes::FuseElementwisePass>(); }},
+      {"recognize_patterns", [] { return std::make_unique<passes::RecognizePatternsPass>(); }},
+      {"simplify_reshapes", [] { return std::make_unique<passes::SimplifyReshapesPass>(); }},
+      {"fold_scale_into_weights",
+       [] { return std::make_unique<passes::FoldScaleIntoWeightsPass>(); }},
   };
   return *factories;
 }
@@ -56,7 +65,24 @@ std::vector<std::string> PipelinePasses(OptLevel level) {
   // O2: BatchNorm folds into the Conv/Gemm before it once constants are folded; the fusions
   // that follow see one op where there were two.
   std::vector<std::string> o2 = o1;
-  o2.insert(o2.end() - 1, {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue"});
+  // Element-wise fusion comes after the epilogue fusions, which take the activations that
+  // can run as post-ops of a convolution or matrix product.
+  o2.insert(o2.end() - 1, {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue",
+                           "fuse_elementwise"});
+  // recognize_patterns after the first fold_constants/eliminate_identity (in-graph constants
+  // such as sqrt(2) are literals by then, no Identity sits inside a chain) and before CSE
+  // (two LayerNorms of one x would share their normalization chain, whose values then have
+  // readers outside either pattern) and before the epilogue fusions (which take Gelu and
+  // HardSwish as activations, not their primitive chains).
+  o2.insert(std::find(o2.begin(), o2.end(), "eliminate_identity") + 1, "recognize_patterns");
+  // simplify_reshapes after CSE: duplicate reshapes are merged first, so its one-reader
+  // checks see the final readers.
+  o2.insert(std::find(o2.begin(), o2.end(), "eliminate_common_subexpressions") + 1,
+            "simplify_reshapes");
+  // fold_scale_into_weights right after fold_batchnorm: a BN folded into its Conv puts a
+  // following per-channel Mul/Add directly after the Conv; folding it before the epilogue
+  // fusions lets Conv -> Mul -> Relu fuse as Conv + Relu.
+  o2.insert(std::find(o2.begin(), o2.end(), "fold_batchnorm") + 1, "fold_scale_into_weights");
   return o2;
 }
 

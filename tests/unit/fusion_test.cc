@@ -8,6 +8,7 @@
 #include "compiler/ir/kiln_ops.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/passes/fuse_conv_epilogue.h"
+#include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
 #include "compiler/shape/infer.h"
 #include "runtime/reference/interpreter.h"
@@ -155,6 +156,45 @@ TEST(FuseMatMulEpilogue, DoesNotFuseWhenMatMulOutputHasTwoConsumers) {
   b.Output(b.Op("Tanh", {mm}));
   auto g = b.Build();
   EXPECT_FALSE(FuseAndCompare(*g, FuseMatMulEpilogue, {{"x", Ramp({3, 4}, 0.2, 0.0)}}));
+}
+
+TEST(FuseElementwise, FusesBroadcastingChainIntoOneProgram) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 3});
+  Value* y = b.Input("y", DType::kFloat32, {3});
+  Value* m = b.Op("Mul", {x, y});
+  Value* a = b.Op("Add", {m, b.Constant("one", Tensor::Scalar(DType::kFloat32, 1))});
+  Value* l = b.Op("LeakyRelu", {a}, {{"alpha", Attribute::Float(0.3f)}});
+  b.Output(b.Op("Sigmoid", {l}));
+  auto g = b.Build();
+  EXPECT_TRUE(FuseAndCompare(*g, FuseElementwise,
+                             {{"x", Ramp({2, 3}, 0.7, -0.5)}, {"y", Ramp({3}, 1.1, 0.0)}}));
+  ASSERT_EQ(g->nodes().size(), 1u);
+  auto program = kiln_ops::ReadProgram(*g->nodes()[0]);
+  ASSERT_TRUE(program.ok());
+  EXPECT_EQ(program->instructions.size(), 4u);
+  EXPECT_EQ(program->instructions[2].attrs.at("alpha").f, 0.3f);
+}
+
+TEST(FuseElementwise, DoesNotHideValueUsedOutsideTheGroup) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 3});
+  Value* e = b.Op("Exp", {x});
+  Value* n = b.Op("Neg", {e});
+  b.Output(b.Op("Relu", {n}));
+  b.Output(b.Op("ReduceSum", {e}));  // e is needed outside: Exp stays its own node
+  auto g = b.Build();
+  EXPECT_TRUE(FuseAndCompare(*g, FuseElementwise, {{"x", Ramp({2, 3}, 0.7, -0.5)}}));
+  EXPECT_EQ(Count(*g, "Exp"), 1);
+  EXPECT_EQ(Count(*g, kiln_ops::kFusedElementwise), 1);
+}
+
+TEST(FuseElementwise, LeavesSingleOperatorsAlone) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 3});
+  b.Output(b.Op("Relu", {b.Op("MatMul", {x, b.Constant("w", Ramp({3, 3}, 0.1, 0.0))})}));
+  auto g = b.Build();
+  EXPECT_FALSE(FuseAndCompare(*g, FuseElementwise, {{"x", Ramp({2, 3}, 0.7, -0.5)}}));
 }
 
 }  // namespace
