@@ -160,14 +160,14 @@ Tensor Tensor::Scalar(DType dtype, double v) {
 Tensor Tensor::FromInt64(const std::vector<int64_t>& v, std::vector<int64_t> shape) {
   if (shape.empty() && v.size() != 1) shape = {static_cast<int64_t>(v.size())};
   Tensor t(DType::kInt64, shape);
-  std::memcpy(t.data_, v.data(), v.size() * sizeof(int64_t));
+  if (!v.empty()) std::memcpy(t.data_, v.data(), v.size() * sizeof(int64_t));
   return t;
 }
 
 Tensor Tensor::FromFloat(const std::vector<float>& v, std::vector<int64_t> shape) {
   if (shape.empty() && v.size() != 1) shape = {static_cast<int64_t>(v.size())};
   Tensor t(DType::kFloat32, shape);
-  std::memcpy(t.data_, v.data(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(t.data_, v.data(), v.size() * sizeof(float));
   return t;
 }
 

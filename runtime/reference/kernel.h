@@ -36,8 +36,9 @@ class KernelRegistry {
 // One function per operator family; registry.cc calls them all.
 void RegisterElementwiseKernels(KernelRegistry& r);  // unary, activations, binary, variadic
 void RegisterNnKernels(KernelRegistry& r);           // conv, pools, norms, gemm, softmax...
-void RegisterReductionKernels(KernelRegistry& r);    // Reduce*, ArgMax/Min, CumSum, TopK
-void RegisterTensorKernels(KernelRegistry& r);       // shape, layout, gather/scatter, cast...
+void RegisterReductionKernels(KernelRegistry& r);    // Reduce*, Arg*, CumSum, TopK, gather/
+                                                     // scatter, OneHot, Trilu, EyeLike, Range
+void RegisterTensorKernels(KernelRegistry& r);       // shape, layout, cast, resize...
 void RegisterKilnKernels(KernelRegistry& r);         // ai.kiln fused operators
 
 }  // namespace kiln::ref

@@ -2,10 +2,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/onnx/importer.h"
+#include "compiler/pipeline.h"
+#include "runtime/check/differential.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/compare.h"
 #include "tools/kiln/json_writer.h"
@@ -20,6 +23,8 @@ struct CheckOptions {
   double atol = 1e-7;
   std::string json_path;
   bool quiet = false;
+  std::optional<OptLevel> opt;  // run the optimized graph (--opt O2)
+  bool bisect = false;          // replay the O2 pipeline pass by pass (--bisect)
   std::vector<std::string> paths;
 };
 
@@ -58,11 +63,36 @@ void CompareOutput(const std::string& name, const Value* decl, const Tensor& got
   }
 }
 
+// Replays the pipeline pass by pass against the raw graph on the data set's inputs.
+absl::Status BisectDataSet(const Graph& graph, const ref::TensorMap& feeds,
+                           const CheckOptions& opt, CheckResult& r) {
+  PipelineOptions po;
+  po.level = opt.opt.value_or(OptLevel::kO2);
+  check::Tolerance tol{opt.rtol, opt.atol};
+  ASSIGN_OR_RETURN(check::BisectResult b, check::BisectPipeline(graph, po, feeds, tol));
+  for (const auto& p : b.passes) {
+    r.max_abs_err = std::max(r.max_abs_err, p.divergence.max_abs_err);
+    r.max_rel_err = std::max(r.max_rel_err, p.divergence.max_rel_err);
+  }
+  if (!b.ok && r.status == "pass") {
+    r.status = "fail";
+    r.message = "first diverging pass: " + b.first_bad_pass + " (" +
+                b.passes.back().divergence.message + ")";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunDataSet(const std::string& model_path, const DataSet& ds,
                         const CheckOptions& opt, CheckResult& r) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(model_path));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, BindInputs(*graph, ds));
   RETURN_IF_ERROR(BindShapes(*graph, feeds));
+  if (opt.bisect) return BisectDataSet(*graph, feeds, opt, r);
+  if (opt.opt) {
+    PipelineOptions po;
+    po.level = *opt.opt;
+    RETURN_IF_ERROR(RunPipeline(*graph, po).status());
+  }
   ASSIGN_OR_RETURN(ref::TensorMap outs, ref::Run(*graph, feeds));
   if (ds.outputs.size() != graph->outputs.size()) {
     return absl::InvalidArgumentError("test data has " + std::to_string(ds.outputs.size()) +
@@ -114,6 +144,14 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
       }
     } else if (a == "--json") {
       ASSIGN_OR_RETURN(o.json_path, next());
+    } else if (a == "--opt" || a == "-O0" || a == "-O1" || a == "-O2") {
+      std::string level = a;
+      if (a == "--opt") {
+        ASSIGN_OR_RETURN(level, next());
+      }
+      ASSIGN_OR_RETURN(o.opt, ParseOptLevel(level));
+    } else if (a == "--bisect") {
+      o.bisect = true;
     } else if (a == "-q" || a == "--quiet") {
       o.quiet = true;
     } else if (!a.empty() && a[0] == '-') {

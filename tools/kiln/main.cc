@@ -12,8 +12,11 @@ void Usage() {
   std::fprintf(stderr,
                "usage: kiln <command> [options]\n"
                "commands:\n"
-               "  check [--backend reference] [--rtol R] [--atol A] [--json FILE] [-q] PATH...\n"
-               "      run ONNX backend-test directories (model.onnx + test_data_set_*)\n"
+               "  check [--backend reference] [--rtol R] [--atol A] [--json FILE] [-q]\n"
+               "        [--opt O0|O1|O2] [--bisect] PATH...\n"
+               "      run ONNX backend-test directories (model.onnx + test_data_set_*);\n"
+               "      --opt runs the optimized graph, --bisect names the first pass that\n"
+               "      moves the answer\n"
                "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
                "      run a model and write its outputs as TensorProto files\n");
 }

@@ -1,0 +1,118 @@
+#include "runtime/check/differential.h"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+namespace kiln::check {
+
+absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRanges& ranges) {
+  std::mt19937_64 rng(ranges.seed);
+  ref::TensorMap out;
+  for (const Value* in : graph.inputs) {
+    if (!in->shape || !IsStatic(*in->shape)) {
+      return absl::InvalidArgumentError("input '" + in->name + "' has no static shape");
+    }
+    Tensor t(in->dtype, StaticDims(*in->shape));
+    auto it = ranges.per_input.find(in->name);
+    const bool is_float = IsFloatDType(in->dtype);
+    double lo = it != ranges.per_input.end() ? it->second.first
+                                             : (is_float ? ranges.float_lo : ranges.int_lo);
+    double hi = it != ranges.per_input.end() ? it->second.second
+                                             : (is_float ? ranges.float_hi : ranges.int_hi);
+    if (in->dtype == DType::kBool) lo = 0, hi = 1;
+    if (!IsSupportedDType(in->dtype)) {
+      return absl::UnimplementedError("input '" + in->name + "' has unsupported dtype " +
+                                      DTypeName(in->dtype));
+    }
+    std::uniform_real_distribution<double> real(lo, hi);
+    std::uniform_int_distribution<int64_t> integer(static_cast<int64_t>(lo),
+                                                   static_cast<int64_t>(hi));
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (is_float) {
+        t.SetDouble(i, real(rng));
+      } else {
+        t.SetInt(i, integer(rng));
+      }
+    }
+    out[in->name] = std::move(t);
+  }
+  return out;
+}
+
+namespace {
+
+void CompareTensor(const std::string& name, const Tensor& want, const Tensor& got,
+                   const Tolerance& tol, Divergence& d) {
+  if (want.dtype() != got.dtype() || want.shape() != got.shape()) {
+    d.ok = false;
+    if (d.message.empty()) {
+      d.message = "output '" + name + "': " + DTypeName(got.dtype()) + ShapeToString(got.shape()) +
+                  " vs " + DTypeName(want.dtype()) + ShapeToString(want.shape());
+    }
+    return;
+  }
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double e = want.GetDouble(i), a = got.GetDouble(i);
+    if (std::isnan(e) && std::isnan(a)) continue;
+    double err = std::fabs(a - e);
+    if (std::isnan(err)) err = INFINITY;
+    if (a == e) err = 0.0;  // equal infinities
+    d.max_abs_err = std::max(d.max_abs_err, err);
+    if (e != 0.0) d.max_rel_err = std::max(d.max_rel_err, err / std::fabs(e));
+    if (err > tol.atol + tol.rtol * std::fabs(e)) {
+      if (d.ok) {
+        std::ostringstream os;
+        os << "output '" << name << "' element " << i << ": " << a << " vs " << e;
+        d.message = os.str();
+      }
+      d.ok = false;
+    }
+  }
+}
+
+}  // namespace
+
+Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
+                          const Tolerance& tol) {
+  Divergence d;
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) {
+      d.ok = false;
+      d.message = "output '" + name + "' missing";
+      continue;
+    }
+    CompareTensor(name, w, it->second, tol, d);
+  }
+  return d;
+}
+
+absl::StatusOr<BisectResult> BisectPipeline(const Graph& raw, const PipelineOptions& options,
+                                            const ref::TensorMap& inputs, const Tolerance& tol) {
+  ASSIGN_OR_RETURN(ref::TensorMap want, ref::Run(raw, inputs));
+  std::unique_ptr<Graph> g = raw.Clone();
+  BisectResult result;
+  for (const std::string& name : PipelinePasses(options.level)) {
+    if (options.disabled.count(name)) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<passes::Pass> pass, MakePass(name));
+    ASSIGN_OR_RETURN(passes::PassStats stats, pass->Run(*g, options.verify));
+    PassOutcome outcome;
+    outcome.pass = name;
+    if (stats.changed) {
+      ASSIGN_OR_RETURN(ref::TensorMap got, ref::Run(*g, inputs));
+      outcome.divergence = CompareOutputs(want, got, tol);
+    } else if (!result.passes.empty()) {
+      outcome.divergence = result.passes.back().divergence;  // nothing moved
+    }
+    result.passes.push_back(outcome);
+    if (!outcome.divergence.ok) {
+      result.ok = false;
+      result.first_bad_pass = name;
+      break;
+    }
+  }
+  return result;
+}
+
+}  // namespace kiln::check

@@ -1,0 +1,62 @@
+// The differential check: the optimized graph must compute what the original graph computes.
+// Both run on the reference interpreter with the same seeded random inputs; outputs are
+// compared within a tolerance. When they diverge, the pipeline is replayed one pass at a
+// time to name the first pass that moved the answer (the bisection the server uses to switch
+// a broken pass off for one model).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ir/graph.h"
+#include "compiler/pipeline.h"
+#include "runtime/reference/interpreter.h"
+
+namespace kiln::check {
+
+struct InputRanges {
+  uint64_t seed = 1234;
+  double float_lo = -1.0, float_hi = 1.0;
+  int64_t int_lo = 0, int_hi = 10;  // inclusive; e.g. token ids must stay in the vocabulary
+  std::map<std::string, std::pair<double, double>> per_input;  // overrides by input name
+};
+
+// One tensor per graph input (shapes must be static: Specialize first).
+absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRanges& ranges);
+
+struct Tolerance {
+  double rtol = 1e-3;
+  double atol = 1e-4;
+};
+
+struct Divergence {
+  bool ok = true;
+  double max_abs_err = 0.0;
+  double max_rel_err = 0.0;
+  std::string message;  // the first output that failed, and where
+};
+
+Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
+                          const Tolerance& tol);
+
+struct PassOutcome {
+  std::string pass;
+  Divergence divergence;  // of the graph after this pass vs the raw graph
+};
+
+struct BisectResult {
+  bool ok = true;               // every prefix matched
+  std::string first_bad_pass;   // empty when ok
+  std::vector<PassOutcome> passes;
+};
+
+// Runs `raw` (shapes static) and then the pipeline one pass at a time, comparing after each
+// pass; stops at the first divergence.
+absl::StatusOr<BisectResult> BisectPipeline(const Graph& raw, const PipelineOptions& options,
+                                            const ref::TensorMap& inputs, const Tolerance& tol);
+
+}  // namespace kiln::check

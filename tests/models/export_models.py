@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Exports Kiln's real-model test set to ONNX, with reference outputs from ONNX Runtime.
+
+    export_models.py [--out DIR] [--models a,b] [--force]
+
+Models (random weights from a fixed seed; nothing is downloaded): torchvision resnet18,
+resnet50 and mobilenet_v2 (BatchNorm running statistics randomized so BatchNorm is not an
+identity) and a small BERT-style encoder defined here (token + position embeddings, two
+encoder layers with attention written as plain MatMul/Softmax, erf GELU, LayerNorm, a
+Linear+Tanh pooler). All are exported in eval() mode (Dropout is inference-mode) with
+torch.onnx.export(opset 17, TrainingMode.PRESERVE, do_constant_folding=False: BatchNorm stays
+in the graph) and a dynamic batch dimension.
+
+Each model lands in DIR/<name>/ in the ONNX backend-test layout: model.onnx and
+test_data_set_0/{input_K,output_K}.pb. Inputs are seeded random tensors; the expected outputs
+are computed by ONNX Runtime (tools/ort/run_ort.js, onnxruntime-node), not by torch; the
+ORT-vs-torch difference is printed as a sanity check.
+
+DIR defaults to ${KILN_CACHE_DIR:-$HOME/.cache/kiln}/models. A model whose stamp
+(DIR/<name>/.kiln-export-stamp) matches this script's version is not exported again.
+
+Exit codes: 0 ok, 1 failure, 77 torch/torchvision, onnx, node or onnxruntime-node missing.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+SCRIPT_VERSION = "1"  # bump when a model, its inputs or the export settings change
+OPSET = 17
+SKIP = 77
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUN_ORT = os.path.join(REPO, "tools", "ort", "run_ort.js")
+ORT_PKG = os.path.join(REPO, "tools", "ort", "node_modules", "onnxruntime-node")
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_tiny")
+
+
+def default_dir():
+    base = os.environ.get("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                            "kiln")
+    return os.path.join(base, "models")
+
+
+def skip(msg):
+    print(f"export_models: SKIP: {msg}")
+    sys.exit(SKIP)
+
+
+# ----------------------------------------------------------------------------- models
+
+def build_encoder(torch):
+    nn = torch.nn
+
+    class SelfAttention(nn.Module):
+        def __init__(self, hidden, heads):
+            super().__init__()
+            self.heads, self.head_dim = heads, hidden // heads
+            self.q = nn.Linear(hidden, hidden)
+            self.k = nn.Linear(hidden, hidden)
+            self.v = nn.Linear(hidden, hidden)
+            self.o = nn.Linear(hidden, hidden)
+
+        def split(self, x):  # [B, T, H*D] -> [B, H, T, D]
+            b, t = x.shape[0], x.shape[1]
+            return x.reshape(b, t, self.heads, self.head_dim).transpose(1, 2)
+
+        def forward(self, x, mask_bias):
+            q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+            probs = torch.softmax(scores + mask_bias, dim=-1)
+            ctx = torch.matmul(probs, v).transpose(1, 2)
+            return self.o(ctx.reshape(x.shape[0], x.shape[1], -1))
+
+    class EncoderLayer(nn.Module):
+        def __init__(self, hidden, heads, ff):
+            super().__init__()
+            self.attn = SelfAttention(hidden, heads)
+            self.ln1 = nn.LayerNorm(hidden, eps=1e-12)
+            self.ff1 = nn.Linear(hidden, ff)
+            self.ff2 = nn.Linear(ff, hidden)
+            self.ln2 = nn.LayerNorm(hidden, eps=1e-12)
+            self.drop = nn.Dropout(0.1)
+
+        def forward(self, x, mask_bias):
+            x = self.ln1(x + self.drop(self.attn(x, mask_bias)))
+            h = self.ff1(x)
+            h = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))  # GELU, erf form
+            return self.ln2(x + self.drop(self.ff2(h)))
+
+    class TinyBert(nn.Module):
+        def __init__(self, vocab=1000, max_len=64, hidden=64, heads=4, ff=256, layers=2):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, hidden)
+            self.pos = nn.Embedding(max_len, hidden)
+            self.ln = nn.LayerNorm(hidden, eps=1e-12)
+            self.drop = nn.Dropout(0.1)
+            self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ff) for _ in range(layers))
+            self.pool = nn.Linear(hidden, hidden)
+            self.vocab = vocab
+
+        def forward(self, input_ids, attention_mask):
+            t = input_ids.shape[1]
+            pos = torch.arange(t, dtype=torch.int64, device=input_ids.device).unsqueeze(0)
+            x = self.drop(self.ln(self.tok(input_ids) + self.pos(pos)))
+            mask_bias = ((1.0 - attention_mask) * -10000.0)[:, None, None, :]
+            for layer in self.layers:
+                x = layer(x, mask_bias)
+            pooled = torch.tanh(self.pool(x[:, 0]))
+            return x, pooled
+
+    return TinyBert()
+
+
+def randomize_batchnorm(torch, model):
+    g = torch.Generator().manual_seed(1234)
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            n = m.num_features
+            m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+            m.weight.data.copy_(torch.rand(n, generator=g) * 0.5 + 0.75)
+            m.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
+    # Keep residual branches small, as in trained networks, so activations (and the float
+    # error that different summation orders leave) stay O(1) through 50 layers.
+    for block in model.modules():
+        last = getattr(block, "bn3", None) if hasattr(block, "conv3") else (
+            getattr(block, "bn2", None) if hasattr(block, "downsample") else None)
+        if last is not None:
+            last.weight.data.mul_(0.2)
+
+
+def make_model(name, torch, torchvision):
+    """Returns (module, input names, inputs (numpy), output names, dynamic_axes)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(42)
+    if name == "bert_tiny":
+        model = build_encoder(torch)
+        batch, seq = 2, 16
+        ids = torch.randint(0, model.vocab, (batch, seq), generator=g, dtype=torch.int64)
+        mask = torch.ones(batch, seq, dtype=torch.float32)
+        mask[1, 11:] = 0.0  # the second sequence is padded
+        inputs = [ids, mask]
+        in_names, out_names = ["input_ids", "attention_mask"], ["last_hidden_state", "pooled"]
+        dyn = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"},
+               "last_hidden_state": {0: "batch"}, "pooled": {0: "batch"}}
+    else:
+        model = getattr(torchvision.models, name)(weights=None)
+        randomize_batchnorm(torch, model)
+        inputs = [torch.randn(1, 3, 224, 224, generator=g)]
+        in_names, out_names = ["input"], ["logits"]
+        dyn = {"input": {0: "batch"}, "logits": {0: "batch"}}
+    model.eval()
+    return model, in_names, inputs, out_names, dyn
+
+
+# ----------------------------------------------------------------------------- ORT
+
+def run_ort(model_path, names, arrays, work):
+    specs = []
+    for k, (n, a) in enumerate(zip(names, arrays)):
+        f = f"input_{k}.bin"
+        a.astype(a.dtype.newbyteorder("<"), copy=False).tofile(os.path.join(work, f))
+        specs.append({"name": n, "dtype": str(a.dtype), "shape": list(a.shape), "file": f})
+    with open(os.path.join(work, "inputs.json"), "w") as f:
+        json.dump({"inputs": specs}, f)
+    out_dir = os.path.join(work, "ort")
+    cmd = ["node", RUN_ORT, "--model", model_path, "--inputs", os.path.join(work, "inputs.json"),
+           "--out-dir", out_dir, "--threads", "2", "--opt", "all"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode == SKIP:
+        skip(proc.stderr.strip())
+    if proc.returncode != 0:
+        raise RuntimeError(f"run_ort.js failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    import numpy as np
+    with open(os.path.join(out_dir, "outputs.json")) as f:
+        meta = json.load(f)
+    outs = []
+    for o in meta["outputs"]:
+        a = np.fromfile(os.path.join(out_dir, o["file"]), dtype=np.dtype(o["dtype"]).newbyteorder("<"))
+        outs.append((o["name"], a.reshape(o["shape"]).astype(np.dtype(o["dtype"]))))
+    return outs, meta
+
+
+# ----------------------------------------------------------------------------- export
+
+def export_one(name, out_root, stamp, torch, torchvision, onnx):
+    import numpy as np
+    from onnx import numpy_helper
+    t0 = time.monotonic()
+    model, in_names, inputs, out_names, dyn = make_model(name, torch, torchvision)
+    final = os.path.join(out_root, name)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out_root)
+    try:
+        model_path = os.path.join(tmp, "model.onnx")
+        torch.onnx.export(model, tuple(inputs), model_path, opset_version=OPSET,
+                          input_names=in_names, output_names=out_names, dynamic_axes=dyn,
+                          training=torch.onnx.TrainingMode.PRESERVE,
+                          do_constant_folding=False)
+        onnx.checker.check_model(onnx.load(model_path))
+        t_export = time.monotonic() - t0
+        with torch.no_grad():
+            ref = model(*inputs)
+        ref = [r.numpy() for r in (ref if isinstance(ref, tuple) else (ref,))]
+        arrays = [i.numpy() for i in inputs]
+        work = os.path.join(tmp, "work")
+        os.makedirs(work)
+        outs, meta = run_ort(model_path, in_names, arrays, work)
+        ds = os.path.join(tmp, "test_data_set_0")
+        os.makedirs(ds)
+        for k, (n, a) in enumerate(zip(in_names, arrays)):
+            onnx.save_tensor(numpy_helper.from_array(a, n), os.path.join(ds, f"input_{k}.pb"))
+        diffs = []
+        for k, (n, a) in enumerate(outs):
+            onnx.save_tensor(numpy_helper.from_array(a, n), os.path.join(ds, f"output_{k}.pb"))
+            diffs.append(float(np.max(np.abs(a.astype(np.float64) - ref[k]))))
+        shutil.rmtree(work)
+        ops = sorted({n.op_type for n in onnx.load(model_path).graph.node})
+        info = {"name": name, "opset": OPSET, "torch": torch.__version__,
+                "ort": meta.get("ort_version"), "inputs": {n: list(a.shape) for n, a in
+                                                           zip(in_names, arrays)},
+                "outputs": {n: list(a.shape) for n, a in outs},
+                "ort_vs_torch_max_abs_diff": diffs,
+                "output_max_abs": [float(np.max(np.abs(a))) for _, a in outs],
+                "ops": ops, "export_s": round(t_export, 2),
+                "total_s": round(time.monotonic() - t0, 2)}
+        with open(os.path.join(tmp, "export.json"), "w") as f:
+            json.dump(info, f, indent=1)
+        with open(os.path.join(tmp, ".kiln-export-stamp"), "w") as f:
+            f.write(stamp)
+        old = final + ".old-%d" % os.getpid()
+        if os.path.exists(final):
+            os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=default_dir(),
+                    help="output folder (default: ${KILN_CACHE_DIR:-$HOME/.cache/kiln}/models "
+                         "= %(default)s)")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="comma-separated subset of: " + ", ".join(MODELS))
+    ap.add_argument("--force", action="store_true", help="export even when the stamp matches")
+    args = ap.parse_args()
+    names = [m for m in args.models.split(",") if m]
+    bad = [m for m in names if m not in MODELS]
+    if bad:
+        print(f"export_models: unknown model(s) {', '.join(bad)}; have {', '.join(MODELS)}",
+              file=sys.stderr)
+        return 2
+
+    try:
+        import numpy  # noqa: F401
+        import onnx
+        import torch
+        import torchvision
+    except ImportError as e:
+        skip(f"python module missing ({e}; interpreter {sys.executable}); install "
+             f"python3-torch, python3-torchvision, python3-onnx")
+    if shutil.which("node") is None:
+        skip("node is not on PATH (install Node.js; see scripts/install-deps.sh)")
+    if not os.path.isdir(ORT_PKG):
+        skip(f"onnxruntime-node is not installed in {os.path.dirname(ORT_PKG)} "
+             f"(run scripts/install-deps.sh)")
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+    out_root = os.path.abspath(args.out)
+    os.makedirs(out_root, exist_ok=True)
+    try:
+        with open(os.path.join(ORT_PKG, "package.json")) as f:
+            ort_version = json.load(f).get("version", "unknown")
+    except (OSError, ValueError):
+        ort_version = "unknown"
+    stamp = f"script={SCRIPT_VERSION} opset={OPSET} torch={torch.__version__} " \
+            f"torchvision={torchvision.__version__} onnxruntime-node={ort_version}\n"
+    t_all = time.monotonic()
+    failed = []
+    for name in names:
+        stamp_path = os.path.join(out_root, name, ".kiln-export-stamp")
+        if not args.force and os.path.isfile(stamp_path) and open(stamp_path).read() == stamp:
+            print(f"{name:<13} up to date in {os.path.join(out_root, name)}")
+            continue
+        try:
+            info = export_one(name, out_root, stamp, torch, torchvision, onnx)
+        except SystemExit:
+            raise
+        except Exception as e:
+            failed.append(name)
+            print(f"{name:<13} FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        diffs = ", ".join(f"{d:.2e}" for d in info["ort_vs_torch_max_abs_diff"])
+        mags = ", ".join(f"{m:.3g}" for m in info["output_max_abs"])
+        print(f"{name:<13} exported in {info['total_s']:.1f}s (torch.onnx.export "
+              f"{info['export_s']:.1f}s), {len(info['ops'])} op types; ORT vs torch max abs "
+              f"diff: {diffs} (output max |x|: {mags})", flush=True)
+    print(f"export_models: {len(names) - len(failed)}/{len(names)} models ready in {out_root} "
+          f"({time.monotonic() - t_all:.1f}s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
