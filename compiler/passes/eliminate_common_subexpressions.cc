@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 namespace kiln::passes {
@@ -49,15 +50,36 @@ bool Deterministic(const Node& n) {
   return !(n.domain.empty() && kRandom.count(n.op_type));
 }
 
+bool SameTensor(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         (a.raw() == b.raw() || std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
+}
+
+// Hash of dtype, shape and bytes without copying the bytes (weights can be hundreds of MB).
+size_t TensorHash(const Tensor& t) {
+  size_t h = std::hash<std::string_view>()(
+      std::string_view(static_cast<const char*>(t.raw()), t.nbytes()));
+  h ^= std::hash<std::string>()(ShapeToString(t.shape())) + static_cast<size_t>(t.dtype());
+  return h;
+}
+
 // Merges constants with identical contents; returns true if any use was redirected.
 bool MergeConstants(Graph& graph) {
-  std::unordered_map<std::string, Value*> first;
+  std::unordered_map<size_t, std::vector<Value*>> buckets;
   bool changed = false;
   std::vector<std::pair<Value*, Value*>> merges;
   for (const auto& v : graph.values()) {
     if (!v->constant || graph.IsGraphOutput(v.get())) continue;
-    auto [it, inserted] = first.emplace(TensorKey(*v->constant), v.get());
-    if (!inserted) merges.emplace_back(v.get(), it->second);
+    std::vector<Value*>& bucket = buckets[TensorHash(*v->constant)];
+    Value* same = nullptr;
+    for (Value* c : bucket) {
+      if (SameTensor(*c->constant, *v->constant)) same = c;
+    }
+    if (same) {
+      merges.emplace_back(v.get(), same);
+    } else {
+      bucket.push_back(v.get());
+    }
   }
   for (auto [dup, keep] : merges) {
     if (graph.Consumers(dup).empty()) continue;

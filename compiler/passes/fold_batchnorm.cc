@@ -43,6 +43,14 @@ std::optional<Affine> BatchNormAffine(const Graph& graph, const Node& bn) {
 template <class ChannelOf>
 Tensor ScaleWeights(const Tensor& w, const Affine& a, ChannelOf channel_of) {
   Tensor out(w.dtype(), w.shape());
+  if (w.dtype() == DType::kFloat32) {  // the common case, without per-element dispatch
+    const float* src = w.data<float>();
+    float* dst = out.mutable_data<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      dst[i] = static_cast<float>(src[i] * a.scale[channel_of(i)]);
+    }
+    return out;
+  }
   for (int64_t i = 0; i < w.numel(); ++i) out.SetDouble(i, w.GetDouble(i) * a.scale[channel_of(i)]);
   return out;
 }

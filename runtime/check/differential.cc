@@ -88,17 +88,16 @@ Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
   return d;
 }
 
-absl::StatusOr<BisectResult> BisectPipeline(const Graph& raw, const PipelineOptions& options,
-                                            const ref::TensorMap& inputs, const Tolerance& tol) {
+absl::StatusOr<BisectResult> BisectPasses(const Graph& raw,
+                                          const std::vector<std::unique_ptr<passes::Pass>>& list,
+                                          const ref::TensorMap& inputs, const Tolerance& tol) {
   ASSIGN_OR_RETURN(ref::TensorMap want, ref::Run(raw, inputs));
   std::unique_ptr<Graph> g = raw.Clone();
   BisectResult result;
-  for (const std::string& name : PipelinePasses(options.level)) {
-    if (options.disabled.count(name)) continue;
-    ASSIGN_OR_RETURN(std::unique_ptr<passes::Pass> pass, MakePass(name));
-    ASSIGN_OR_RETURN(passes::PassStats stats, pass->Run(*g, options.verify));
+  for (const auto& pass : list) {
+    ASSIGN_OR_RETURN(passes::PassStats stats, pass->Run(*g, /*verify=*/true));
     PassOutcome outcome;
-    outcome.pass = name;
+    outcome.pass = stats.name;
     if (stats.changed) {
       ASSIGN_OR_RETURN(ref::TensorMap got, ref::Run(*g, inputs));
       outcome.divergence = CompareOutputs(want, got, tol);
@@ -108,11 +107,22 @@ absl::StatusOr<BisectResult> BisectPipeline(const Graph& raw, const PipelineOpti
     result.passes.push_back(outcome);
     if (!outcome.divergence.ok) {
       result.ok = false;
-      result.first_bad_pass = name;
+      result.first_bad_pass = stats.name;
       break;
     }
   }
   return result;
+}
+
+absl::StatusOr<BisectResult> BisectPipeline(const Graph& raw, const PipelineOptions& options,
+                                            const ref::TensorMap& inputs, const Tolerance& tol) {
+  std::vector<std::unique_ptr<passes::Pass>> list;
+  for (const std::string& name : PipelinePasses(options.level)) {
+    if (options.disabled.count(name)) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<passes::Pass> pass, MakePass(name));
+    list.push_back(std::move(pass));
+  }
+  return BisectPasses(raw, list, inputs, tol);
 }
 
 }  // namespace kiln::check

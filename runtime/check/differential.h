@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,5 +59,9 @@ struct BisectResult {
 // pass; stops at the first divergence.
 absl::StatusOr<BisectResult> BisectPipeline(const Graph& raw, const PipelineOptions& options,
                                             const ref::TensorMap& inputs, const Tolerance& tol);
+// The same over an explicit pass list (tests inject deliberately broken passes this way).
+absl::StatusOr<BisectResult> BisectPasses(const Graph& raw,
+                                          const std::vector<std::unique_ptr<passes::Pass>>& list,
+                                          const ref::TensorMap& inputs, const Tolerance& tol);
 
 }  // namespace kiln::check

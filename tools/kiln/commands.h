@@ -9,6 +9,6 @@ namespace kiln::tools {
 
 int CheckCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
+int CompileCommand(const std::vector<std::string>& args);
 
-// Loads a model: import, normalize, infer shapes. Prints the error and returns null on failure.
 }  // namespace kiln::tools

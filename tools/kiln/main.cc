@@ -17,6 +17,9 @@ void Usage() {
                "      run ONNX backend-test directories (model.onnx + test_data_set_*);\n"
                "      --opt runs the optimized graph, --bisect names the first pass that\n"
                "      moves the answer\n"
+               "  compile MODEL [--batch N] [-O0|-O1|-O2] [--disable PASS,...] [--report]\n"
+               "        [--json FILE] [-o optimized.onnx]\n"
+               "      optimize for one batch size, plan memory, print the compile report\n"
                "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
                "      run a model and write its outputs as TensorProto files\n");
 }
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (cmd == "check") return kiln::tools::CheckCommand(args);
   if (cmd == "run") return kiln::tools::RunCommand(args);
+  if (cmd == "compile") return kiln::tools::CompileCommand(args);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     Usage();
     return 0;

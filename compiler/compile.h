@@ -1,0 +1,49 @@
+// The compiler's front door: an imported graph in, an optimized graph for one batch size and
+// its memory plan out, with the compile report (op counts per pass, per-op-type counts, arena
+// bytes planned vs naive vs the liveness lower bound, time per pass).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ir/graph.h"
+#include "compiler/pipeline.h"
+#include "compiler/plan/memory_plan.h"
+
+namespace kiln {
+
+struct CompileOptions {
+  int64_t batch = 1;
+  PipelineOptions pipeline;
+  plan::PlanOptions plan;
+};
+
+struct CompileReport {
+  size_t ops_before = 0;  // nodes of the imported graph
+  size_t ops_specialized = 0;  // after binding the batch size (shape subgraphs folded)
+  size_t ops_after = 0;
+  std::map<std::string, int> op_types_before, op_types_after;
+  std::vector<passes::PassStats> passes;
+  int64_t arena_bytes = 0, naive_bytes = 0, lower_bound_bytes = 0;
+  double specialize_ms = 0.0, plan_ms = 0.0, compile_ms = 0.0;
+
+  std::string ToText() const;
+  std::string ToJson() const;
+};
+
+struct CompiledGraph {
+  std::unique_ptr<Graph> graph;
+  plan::MemoryPlan plan;
+  CompileReport report;
+};
+
+// Op type counts ("ai.kiln.FusedConv" for other domains).
+std::map<std::string, int> CountOpTypes(const Graph& graph);
+
+// Clones `imported`, binds the batch size, runs the pipeline and plans memory.
+absl::StatusOr<CompiledGraph> CompileGraph(const Graph& imported, const CompileOptions& options);
+
+}  // namespace kiln
