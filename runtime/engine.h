@@ -1,0 +1,46 @@
+// The one interface every backend implements. An Engine is built from a compiled graph
+// (optimized for one batch size, with its memory plan) for one device, and then runs that
+// graph many times. Steady state allocates nothing: the caller passes output tensors that
+// the engine fills (allocated once, by the engine, on the first call when they are empty).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/compile.h"
+#include "compiler/ir/tensor.h"
+
+namespace kiln::runtime {
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  std::vector<int64_t> shape;  // static: an engine serves one batch size
+};
+
+struct EngineInfo {
+  std::string device;          // "cpu", "cuda:0"
+  int64_t batch = 1;
+  int64_t arena_bytes = 0;     // activation arena (memory plan)
+  int64_t weight_bytes = 0;    // weights after prepacking
+  double build_ms = 0.0;       // primitive creation, weight reorders, warm-up
+  int total_ops = 0;
+  int fallback_ops = 0;        // ops running on reference kernels (correct, slow)
+  std::vector<std::string> fallback_op_types;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const EngineInfo& info() const = 0;
+  virtual const std::vector<TensorSpec>& inputs() const = 0;
+  virtual const std::vector<TensorSpec>& outputs() const = 0;
+  // inputs: one tensor per input spec, in order, dtype and shape exactly as specified
+  // (INVALID_ARGUMENT otherwise). outputs: resized to one per output spec; tensors already of
+  // the right dtype and shape are written in place (no allocation).
+  virtual absl::Status Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) = 0;
+};
+
+}  // namespace kiln::runtime
