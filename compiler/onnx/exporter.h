@@ -1,11 +1,17 @@
 // kiln::Graph -> ONNX ModelProto. Kiln's own operators are written in domain "ai.kiln" (with
 // an opset import for it), so an optimized graph opens in Netron and round-trips through the
 // importer unchanged: import -> export -> import yields the same graph.
+//
+// The ai.onnx version written is graph.opsets[""]: after NormalizeOperators that is the
+// internal opset (every node is in that form), so a normalized graph is written at opset 21
+// while node->opset (the imported version) is not preserved. Values are written with what the
+// graph knows of them; ONNX requires typed graph inputs and outputs, so run shape inference
+// before exporting a graph whose outputs are untyped if the file must pass onnx.checker.
 #pragma once
 
-#include <string>
-
 #include <onnx/onnx_pb.h>
+
+#include <string>
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"

@@ -11,9 +11,7 @@
 namespace kiln::onnx_io {
 namespace {
 
-std::string NodeLabel(const onnx::NodeProto& n) {
-  return n.op_type() + " '" + n.name() + "'";
-}
+std::string NodeLabel(const onnx::NodeProto& n) { return n.op_type() + " '" + n.name() + "'"; }
 
 absl::StatusOr<Attribute> ConvertAttribute(const onnx::NodeProto& node,
                                            const onnx::AttributeProto& a,
@@ -22,9 +20,12 @@ absl::StatusOr<Attribute> ConvertAttribute(const onnx::NodeProto& node,
     return absl::UnimplementedError(NodeLabel(node) + ": attribute references are not supported");
   }
   switch (a.type()) {
-    case onnx::AttributeProto::INT: return Attribute::Int(a.i());
-    case onnx::AttributeProto::FLOAT: return Attribute::Float(a.f());
-    case onnx::AttributeProto::STRING: return Attribute::String(a.s());
+    case onnx::AttributeProto::INT:
+      return Attribute::Int(a.i());
+    case onnx::AttributeProto::FLOAT:
+      return Attribute::Float(a.f());
+    case onnx::AttributeProto::STRING:
+      return Attribute::String(a.s());
     case onnx::AttributeProto::INTS:
       return Attribute::Ints(std::vector<int64_t>(a.ints().begin(), a.ints().end()));
     case onnx::AttributeProto::FLOATS:
@@ -66,11 +67,8 @@ absl::Status ApplyValueInfo(const onnx::ValueInfoProto& info, Value* v) {
                                     "supported)");
   }
   const auto& tt = info.type().tensor_type();
-  if (tt.has_elem_type()) {
-    if (!IsValidOnnxDType(tt.elem_type())) {
-      return absl::InvalidArgumentError("value '" + info.name() + "' has invalid elem_type " +
-                                        std::to_string(tt.elem_type()));
-    }
+  if (tt.has_elem_type() && tt.elem_type() != 0) {  // 0: UNDEFINED, i.e. not stated
+    RETURN_IF_ERROR(CheckElemType(tt.elem_type(), "value '" + info.name() + "'"));
     v->dtype = static_cast<DType>(tt.elem_type());
   }
   if (tt.has_shape()) {
@@ -102,6 +100,17 @@ absl::StatusOr<Tensor> ConstantValue(const onnx::NodeProto& node, const TensorRe
                                   "' (strings, sparse tensors) is not supported");
 }
 
+bool IsTopologicallySorted(const Graph& g) {
+  std::unordered_set<const Node*> seen;
+  for (const auto& n : g.nodes()) {
+    for (const Value* in : n->inputs) {
+      if (in && in->producer && !seen.count(in->producer)) return false;
+    }
+    seen.insert(n.get());
+  }
+  return true;
+}
+
 class GraphImporter {
  public:
   GraphImporter(const onnx::ModelProto& model, const ImportOptions& options)
@@ -119,7 +128,8 @@ class GraphImporter {
     RETURN_IF_ERROR(ImportInputs());
     RETURN_IF_ERROR(ImportNodes());
     RETURN_IF_ERROR(ImportOutputs());
-    if (!graph_->TopologicalSort()) {
+    // Sorting only when needed keeps a sorted file's node order (exports round-trip exactly).
+    if (!IsTopologicallySorted(*graph_) && !graph_->TopologicalSort()) {
       return absl::InvalidArgumentError("the graph has a cycle");
     }
     return std::move(graph_);
@@ -273,6 +283,10 @@ class GraphImporter {
         RETURN_IF_ERROR(ApplyValueInfo(out, &probe));
         if (v->dtype == DType::kUndefined) v->dtype = probe.dtype;
         if (!v->shape) v->shape = probe.shape;
+      }
+      // Outputs are returned by name; two with one name would make one of them vanish.
+      if (graph_->IsGraphOutput(v)) {
+        return absl::InvalidArgumentError("graph output '" + out.name() + "' is listed twice");
       }
       graph_->outputs.push_back(v);
     }

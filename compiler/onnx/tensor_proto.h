@@ -2,9 +2,9 @@
 // hostile proto produces an error, never an out-of-bounds read or a huge allocation.
 #pragma once
 
-#include <string>
-
 #include <onnx/onnx_pb.h>
+
+#include <string>
 
 #include "base/status.h"
 #include "compiler/ir/tensor.h"
@@ -17,6 +17,11 @@ struct TensorReadOptions {
   // Largest tensor accepted (bytes): guards against dims that promise terabytes.
   size_t max_bytes = size_t{16} << 30;
 };
+
+// Classifies an ONNX element type number: OK for one Kiln knows, UNIMPLEMENTED for a number
+// in the range newer ONNX versions use (int2, float8e8m0, ...), INVALID_ARGUMENT otherwise.
+// `what` names the tensor or value in the message.
+absl::Status CheckElemType(int32_t elem_type, const std::string& what);
 
 absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,
                                        const TensorReadOptions& options = {});

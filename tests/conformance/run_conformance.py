@@ -3,6 +3,7 @@
 
     run_conformance.py --kiln KILN --suite DIR --known-failures FILE
                        [--jobs N] [--report FILE] [--update-known-failures]
+                       [--kiln-arg ARG ...]
 
 Every directory under DIR holding a model.onnx is a test. Tests are run in chunks (about 100
 directories per `kiln check --json` process, --jobs processes at a time). A chunk that crashes
@@ -253,6 +254,9 @@ def parse_args():
                     help="seconds one test may take when re-run alone (default: %(default)s)")
     ap.add_argument("--rtol", help="passed to kiln check (default: kiln's own)")
     ap.add_argument("--atol", help="passed to kiln check (default: kiln's own)")
+    ap.add_argument("--kiln-arg", action="append", default=[],
+                    help="extra argument for kiln check, repeatable (e.g. --kiln-arg=--opt "
+                         "--kiln-arg=O2: the optimized graph must pass what the raw graph passes)")
     ap.add_argument("--filter", help="only tests whose name matches this regex (developers)")
     ap.add_argument("--report",
                     help="JSON report path (default: <suite>.conformance.json next to the suite)")
@@ -290,6 +294,7 @@ def main():
         extra += ["--rtol", args.rtol]
     if args.atol:
         extra += ["--atol", args.atol]
+    extra += args.kiln_arg
 
     t0 = time.monotonic()
     dirs = find_tests(suite)

@@ -47,6 +47,8 @@ def main():
     ap.add_argument("--rtol", default="1e-3")
     ap.add_argument("--atol", default="1e-4")
     ap.add_argument("--timeout", type=float, default=1200, help="seconds for kiln check")
+    ap.add_argument("--kiln-arg", action="append", default=[],
+                    help="extra argument for kiln check, repeatable (--kiln-arg=--bisect)")
     args = ap.parse_args()
 
     root = os.path.abspath(args.dir)
@@ -65,7 +67,8 @@ def main():
 
     fd, json_path = tempfile.mkstemp(prefix="kiln-models-", suffix=".json")
     os.close(fd)
-    cmd = [kiln, "check", "--json", json_path, "--rtol", args.rtol, "--atol", args.atol] + dirs
+    cmd = ([kiln, "check", "--json", json_path, "--rtol", args.rtol, "--atol", args.atol] +
+           args.kiln_arg + dirs)
     print("check_models: " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
     try:
