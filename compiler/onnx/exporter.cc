@@ -76,7 +76,12 @@ void WriteNode(const Node& n, onnx::NodeProto* out) {
   // out, but keeping them makes the round trip exact.
   for (const Value* in : n.inputs) out->add_input(in ? in->name : "");
   for (const Value* o : n.outputs) out->add_output(o ? o->name : "");
-  for (const auto& [key, attr] : n.attrs) WriteAttribute(key, attr, out->add_attribute());
+  for (const auto& [key, attr] : n.attrs) {
+    // Kiln's planning marks on ai.onnx nodes (kiln_view) are not ONNX attributes: other
+    // runtimes reject unknown attributes, and the optimizer re-derives them on import.
+    if (n.domain.empty() && key.rfind("kiln_", 0) == 0) continue;
+    WriteAttribute(key, attr, out->add_attribute());
+  }
 }
 
 // One opset_import per domain: the graph's declared versions, plus any domain a node uses
