@@ -39,15 +39,29 @@ enum class DType : int32_t {
   kInt2 = 26,
 };
 
-// Bytes per element; 0 for types Kiln cannot hold in a dense buffer (string, sub-byte).
+// Bytes per element in memory; 0 for types Kiln cannot hold in a dense buffer (string).
+// The sub-byte types (int4, uint4, float4e2m1, int2, uint2) take one byte per element in
+// memory and are packed only in ONNX protos (see SubByteBits).
 size_t DTypeSize(DType t);
 // ONNX's upper-case name ("FLOAT", "INT64", ...), or "DTYPE(<n>)" for unknown numbers.
 std::string DTypeName(DType t);
 // True for the types the reference interpreter and every backend hold natively.
 bool IsSupportedDType(DType t);
 bool IsFloatDType(DType t);     // float16, bfloat16, float32, float64
-bool IsIntegerDType(DType t);   // signed and unsigned integers, not bool
+bool IsIntegerDType(DType t);   // signed and unsigned integers of 8+ bits, not bool
 bool IsSignedDType(DType t);
+// The narrow types (float8 x4, float8e8m0, float4e2m1, int4, uint4, int2, uint2): held one
+// byte per element, converted on element access. Only Cast/CastLike (and whatever copies
+// element bytes) handle them; arithmetic kernels report UNIMPLEMENTED. They are deliberately
+// outside IsFloatDType/IsIntegerDType so no arithmetic path picks them up by accident.
+bool IsNarrowDType(DType t);
+bool IsNarrowFloatDType(DType t);  // float8 x4, float8e8m0, float4e2m1
+// Bits per element in ONNX's packed form for int4/uint4/float4e2m1 (4) and int2/uint2 (2);
+// 0 for every other type.
+int SubByteBits(DType t);
+// Wraps an integer into a narrow integer type (int4/uint4/int2/uint2) modulo 2^bits,
+// sign-extended for the signed ones: what Cast does for out-of-range values.
+int64_t WrapNarrowInt(DType t, int64_t v);
 // Positive numbers are element types (possibly newer than Kiln knows: those are reported as
 // unsupported, not as invalid); zero and negative numbers are invalid.
 bool IsValidOnnxDType(int32_t v);
@@ -65,5 +79,17 @@ float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);  // round to nearest even, overflow to inf, NaN kept
 float BFloat16ToFloat(uint16_t b);
 uint16_t FloatToBFloat16(float f);  // round to nearest even, NaN kept
+
+// float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ), float4e2m1 and float8e8m0 codes. A float4 code
+// sits in the low nibble. Decoding is exact in double.
+double NarrowFloatToDouble(DType t, uint8_t code);
+// Round to nearest even. saturate (ONNX Cast's attribute, default true) clamps overflow and
+// infinities to the largest finite value; otherwise they become inf (E5M2) or NaN (the FN
+// and FNUZ types). float4e2m1 has neither, so it always saturates.
+uint8_t DoubleToFloat8(DType t, double v, bool saturate);
+// float8e8m0 holds only a power of two 2^(code-127); 0xff is NaN. ONNX's round_mode picks
+// the neighbouring power for values in between.
+enum class E8M0Rounding { kUp, kDown, kNearest };
+uint8_t DoubleToE8M0(double v, bool saturate, E8M0Rounding mode);
 
 }  // namespace kiln

@@ -29,6 +29,48 @@ absl::StatusOr<std::vector<int64_t>> CheckedDims(const onnx::TensorProto& proto,
   return dims;
 }
 
+// Bytes the tensor takes in ONNX's stored form: int4/uint4/float4 pack two elements per
+// byte and int2/uint2 four, low bits first; every other type is its in-memory size.
+size_t StoredBytes(DType dtype, int64_t numel) {
+  const int bits = SubByteBits(dtype);
+  if (bits == 0) return static_cast<size_t>(numel) * DTypeSize(dtype);
+  return (static_cast<size_t>(numel) * static_cast<size_t>(bits) + 7) / 8;
+}
+
+// Fills t from its stored form (see StoredBytes), unpacking sub-byte types to one byte per
+// element: signed integers sign-extended, float4 codes in the low nibble.
+void FillFromStored(const char* stored, Tensor& t) {
+  const int bits = SubByteBits(t.dtype());
+  if (bits == 0) {
+    if (t.nbytes()) std::memcpy(t.raw_mutable(), stored, t.nbytes());
+    return;
+  }
+  const auto* in = reinterpret_cast<const uint8_t*>(stored);
+  auto* out = t.mutable_data<uint8_t>();
+  const unsigned mask = (1u << bits) - 1;
+  const bool is_int = t.dtype() != DType::kFloat4E2M1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t bit = i * bits;
+    const unsigned v = (in[bit / 8] >> (bit % 8)) & mask;
+    out[i] = is_int ? static_cast<uint8_t>(WrapNarrowInt(t.dtype(), v)) : static_cast<uint8_t>(v);
+  }
+}
+
+// The inverse of FillFromStored: t's elements in ONNX's stored (packed) form.
+std::string ToStored(const Tensor& t) {
+  const int bits = SubByteBits(t.dtype());
+  if (bits == 0) return std::string(static_cast<const char*>(t.raw()), t.nbytes());
+  std::string out(StoredBytes(t.dtype(), t.numel()), '\0');
+  const auto* in = t.data<uint8_t>();
+  const unsigned mask = (1u << bits) - 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const int64_t bit = i * bits;
+    out[bit / 8] = static_cast<char>(static_cast<uint8_t>(out[bit / 8]) |
+                                     ((in[i] & mask) << (bit % 8)));
+  }
+  return out;
+}
+
 // Resolves an external data location inside base_dir; anything escaping it is rejected.
 absl::StatusOr<fs::path> ResolveExternal(const std::string& name, const std::string& location,
                                          const std::string& base_dir) {
@@ -86,7 +128,13 @@ absl::StatusOr<Tensor> ReadExternal(const onnx::TensorProto& proto,
   }
   Tensor t(dtype, dims);
   f.seekg(offset);
-  f.read(static_cast<char*>(t.raw_mutable()), static_cast<std::streamsize>(nbytes));
+  if (SubByteBits(dtype) == 0) {
+    f.read(static_cast<char*>(t.raw_mutable()), static_cast<std::streamsize>(nbytes));
+  } else {
+    std::string packed(nbytes, '\0');
+    f.read(packed.data(), static_cast<std::streamsize>(nbytes));
+    FillFromStored(packed.data(), t);
+  }
   if (!f) return absl::DataLossError("failed reading external data " + path.string());
   return t;
 }
@@ -141,6 +189,16 @@ int64_t TypedDataCount(const onnx::TensorProto& proto, DType dtype) {
 }
 
 absl::Status CopyTypedData(const onnx::TensorProto& proto, Tensor& t) {
+  if (IsNarrowDType(t.dtype())) {
+    // int32_data holds the stored bytes, one per value: float8 bit patterns, or packed
+    // pairs/quads of sub-byte elements. (The count was checked against StoredBytes.)
+    std::string stored(proto.int32_data_size(), '\0');
+    for (int i = 0; i < proto.int32_data_size(); ++i) {
+      stored[i] = static_cast<char>(proto.int32_data(i) & 0xff);
+    }
+    FillFromStored(stored.data(), t);
+    return absl::OkStatus();
+  }
   switch (t.dtype()) {
     case DType::kFloat32:
       return CopyTyped(proto, proto.float_data(), t);
@@ -188,7 +246,7 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,
   ASSIGN_OR_RETURN(std::vector<int64_t> dims, CheckedDims(proto, dtype, options.max_bytes));
   // Sizes are checked against what the proto really holds before anything is allocated.
   const int64_t numel = NumElements(dims);
-  const size_t nbytes = static_cast<size_t>(numel) * DTypeSize(dtype);
+  const size_t nbytes = StoredBytes(dtype, numel);
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     return ReadExternal(proto, options, dtype, dims, nbytes);
   }
@@ -200,11 +258,13 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,
                                         DTypeName(dtype) + " need " + std::to_string(nbytes));
     }
     Tensor t(dtype, dims);
-    if (nbytes) std::memcpy(t.raw_mutable(), proto.raw_data().data(), nbytes);
+    FillFromStored(proto.raw_data().data(), t);
     return t;
   }
-  if (TypedDataCount(proto, dtype) != numel) {
-    return SizeMismatch(proto, static_cast<size_t>(TypedDataCount(proto, dtype)), numel);
+  // Narrow types store one int32 per stored byte, so sub-byte tensors hold fewer values.
+  const int64_t want = IsNarrowDType(dtype) ? static_cast<int64_t>(nbytes) : numel;
+  if (TypedDataCount(proto, dtype) != want) {
+    return SizeMismatch(proto, static_cast<size_t>(TypedDataCount(proto, dtype)), want);
   }
   Tensor t(dtype, dims);
   RETURN_IF_ERROR(CopyTypedData(proto, t));
@@ -216,7 +276,7 @@ onnx::TensorProto TensorToProto(const Tensor& t, const std::string& name) {
   p.set_name(name);
   p.set_data_type(static_cast<int32_t>(t.dtype()));
   for (int64_t d : t.shape()) p.add_dims(d);
-  p.set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
+  p.set_raw_data(ToStored(t));
   return p;
 }
 

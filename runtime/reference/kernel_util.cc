@@ -21,6 +21,11 @@ absl::StatusOr<const Tensor*> RequireInput(const Node& node, const KernelInputs&
 }
 
 absl::Status CheckSupportedDType(const Node& node, DType t) {
+  // The narrow types (float8, int4, ...) are supported only by Cast/CastLike, which check
+  // them separately; every kernel that computes on elements must keep turning them away.
+  if (IsNarrowDType(t)) {
+    return Unsupported(node, "dtype " + DTypeName(t) + " is only supported by Cast/CastLike");
+  }
   if (IsSupportedDType(t)) return absl::OkStatus();
   return Unsupported(node, "dtype " + DTypeName(t) + " is not supported");
 }

@@ -7,7 +7,13 @@
 //    C++, platform-dependent in numpy/ONNX Runtime, and not covered by the ONNX tests)
 //    saturate to the target's range, and NaN becomes 0, so the oracle is deterministic.
 //  - anything -> bool: nonzero (and NaN) is true.
-// string, float8, int4 and other types Kiln cannot hold are UNIMPLEMENTED.
+//  - -> float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ): round to nearest even; the `saturate`
+//    attribute (default 1) clamps overflow and infinities to the largest finite value,
+//    otherwise they become inf (E5M2) or NaN. -> float4e2m1 always saturates.
+//  - -> float8e8m0: a power of two picked by `round_mode` (up (default), down, nearest).
+//  - -> int4/uint4/int2/uint2: like the other integers (float truncated), then wrapped
+//    modulo 2^bits, which is what ONNX's test data expects (-9 -> int4 7).
+// string and element types newer than Kiln knows are UNIMPLEMENTED.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -59,29 +65,81 @@ void StoreFloatAsInt(double v, Tensor& y, int64_t i) {
 
 namespace {
 
-void CastElement(const Tensor& x, int64_t i, Tensor& y) {
+// Cast's attributes that matter for the narrow float targets.
+struct CastOptions {
+  bool saturate = true;
+  E8M0Rounding round_mode = E8M0Rounding::kUp;
+};
+
+// Floats of any width, the narrow ones included: the source types read through GetDouble.
+bool IsAnyFloat(DType t) { return IsFloatDType(t) || IsNarrowFloatDType(t); }
+
+// Float -> int64 for the narrow integer targets, which then wrap: NaN is 0, and values past
+// +-2^62 are clamped there (a multiple of 2^bits, so they wrap to 0 rather than being UB).
+int64_t TruncForWrap(double v) {
+  if (std::isnan(v)) return 0;
+  constexpr double kLimit = 4611686018427387904.0;  // 2^62
+  return static_cast<int64_t>(std::clamp(std::trunc(v), -kLimit, kLimit));
+}
+
+double SourceValue(const Tensor& x, int64_t i) {
+  if (x.dtype() == DType::kUInt64) return static_cast<double>(x.GetUInt(i));
+  return x.GetDouble(i);  // exact for every integer up to 2^53
+}
+
+void CastElement(const Tensor& x, int64_t i, Tensor& y, const CastOptions& opt) {
   const DType from = x.dtype(), to = y.dtype();
-  if (IsFloatDType(to)) {
+  if (to == DType::kFloat8E8M0) {
+    y.mutable_data<uint8_t>()[i] = DoubleToE8M0(SourceValue(x, i), opt.saturate, opt.round_mode);
+  } else if (IsNarrowFloatDType(to)) {
+    y.mutable_data<uint8_t>()[i] = DoubleToFloat8(to, SourceValue(x, i), opt.saturate);
+  } else if (IsAnyFloat(to)) {
     if (from == DType::kUInt64) {
       y.SetDouble(i, static_cast<double>(x.GetUInt(i)));
     } else {
       y.SetDouble(i, x.GetDouble(i));  // exact for every integer up to 2^53
     }
   } else if (to == DType::kBool) {
-    y.SetInt(i, IsFloatDType(from) ? x.GetDouble(i) != 0.0 : x.GetUInt(i) != 0);
-  } else if (IsFloatDType(from)) {
+    y.SetInt(i, IsAnyFloat(from) ? x.GetDouble(i) != 0.0 : x.GetUInt(i) != 0);
+  } else if (IsAnyFloat(from) && IsNarrowDType(to)) {
+    y.SetInt(i, TruncForWrap(x.GetDouble(i)));  // SetInt wraps to the type's width
+  } else if (IsAnyFloat(from)) {
     StoreFloatAsInt(x.GetDouble(i), y, i);
   } else {
     y.SetUInt(i, x.GetUInt(i));  // wraps modulo 2^bits like a C++ integer conversion
   }
 }
 
+// Cast handles the narrow types itself, so it checks IsSupportedDType rather than
+// CheckSupportedDType (which turns them away from arithmetic kernels).
+absl::Status CheckCastable(const Node& node, DType t) {
+  if (IsSupportedDType(t)) return absl::OkStatus();
+  return Unsupported(node, "dtype " + DTypeName(t) + " is not supported");
+}
+
+absl::StatusOr<CastOptions> ReadCastOptions(const Node& node) {
+  CastOptions opt;
+  opt.saturate = node.GetInt("saturate", 1) != 0;
+  const std::string mode = node.GetString("round_mode", "up");
+  if (mode == "up") {
+    opt.round_mode = E8M0Rounding::kUp;
+  } else if (mode == "down") {
+    opt.round_mode = E8M0Rounding::kDown;
+  } else if (mode == "nearest") {
+    opt.round_mode = E8M0Rounding::kNearest;
+  } else {
+    return InvalidInput(node, "unknown round_mode '" + mode + "'");
+  }
+  return opt;
+}
+
 absl::StatusOr<Tensor> CastTensor(const Node& node, const Tensor& x, DType to) {
-  RETURN_IF_ERROR(CheckSupportedDType(node, x.dtype()));
-  RETURN_IF_ERROR(CheckSupportedDType(node, to));
+  RETURN_IF_ERROR(CheckCastable(node, x.dtype()));
+  RETURN_IF_ERROR(CheckCastable(node, to));
+  ASSIGN_OR_RETURN(const CastOptions opt, ReadCastOptions(node));
   if (x.dtype() == to) return x;
   Tensor y(to, x.shape());
-  for (int64_t i = 0; i < x.numel(); ++i) CastElement(x, i, y);
+  for (int64_t i = 0; i < x.numel(); ++i) CastElement(x, i, y, opt);
   return y;
 }
 

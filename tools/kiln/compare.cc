@@ -21,7 +21,8 @@ Comparison CompareTensors(const Tensor& actual, const Tensor& expected, double r
   }
   // Integers and bools must match exactly (a tolerance scaled by |expected| would accept
   // wrong indices); 64-bit values are compared as integers, not through double.
-  const bool exact = !IsFloatDType(expected.dtype());
+  // float8/float4/e8m0 compare as floats through GetDouble; int4/int2 exactly, like integers.
+  const bool exact = !IsFloatDType(expected.dtype()) && !IsNarrowFloatDType(expected.dtype());
   int64_t worst = -1;
   double worst_excess = 0.0;
   for (int64_t i = 0; i < expected.numel(); ++i) {
