@@ -12,11 +12,12 @@ build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libonnx-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libyaml-cpp-dev
+  libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev libabsl-dev
   clang libclang-rt-14-dev
 )
 test_pkgs=(
-  python3 python3-numpy python3-onnx python3-protobuf python3-grpcio
+  python3 python3-numpy python3-onnx python3-protobuf python3-grpcio python3-grpc-tools
   python3-torch python3-torchvision
 )
 # Node.js may come from elsewhere (a newer build that conflicts with Debian's npm): take

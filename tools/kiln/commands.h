@@ -10,5 +10,6 @@ namespace kiln::tools {
 int CheckCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
 int CompileCommand(const std::vector<std::string>& args);
+int BenchCommand(const std::vector<std::string>& args);
 
 }  // namespace kiln::tools

@@ -12,7 +12,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: kiln <command> [options]\n"
                "commands:\n"
-               "  check [--backend reference] [--rtol R] [--atol A] [--json FILE] [-q]\n"
+               "  check [--backend reference|cpu] [--rtol R] [--atol A] [--json FILE] [-q]\n"
                "        [--opt O0|O1|O2] [--bisect] PATH...\n"
                "      run ONNX backend-test directories (model.onnx + test_data_set_*);\n"
                "      --opt runs the optimized graph, --bisect names the first pass that\n"
@@ -21,7 +21,9 @@ void Usage() {
                "        [--json FILE] [-o optimized.onnx]\n"
                "      optimize for one batch size, plan memory, print the compile report\n"
                "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
-               "      run a model and write its outputs as TensorProto files\n");
+               "      run a model and write its outputs as TensorProto files\n"
+               "  bench MODEL [--backend cpu] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
+               "      time the CPU engine on random inputs; prints p50/p99 latency\n");
 }
 
 }  // namespace
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   if (cmd == "check") return kiln::tools::CheckCommand(args);
   if (cmd == "run") return kiln::tools::RunCommand(args);
   if (cmd == "compile") return kiln::tools::CompileCommand(args);
+  if (cmd == "bench") return kiln::tools::BenchCommand(args);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     Usage();
     return 0;

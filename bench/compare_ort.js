@@ -1,0 +1,109 @@
+#!/usr/bin/env node
+// compare_ort.js: Kiln's CPU engine vs ONNX Runtime (onnxruntime-node) on the same models,
+// interleaved so both see the same machine state.
+//
+//   node bench/compare_ort.js --kiln build/tools/kiln [--models DIR] [--batches 1,8]
+//                             [--threads 2] [--rounds 4] [--runs 10] [--only m1,m2]
+//
+// For every model folder under DIR (default ~/.cache/kiln/models) and batch: `rounds`
+// rounds, each running `kiln bench --runs R` (its own warm-up) and then R timed ORT runs
+// (after one warm-up session run), pooling the per-run times of all rounds. Prints p50/p99
+// per side and the ratio Kiln/ORT. ORT: graphOptimizationLevel 'all', intraOpNumThreads T.
+'use strict';
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const {execFileSync} = require('child_process');
+
+function parseArgs(argv) {
+  const o = {models: path.join(os.homedir(), '.cache/kiln/models'), batches: [1, 8], threads: 2,
+             rounds: 4, runs: 10, only: null};
+  for (let i = 0; i < argv.length; ++i) {
+    const a = argv[i], v = argv[i + 1];
+    if (a === '--kiln') o.kiln = v;
+    else if (a === '--models') o.models = v;
+    else if (a === '--batches') o.batches = v.split(',').map(Number);
+    else if (a === '--threads') o.threads = Number(v);
+    else if (a === '--rounds') o.rounds = Number(v);
+    else if (a === '--runs') o.runs = Number(v);
+    else if (a === '--only') o.only = v.split(',');
+    else { process.stderr.write(`unknown argument ${a}\n`); process.exit(2); }
+    ++i;
+  }
+  if (!o.kiln) { process.stderr.write('--kiln is required\n'); process.exit(2); }
+  return o;
+}
+
+function percentile(xs, p) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.round(p * (s.length - 1)))];
+}
+
+// Random feeds for every input, symbolic dim 0 bound to the batch, others to 1 (the models
+// here have static dims beyond the batch).
+function makeFeeds(ort, session, batch) {
+  const feeds = {};
+  for (const meta of session.inputMetadata) {
+    const shape = meta.shape.map((d, i) => (typeof d === 'number' && d > 0 ? d : (i === 0 ? batch : 1)));
+    if (typeof meta.shape[0] === 'number' && meta.shape[0] > 0) shape[0] = meta.shape[0];
+    const n = shape.reduce((a, b) => a * b, 1);
+    if (meta.type === 'int64') {
+      feeds[meta.name] = new ort.Tensor('int64', BigInt64Array.from({length: n}, (_, i) => BigInt(i % 10)), shape);
+    } else {
+      feeds[meta.name] = new ort.Tensor('float32', Float32Array.from({length: n}, () => Math.random() * 2 - 1), shape);
+    }
+  }
+  return feeds;
+}
+
+async function timeOrt(session, feeds, runs) {
+  const times = [];
+  for (let i = 0; i < runs; ++i) {
+    const t0 = process.hrtime.bigint();
+    await session.run(feeds);
+    times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  return times;
+}
+
+function timeKiln(o, model, batch) {
+  const json = path.join(os.tmpdir(), `kiln_bench_${process.pid}.json`);
+  // Both sides without spin-waiting (ORT: allow_spinning 0 below; OpenMP: passive): on a
+  // shared machine spinning threads make either side collapse when a core is taken.
+  const env = Object.assign({}, process.env, {OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY || 'PASSIVE'});
+  execFileSync(o.kiln, ['bench', model, '--batch', String(batch), '--threads', String(o.threads),
+                        '--runs', String(o.runs), '--json', json], {stdio: ['ignore', 'ignore', 'inherit'], env});
+  return JSON.parse(fs.readFileSync(json, 'utf8')).times_ms;
+}
+
+async function main() {
+  const o = parseArgs(process.argv.slice(2));
+  const ort = require(path.join(__dirname, '..', 'tools', 'ort', 'node_modules', 'onnxruntime-node'));
+  const names = fs.readdirSync(o.models).filter((m) => fs.existsSync(path.join(o.models, m, 'model.onnx')))
+                  .filter((m) => !o.only || o.only.includes(m)).sort();
+  console.log('model           batch  kiln_p50  kiln_p99   ort_p50   ort_p99  kiln/ort');
+  for (const m of names) {
+    const model = path.join(o.models, m, 'model.onnx');
+    const session = await ort.InferenceSession.create(model, {
+      graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1,
+      executionMode: 'sequential',
+      // No spin-waiting between runs: ORT's idle threads would otherwise steal the cores
+      // from the kiln process that runs next.
+      extra: {session: {intra_op: {allow_spinning: '0'}, inter_op: {allow_spinning: '0'}}}});
+    for (const batch of o.batches) {
+      const feeds = makeFeeds(ort, session, batch);
+      await timeOrt(session, feeds, 3);  // warm-up
+      const kiln = [], ortTimes = [];
+      for (let r = 0; r < o.rounds; ++r) {
+        kiln.push(...timeKiln(o, model, batch));
+        ortTimes.push(...(await timeOrt(session, feeds, o.runs)));
+      }
+      const k50 = percentile(kiln, 0.5), o50 = percentile(ortTimes, 0.5);
+      console.log(`${m.padEnd(15)} ${String(batch).padStart(5)} ${k50.toFixed(2).padStart(9)} ` +
+                  `${percentile(kiln, 0.99).toFixed(2).padStart(9)} ${o50.toFixed(2).padStart(9)} ` +
+                  `${percentile(ortTimes, 0.99).toFixed(2).padStart(9)} ${(k50 / o50).toFixed(2).padStart(9)}`);
+    }
+  }
+}
+
+main().catch((e) => { process.stderr.write(`compare_ort: ${e.stack || e}\n`); process.exit(1); });

@@ -1,0 +1,188 @@
+#include "runtime/cpu/build_context.h"
+
+#include <cstring>
+
+namespace kiln::cpu {
+
+using dnnl::memory;
+
+memory::dims ToDims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+
+memory::format_tag PlainTag(size_t rank) {
+  static const memory::format_tag tags[] = {
+      memory::format_tag::undef,  memory::format_tag::a,     memory::format_tag::ab,
+      memory::format_tag::abc,    memory::format_tag::abcd,  memory::format_tag::abcde,
+      memory::format_tag::abcdef};
+  return rank < std::size(tags) ? tags[rank] : memory::format_tag::undef;
+}
+
+int BuildContext::SlotOf(const Value* v) const {
+  if (!v) return -1;
+  auto it = slot_of.find(v->name);
+  return it == slot_of.end() ? -1 : it->second;
+}
+
+int BuildContext::AddTemp(const memory::desc& md) {
+  Slot s;
+  s.name = "tmp" + std::to_string(slots.size());
+  s.dtype = DType::kFloat32;
+  const memory::dims dims = md.dims();
+  s.shape.assign(dims.begin(), dims.end());
+  s.storage = Storage::kBlocked;
+  s.md = md;
+  s.request = static_cast<int>(requests.size());
+  requests.push_back({static_cast<int64_t>(md.get_size()), step, step});
+  slots.push_back(std::move(s));
+  return static_cast<int>(slots.size()) - 1;
+}
+
+memory::desc BuildContext::PlainMd(int slot) const {
+  const Slot& s = slots[slot];
+  // A rank-0 tensor is described as one element: oneDNN has no scalars.
+  if (s.shape.empty()) return memory::desc({1}, memory::data_type::f32, memory::format_tag::a);
+  return memory::desc(ToDims(s.shape), memory::data_type::f32, PlainTag(s.shape.size()));
+}
+
+memory::desc BuildContext::StoredMd(int slot) const {
+  return slots[slot].is_plain() ? PlainMd(slot) : slots[slot].md;
+}
+
+void BuildContext::NoteScratchpad(const memory::desc& scratch) {
+  scratchpad_bytes = std::max<int64_t>(scratchpad_bytes, scratch.get_size());
+}
+
+int BuildContext::ReadAs(int slot, const memory::desc& want) {
+  memory::desc have = StoredMd(slot);
+  if (have == want) return slot;
+  int tmp = AddTemp(want);
+  pre->push_back(MakeReorder(*this, slot, have, tmp, want));
+  return tmp;
+}
+
+int BuildContext::WriteAs(int out, const memory::desc& got) {
+  memory::desc plain = PlainMd(out);
+  if (got == plain) return out;
+  Slot& s = slots[out];
+  if (s.blocked_ok && s.storage == Storage::kArena) {
+    // Produced and consumed only by conv-family primitives: keep the primitive's layout,
+    // in the blocked arena (its size may exceed the plain size the plan reserved).
+    s.storage = Storage::kBlocked;
+    s.md = got;
+    s.request = static_cast<int>(requests.size());
+    requests.push_back({static_cast<int64_t>(got.get_size()), step, std::max(step, s.last_step)});
+    return out;
+  }
+  int tmp = AddTemp(got);
+  post->push_back(MakeReorder(*this, tmp, got, out, plain));
+  return tmp;
+}
+
+bool BuildContext::ShareDyingInput(int in, int out, const memory::desc& md) {
+  Slot& r = slots[in];
+  Slot& y = slots[out];
+  if (r.storage != Storage::kBlocked || !(r.md == md) || r.last_step != step || r.request < 0 ||
+      !y.blocked_ok || y.storage != Storage::kArena) {
+    return false;
+  }
+  y.storage = Storage::kBlocked;
+  y.md = md;
+  y.request = r.request;
+  requests[r.request].last_step = std::max(requests[r.request].last_step, y.last_step);
+  return true;
+}
+
+void DnnlCall::Arg(int arg, const memory::desc& md, int slot, const dnnl::engine& eng) {
+  mems_.emplace_back(md, eng, static_cast<void*>(nullptr));
+  slots_.push_back(slot);
+  args_.push_back({arg, mems_.back().get()});
+}
+
+void DnnlCall::Owned(int arg, const memory& mem) {
+  mems_.push_back(mem);
+  slots_.push_back(-1);
+  args_.push_back({arg, mem.get()});
+}
+
+absl::Status DnnlCall::Execute(const ExecContext& ctx) {
+  for (size_t i = 0; i < mems_.size(); ++i) {
+    if (slots_[i] < 0) continue;
+    if (dnnl_memory_set_data_handle(mems_[i].get(), ctx.ptrs[slots_[i]]) != dnnl_success) {
+      return absl::InternalError("oneDNN: set_data_handle failed");
+    }
+  }
+  dnnl_status_t st = dnnl_primitive_execute(prim_.get(), ctx.stream->get(),
+                                            static_cast<int>(args_.size()), args_.data());
+  if (st != dnnl_success) {
+    return absl::InternalError("oneDNN: primitive execution failed (status " +
+                               std::to_string(static_cast<int>(st)) + ")");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Same desc on both sides: a plain copy (oneDNN's generic reorder is far slower at this).
+class CopyKernel : public CpuKernel {
+ public:
+  CopyKernel(int src, int dst, size_t bytes) : src_(src), dst_(dst), bytes_(bytes) {}
+  absl::Status Run(const ExecContext& ctx) override {
+    if (ctx.ptrs[src_] != ctx.ptrs[dst_]) std::memcpy(ctx.ptrs[dst_], ctx.ptrs[src_], bytes_);
+    return absl::OkStatus();
+  }
+
+ private:
+  int src_, dst_;
+  size_t bytes_;
+};
+
+class ReorderKernel : public CpuKernel {
+ public:
+  explicit ReorderKernel(DnnlCall call) : call_(std::move(call)) {}
+  absl::Status Run(const ExecContext& ctx) override { return call_.Execute(ctx); }
+
+ private:
+  DnnlCall call_;
+};
+
+dnnl::primitive_attr UserScratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const memory::desc& src_md,
+                                       int dst, const memory::desc& dst_md) {
+  if (src_md == dst_md) return std::make_unique<CopyKernel>(src, dst, src_md.get_size());
+  dnnl::reorder::primitive_desc pd(ctx.engine, src_md, ctx.engine, dst_md, UserScratchpad());
+  ctx.NoteScratchpad(pd.scratchpad_desc());
+  DnnlCall call{dnnl::reorder(pd)};
+  call.Arg(DNNL_ARG_FROM, src_md, src, ctx.engine);
+  call.Arg(DNNL_ARG_TO, dst_md, dst, ctx.engine);
+  call.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
+  return std::make_unique<ReorderKernel>(std::move(call));
+}
+
+absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
+                                       const memory::desc& plain, const memory::desc& want) {
+  if (t.dtype() != DType::kFloat32 || t.nbytes() != plain.get_size()) {
+    return absl::InvalidArgumentError("constant does not match its oneDNN desc");
+  }
+  memory src(plain, ctx.engine, const_cast<void*>(t.raw()));
+  memory dst(want, ctx.engine);
+  dnnl::stream s(ctx.engine);
+  dnnl::reorder(src, dst).execute(s, src, dst);
+  s.wait();
+  ctx.weight_bytes += static_cast<int64_t>(want.get_size());
+  return dst;
+}
+
+bool IsConvFamily(const Node& node) {
+  if (node.domain == kKilnDomain) return node.op_type == "FusedConv";
+  if (!node.domain.empty()) return false;
+  return node.op_type == "Conv" || node.op_type == "MaxPool" || node.op_type == "AveragePool" ||
+         node.op_type == "GlobalAveragePool";
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,138 @@
+// Internal to runtime/cpu (includes oneDNN): the state shared by the engine and the kernel
+// factories while an engine is built, and the kernel interface used at run time.
+//
+// Every value and every scratch buffer is a *slot*; at run time a kernel finds its data in
+// `ptrs[slot]`, a table the engine fills once at build (arena, blocked arena, constants) and
+// per Run (graph inputs and outputs). Kernels hold slot numbers, never pointers, so binding
+// the caller's tensors costs a few stores and no allocation.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+#include "base/status.h"
+#include "compiler/ir/graph.h"
+#include "compiler/plan/buffer_assign.h"
+#include "compiler/plan/memory_plan.h"
+
+namespace kiln::cpu {
+
+enum class Storage {
+  kInput,         // the caller's input tensor
+  kOutput,        // the caller's output tensor
+  kConstant,      // the graph's constant
+  kArena,         // the memory plan's arena, plain layout
+  kBlocked,       // the blocked arena: a primitive-chosen layout, or a kernel temp
+  kExternalView,  // shares `root`'s pointer (a view of an input, output or constant)
+  kScratchpad,    // oneDNN's shared scratchpad
+};
+
+struct Slot {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  std::vector<int64_t> shape;
+  Storage storage = Storage::kArena;
+  dnnl::memory::desc md;      // storage layout when not plain (zero desc: plain)
+  bool blocked_ok = false;    // every consumer reads it through a conv-family primitive
+  int64_t offset = -1;        // kArena
+  int request = -1;           // kBlocked: index into BuildContext::requests
+  int root = -1;              // kExternalView
+  int64_t last_step = -1;     // last consuming step (blocked lifetimes)
+  bool is_plain() const { return md.is_zero(); }
+};
+
+struct ExecContext {
+  void* const* ptrs = nullptr;
+  dnnl::stream* stream = nullptr;
+};
+
+class CpuKernel {
+ public:
+  virtual ~CpuKernel() = default;
+  virtual absl::Status Run(const ExecContext& ctx) = 0;
+  virtual bool is_fallback() const { return false; }
+};
+
+using KernelList = std::vector<std::unique_ptr<CpuKernel>>;
+
+struct BuildContext {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  std::vector<Slot> slots;
+  std::unordered_map<std::string, int> slot_of;  // value name -> slot
+  std::vector<plan::BufferRequest> requests;      // blocked arena
+  int scratch_slot = -1;
+  int64_t scratchpad_bytes = 0;
+  int64_t weight_bytes = 0;
+  int64_t step = 0;       // the node being built
+  KernelList* pre = nullptr;   // kernels to run before the node's kernel (reorders)
+  KernelList* post = nullptr;  // kernels to run after it
+
+  int SlotOf(const Value* v) const;
+  // A temp buffer of the blocked arena, live during the current step only.
+  int AddTemp(const dnnl::memory::desc& md);
+  // The plain (row-major) f32 desc of a slot's shape.
+  dnnl::memory::desc PlainMd(int slot) const;
+  // The desc the slot is stored in (plain or blocked).
+  dnnl::memory::desc StoredMd(int slot) const;
+  // Records a primitive's scratchpad need (user mode: one shared buffer).
+  void NoteScratchpad(const dnnl::memory::desc& scratch);
+  // Makes `slot` readable as `want`: itself when stored so, else a temp filled by a reorder
+  // queued in `pre`.
+  int ReadAs(int slot, const dnnl::memory::desc& want);
+  // Where a primitive whose dst desc is `got` should write `out`: `out` itself when it may be
+  // stored so (its storage becomes `got`), else a temp reordered into `out` by a `post` kernel.
+  int WriteAs(int out, const dnnl::memory::desc& got);
+  // Lets `out` take over the blocked buffer of `in` when `in` is stored as `md` and dies at
+  // this step (the residual of a sum post-op: then no copy is needed). The caller makes sure
+  // the primitive does not also read `in` as another operand.
+  bool ShareDyingInput(int in, int out, const dnnl::memory::desc& md);
+};
+
+// Runs a oneDNN primitive over slots without allocating: the exec-arg array is built once.
+class DnnlCall {
+ public:
+  DnnlCall() = default;
+  DnnlCall(dnnl::primitive prim) : prim_(std::move(prim)) {}
+  // Binds argument `arg` to a slot (re-pointed every run).
+  void Arg(int arg, const dnnl::memory::desc& md, int slot, const dnnl::engine& eng);
+  // Binds argument `arg` to memory owned by the call (weights, bias).
+  void Owned(int arg, const dnnl::memory& mem);
+  absl::Status Execute(const ExecContext& ctx);
+
+ private:
+  dnnl::primitive prim_;
+  std::vector<dnnl::memory> mems_;
+  std::vector<int> slots_;  // -1 for owned memory
+  std::vector<dnnl_exec_arg_t> args_;
+};
+
+// A reorder between two descs of the same logical tensor, as a kernel.
+std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const dnnl::memory::desc& src_md,
+                                       int dst, const dnnl::memory::desc& dst_md);
+
+// Copies a constant tensor (reordered from its plain desc) into memory of desc `want`.
+absl::StatusOr<dnnl::memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
+                                             const dnnl::memory::desc& plain,
+                                             const dnnl::memory::desc& want);
+
+dnnl::memory::dims ToDims(const std::vector<int64_t>& v);
+// The row-major format tag for a rank (a, ab, abc, ...).
+dnnl::memory::format_tag PlainTag(size_t rank);
+
+// Kernel factories: nullptr when the node is outside what the kernel handles (the engine
+// then runs the reference kernel). They may queue reorders in ctx.pre / ctx.post.
+std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeFallback(BuildContext& ctx, const Node& node);
+
+// Whether the node's kernel reads its activation inputs through conv-family primitives
+// (so they may stay blocked).
+bool IsConvFamily(const Node& node);
+
+}  // namespace kiln::cpu

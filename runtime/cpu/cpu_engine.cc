@@ -1,0 +1,335 @@
+// The CPU engine: slot table, kernels (oneDNN, own, or reference fallback) in schedule order,
+// the plan's arena plus a second arena for blocked layouts and kernel temps, and one shared
+// oneDNN scratchpad. Run binds the caller's tensors into the slot table and runs the kernels.
+#include "runtime/cpu/cpu_engine.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "runtime/cpu/build_context.h"
+#include "runtime/cpu/slot_table.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<void, FreeDeleter>;
+
+AlignedBuffer AllocAligned(int64_t bytes) {
+  const size_t n = static_cast<size_t>(plan::AlignUp(std::max<int64_t>(bytes, 64), 64));
+  return AlignedBuffer(std::aligned_alloc(64, n));
+}
+
+class CpuEngine : public runtime::Engine {
+ public:
+  ~CpuEngine() override;
+  absl::Status Build(const CompiledGraph& compiled, const CpuEngineOptions& options);
+  const runtime::EngineInfo& info() const override { return info_; }
+  const std::vector<runtime::TensorSpec>& inputs() const override { return input_specs_; }
+  const std::vector<runtime::TensorSpec>& outputs() const override { return output_specs_; }
+  absl::Status Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) override;
+
+ private:
+  absl::Status BuildKernels();
+  std::unique_ptr<CpuKernel> MakeFastKernel(const Node& node, KernelList& pre, KernelList& post);
+  absl::Status Allocate(const plan::MemoryPlan& plan);
+  absl::Status WarmUp();
+  absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
+
+  std::unique_ptr<Graph> graph_;
+  BuildContext ctx_;
+  SlotBindings bind_;
+  dnnl::stream stream_;
+  void AddKernel(std::unique_ptr<CpuKernel> k, std::string label) {
+    kernels_.push_back(std::move(k));
+    labels_.push_back(std::move(label));
+  }
+  absl::Status RunKernels(const ExecContext& ec);
+
+  KernelList kernels_;
+  std::vector<std::string> labels_;  // per kernel, for KILN_CPU_PROFILE
+  std::vector<double> profile_ms_;   // per kernel, when profiling
+  int64_t profiled_runs_ = 0;
+  std::vector<void*> ptrs_;
+  AlignedBuffer arena_, blocked_, scratch_;
+  runtime::EngineInfo info_;
+  std::vector<runtime::TensorSpec> input_specs_, output_specs_;
+  int threads_ = 0;
+};
+
+// KILN_CPU_TRACE=1: names each node that falls back to the reference, with its operands.
+void TraceFallback(const Node& node) {
+  std::fprintf(stderr, "cpu fallback: %s", node.Describe().c_str());
+  for (const Value* v : node.inputs) {
+    if (!v) continue;
+    std::fprintf(stderr, " %s%s", v->shape ? ShapeToString(*v->shape).c_str() : "?",
+                 v->is_constant() ? "(const)" : "");
+  }
+  std::fprintf(stderr, "\n");
+}
+
+// Runs a kernel with a one-thread OpenMP team (see IsSmallWork).
+class SerialKernel : public CpuKernel {
+ public:
+  explicit SerialKernel(std::unique_ptr<CpuKernel> inner) : inner_(std::move(inner)) {}
+  bool is_fallback() const override { return inner_->is_fallback(); }
+  absl::Status Run(const ExecContext& ctx) override {
+    const int team = omp_get_max_threads();
+    omp_set_num_threads(1);
+    absl::Status st = inner_->Run(ctx);
+    omp_set_num_threads(team);
+    return st;
+  }
+
+ private:
+  std::unique_ptr<CpuKernel> inner_;
+};
+
+// Multiply-adds (or elements) a node computes, roughly: below ~256K a second thread's
+// wake-up and barrier cost about what it saves.
+bool IsSmallWork(const BuildContext& ctx, const Node& node) {
+  constexpr int64_t kSerialWork = 1 << 18;
+  const int y = ctx.SlotOf(node.output(0));
+  if (y < 0) return false;
+  int64_t work = NumElements(ctx.slots[y].shape);
+  const int a = ctx.SlotOf(node.input(0)), w = ctx.SlotOf(node.input(1));
+  if (node.op_type.find("MatMul") != std::string::npos || node.op_type == "Gemm") {
+    if (a >= 0 && !ctx.slots[a].shape.empty()) work *= ctx.slots[a].shape.back();
+  } else if (node.op_type.find("Conv") != std::string::npos) {
+    if (w >= 0 && !ctx.slots[w].shape.empty() && ctx.slots[w].shape[0] > 0) {
+      work *= NumElements(ctx.slots[w].shape) / ctx.slots[w].shape[0];
+    }
+  }
+  return work < kSerialWork;
+}
+
+runtime::TensorSpec SpecOf(const Slot& s) { return {s.name, s.dtype, s.shape}; }
+
+absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  threads_ = options.threads;
+  if (threads_ > 0) omp_set_num_threads(threads_);
+  graph_ = compiled.graph->Clone();
+  stream_ = dnnl::stream(ctx_.engine);
+  ASSIGN_OR_RETURN(bind_, BuildSlots(*graph_, compiled.plan, ctx_));
+  Slot scratch;
+  scratch.name = "(scratchpad)";
+  scratch.storage = Storage::kScratchpad;
+  ctx_.slots.push_back(scratch);
+  ctx_.scratch_slot = static_cast<int>(ctx_.slots.size()) - 1;
+  for (int s : bind_.inputs) input_specs_.push_back(SpecOf(ctx_.slots[s]));
+  for (int s : bind_.outputs) output_specs_.push_back(SpecOf(ctx_.slots[s]));
+  RETURN_IF_ERROR(BuildKernels());
+  RETURN_IF_ERROR(Allocate(compiled.plan));
+  info_.device = "cpu";
+  info_.batch = input_specs_.empty() || input_specs_[0].shape.empty()
+                    ? 1 : input_specs_[0].shape[0];
+  info_.weight_bytes = ctx_.weight_bytes;
+  // The warm-up touches every buffer and primes oneDNN's JIT; on all-zero inputs a fallback
+  // op may legitimately refuse (integer division by zero), which says nothing about the
+  // engine, so its status is not an error.
+  if (options.warm_up) WarmUp().IgnoreError();
+  info_.build_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return absl::OkStatus();
+}
+
+std::unique_ptr<CpuKernel> CpuEngine::MakeFastKernel(const Node& node, KernelList& pre,
+                                                      KernelList& post) {
+  using Factory = std::unique_ptr<CpuKernel> (*)(BuildContext&, const Node&);
+  static const Factory kFast[] = {MakeOwnKernel, MakeDnnlConv, MakeDnnlMatMul, MakeDnnlPool};
+  // A factory that gives up may already have moved an output to the blocked arena.
+  std::vector<std::pair<int, Slot>> saved;
+  for (const Value* v : node.outputs) {
+    if (ctx_.SlotOf(v) >= 0) saved.push_back({ctx_.SlotOf(v), ctx_.slots[ctx_.SlotOf(v)]});
+  }
+  for (Factory f : kFast) {
+    std::unique_ptr<CpuKernel> k;
+    try {
+      k = f(ctx_, node);
+    } catch (const dnnl::error&) {
+      k = nullptr;  // a primitive oneDNN cannot make here: the reference runs it
+    }
+    if (k) return k;
+    pre.clear();
+    post.clear();
+    for (const auto& [id, slot] : saved) ctx_.slots[id] = slot;
+  }
+  return nullptr;
+}
+
+absl::Status CpuEngine::BuildKernels() {
+  std::set<std::string> fallback_types;
+  const auto& nodes = graph_->nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& node = *nodes[i];
+    ctx_.step = static_cast<int64_t>(i);
+    KernelList pre, post;
+    ctx_.pre = &pre;
+    ctx_.post = &post;
+    // Small primitives run on one thread: waking a second costs more than it saves. They
+    // are also created that way (oneDNN partitions work for the thread count at creation).
+    const bool serial = IsSmallWork(ctx_, node);
+    const int team = omp_get_max_threads();
+    if (serial) omp_set_num_threads(1);
+    std::unique_ptr<CpuKernel> k = MakeFastKernel(node, pre, post);
+    if (serial) omp_set_num_threads(team);
+    if (k && serial) {
+      for (auto& p : pre) p = std::make_unique<SerialKernel>(std::move(p));
+      k = std::make_unique<SerialKernel>(std::move(k));
+      for (auto& p : post) p = std::make_unique<SerialKernel>(std::move(p));
+    }
+    if (!k) {
+      if (std::getenv("KILN_CPU_TRACE")) TraceFallback(node);
+      k = MakeFallback(ctx_, node);
+      ++info_.fallback_ops;
+      fallback_types.insert(node.domain.empty() ? node.op_type : node.domain + "." + node.op_type);
+    }
+    const std::string label = (k->is_fallback() ? "[ref] " : "") + node.op_type + " " + node.name;
+    for (auto& p : pre) AddKernel(std::move(p), "(reorder in) " + node.name);
+    AddKernel(std::move(k), label);
+    for (auto& p : post) AddKernel(std::move(p), "(reorder out) " + node.name);
+  }
+  ctx_.pre = ctx_.post = nullptr;
+  info_.total_ops = static_cast<int>(nodes.size());
+  info_.fallback_op_types.assign(fallback_types.begin(), fallback_types.end());
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::Allocate(const plan::MemoryPlan& plan) {
+  ASSIGN_OR_RETURN(plan::BufferAssignment blocked, plan::AssignBuffers(ctx_.requests));
+  arena_ = AllocAligned(plan.arena_bytes);
+  blocked_ = AllocAligned(blocked.arena_bytes);
+  scratch_ = AllocAligned(ctx_.scratchpad_bytes);
+  if (!arena_ || !blocked_ || !scratch_) return absl::ResourceExhaustedError("cpu engine: OOM");
+  info_.arena_bytes = plan.arena_bytes + blocked.arena_bytes + ctx_.scratchpad_bytes;
+  ptrs_.assign(ctx_.slots.size(), nullptr);
+  char* arena = static_cast<char*>(arena_.get());
+  char* barena = static_cast<char*>(blocked_.get());
+  for (size_t i = 0; i < ctx_.slots.size(); ++i) {
+    const Slot& s = ctx_.slots[i];
+    if (s.storage == Storage::kArena) ptrs_[i] = arena + s.offset;
+    if (s.storage == Storage::kBlocked) ptrs_[i] = barena + blocked.offsets[s.request];
+    if (s.storage == Storage::kScratchpad) ptrs_[i] = scratch_.get();
+    if (s.storage == Storage::kConstant) {
+      const Value* v = graph_->FindValue(s.name);
+      ptrs_[i] = const_cast<void*>(v->constant->raw());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::WarmUp() {
+  std::vector<Tensor> ins, outs;
+  for (const auto& spec : input_specs_) {
+    if (DTypeSize(spec.dtype) == 0) return absl::OkStatus();
+    ins.emplace_back(spec.dtype, spec.shape);
+  }
+  return Run(ins, outs);
+}
+
+absl::Status CpuEngine::CheckInputs(const std::vector<Tensor>& inputs) const {
+  if (inputs.size() != input_specs_.size()) {
+    return absl::InvalidArgumentError("expected " + std::to_string(input_specs_.size()) +
+                                      " inputs, got " + std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& spec = input_specs_[i];
+    if (inputs[i].dtype() != spec.dtype || inputs[i].shape() != spec.shape) {
+      return absl::InvalidArgumentError(
+          "input '" + spec.name + "': expected " + DTypeName(spec.dtype) + " " +
+          ShapeToString(spec.shape) + ", got " + DTypeName(inputs[i].dtype()) + " " +
+          ShapeToString(inputs[i].shape()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+  RETURN_IF_ERROR(CheckInputs(inputs));
+  // OpenMP's thread count is a per-thread setting: Run may come from another thread than Build.
+  if (threads_ > 0) omp_set_num_threads(threads_);
+  outputs.resize(output_specs_.size());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const auto& spec = output_specs_[k];
+    if (outputs[k].dtype() != spec.dtype || outputs[k].shape() != spec.shape) {
+      outputs[k] = Tensor(spec.dtype, spec.shape);  // first call only
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ptrs_[bind_.inputs[i]] = const_cast<void*>(inputs[i].raw());
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int s = bind_.outputs[k];
+    if (ctx_.slots[s].storage == Storage::kOutput) ptrs_[s] = outputs[k].raw_mutable();
+  }
+  for (const auto& [view, root] : bind_.views) ptrs_[view] = ptrs_[root];
+  ExecContext ec{ptrs_.data(), &stream_};
+  RETURN_IF_ERROR(RunKernels(ec));
+  // Outputs that are graph inputs, constants, or a repeat of an earlier output.
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    void* src = ptrs_[bind_.outputs[k]];
+    if (src != outputs[k].raw_mutable() && outputs[k].nbytes() > 0) {
+      std::memcpy(outputs[k].raw_mutable(), src, outputs[k].nbytes());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// KILN_CPU_PROFILE=1: time every kernel; the engine prints the costliest when destroyed.
+absl::Status CpuEngine::RunKernels(const ExecContext& ec) {
+  static const bool profile = std::getenv("KILN_CPU_PROFILE") != nullptr;
+  if (!profile) {
+    for (auto& k : kernels_) RETURN_IF_ERROR(k->Run(ec));
+    return absl::OkStatus();
+  }
+  profile_ms_.resize(kernels_.size(), 0.0);
+  ++profiled_runs_;
+  for (size_t i = 0; i < kernels_.size(); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(kernels_[i]->Run(ec));
+    profile_ms_[i] +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return absl::OkStatus();
+}
+
+CpuEngine::~CpuEngine() {
+  if (profile_ms_.empty() || profiled_runs_ == 0) return;
+  std::vector<size_t> order(profile_ms_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return profile_ms_[a] > profile_ms_[b]; });
+  double total = 0.0;
+  for (double t : profile_ms_) total += t;
+  std::fprintf(stderr, "cpu engine profile: %.3f ms/run over %zu kernels\n",
+               total / profiled_runs_, kernels_.size());
+  for (size_t i = 0; i < std::min<size_t>(order.size(), 20); ++i) {
+    std::fprintf(stderr, "  %8.3f ms  %s\n", profile_ms_[order[i]] / profiled_runs_,
+                 labels_[order[i]].c_str());
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGraph& compiled,
+                                                                 const CpuEngineOptions& options) {
+  if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
+  auto engine = std::make_unique<CpuEngine>();
+  try {
+    RETURN_IF_ERROR(engine->Build(compiled, options));
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(std::string("cpu engine: oneDNN: ") + e.what());
+  }
+  return std::unique_ptr<runtime::Engine>(std::move(engine));
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,210 @@
+// MatMul, Gemm and ai.kiln.FusedMatMul on oneDNN's matmul primitive. Batch dims broadcast
+// (operands are padded to the output's rank with leading 1s); transposes are strides; a
+// constant B is prepacked into the primitive's layout once (scaled by alpha when needed); a
+// constant C becomes the bias (scaled by beta), a runtime C and residual Adds become binary
+// post-ops that read their operands where they are (no copy).
+#include "compiler/ir/kiln_ops.h"
+#include "runtime/cpu/build_context.h"
+#include "runtime/cpu/dnnl_post_ops.h"
+
+namespace kiln::cpu {
+namespace {
+
+using dnnl::memory;
+
+class MatMulKernel : public CpuKernel {
+ public:
+  absl::Status Run(const ExecContext& ctx) override { return call_.Execute(ctx); }
+  DnnlCall call_;
+};
+
+struct MatMulSpec {
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.f, beta = 1.f;
+  std::vector<kiln_ops::EpilogueStep> steps;
+};
+
+// `dims` padded with leading 1s to `rank`.
+memory::dims PadTo(const std::vector<int64_t>& dims, size_t rank) {
+  memory::dims d(rank - dims.size(), 1);
+  d.insert(d.end(), dims.begin(), dims.end());
+  return d;
+}
+
+// A row-major desc of logical dims, or its transpose's storage when `trans` (2-D only).
+memory::desc OperandMd(const memory::dims& d, bool trans) {
+  if (!trans) return memory::desc(d, memory::data_type::f32, PlainTag(d.size()));
+  // Logical (i, j) is stored at j * rows + i.
+  return memory::desc(d, memory::data_type::f32, memory::dims{1, d[0]});
+}
+
+// Broadcast operand (C or a residual) desc: every dim 1 or the output's.
+std::optional<memory::desc> BroadcastMd(const std::vector<int64_t>& shape,
+                                        const std::vector<int64_t>& out) {
+  if (shape.size() > out.size()) return std::nullopt;
+  memory::dims d = PadTo(shape, out.size());
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (d[i] != 1 && d[i] != out[i]) return std::nullopt;
+  }
+  return memory::desc(d, memory::data_type::f32, PlainTag(d.size()));
+}
+
+Tensor Scaled(const Tensor& t, float s) {
+  Tensor c = t.Clone();
+  float* p = c.mutable_data<float>();
+  for (int64_t i = 0; i < c.numel(); ++i) p[i] *= s;
+  return c;
+}
+
+std::optional<MatMulSpec> ReadSpec(const Node& node) {
+  MatMulSpec s;
+  const bool fused = node.domain == kKilnDomain && node.op_type == "FusedMatMul";
+  const bool gemm = node.domain.empty() && node.op_type == "Gemm";
+  if (!fused && !gemm && !(node.domain.empty() && node.op_type == "MatMul")) return std::nullopt;
+  if (fused || gemm) {
+    s.trans_a = node.GetInt("transA", 0) != 0;
+    s.trans_b = node.GetInt("transB", 0) != 0;
+    s.alpha = node.GetFloat("alpha", 1.f);
+    s.beta = node.GetFloat("beta", 1.f);
+  }
+  if (fused) s.steps = kiln_ops::ReadEpilogue(node);
+  return s;
+}
+
+struct Operands {
+  int a = -1, b = -1, c = -1, y = -1;
+};
+
+bool AllF32(const BuildContext& ctx, const Node& node) {
+  for (const Value* v : node.inputs) {
+    if (v && ctx.slots[ctx.SlotOf(v)].dtype != DType::kFloat32) return false;
+  }
+  return ctx.slots[ctx.SlotOf(node.output(0))].dtype == DType::kFloat32;
+}
+
+// C and the epilogue as post-ops: a constant C becomes the bias (scaled by beta), a runtime
+// C the first binary add (beta must be 1), residual Adds further binary adds.
+struct Epilogue {
+  dnnl::post_ops po;
+  std::vector<std::pair<int, memory::desc>> binary;  // slot and desc per binary post-op
+  memory::desc bias_md;
+  std::optional<Tensor> bias;
+};
+
+bool AddBinary(BuildContext& ctx, const Value* v, const std::vector<int64_t>& ys, Epilogue& e) {
+  const int slot = ctx.SlotOf(v);
+  if (slot < 0) return false;
+  std::optional<memory::desc> md = BroadcastMd(ctx.slots[slot].shape, ys);
+  if (!md) return false;
+  e.po.append_binary(dnnl::algorithm::binary_add, *md);
+  e.binary.push_back({slot, *md});
+  return true;
+}
+
+std::optional<Epilogue> ReadEpilogue(BuildContext& ctx, const Node& node, const MatMulSpec& spec,
+                                     const std::vector<int64_t>& ys) {
+  Epilogue e;
+  const Value* c = node.input(2);
+  if (c && c->is_constant()) {
+    std::optional<memory::desc> md = BroadcastMd(ctx.slots[ctx.SlotOf(c)].shape, ys);
+    if (!md) return std::nullopt;
+    e.bias = spec.beta == 1.f ? *c->constant : Scaled(*c->constant, spec.beta);
+    e.bias_md = *md;
+  } else if (c && (spec.beta != 1.f || !AddBinary(ctx, c, ys, e))) {
+    return std::nullopt;
+  }
+  size_t next_residual = 3;
+  for (const auto& s : spec.steps) {
+    if (s.op == "Add") {
+      if (!AddBinary(ctx, node.input(next_residual++), ys, e)) return std::nullopt;
+    } else if (!AppendActivation(e.po, s)) {
+      return std::nullopt;
+    }
+  }
+  return e;
+}
+
+// Binds the operands that live in slots (and the scratchpad) to the primitive.
+void BindSlots(BuildContext& ctx, const Operands& op, const dnnl::matmul::primitive_desc& pd,
+               const memory::desc& a_md, const memory::desc& y_md, const Epilogue& e,
+               DnnlCall& call) {
+  call.Arg(DNNL_ARG_SRC, a_md, ctx.ReadAs(op.a, ctx.PlainMd(op.a)), ctx.engine);
+  call.Arg(DNNL_ARG_DST, y_md, ctx.WriteAs(op.y, y_md), ctx.engine);
+  // Binary post-ops are numbered by their position in the whole chain.
+  size_t i = 0;
+  for (int p = 0; p < e.po.len() && i < e.binary.size(); ++p) {
+    if (e.po.kind(p) != dnnl::primitive::kind::binary) continue;
+    const int slot = ctx.ReadAs(e.binary[i].first, ctx.PlainMd(e.binary[i].first));
+    call.Arg(DNNL_ARG_ATTR_MULTIPLE_POST_OP(p) | DNNL_ARG_SRC_1, e.binary[i].second, slot,
+             ctx.engine);
+    ++i;
+  }
+  ctx.NoteScratchpad(pd.scratchpad_desc());
+  call.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
+}
+
+bool ShapesSupported(const std::vector<int64_t>& as, const std::vector<int64_t>& bs,
+                     const std::vector<int64_t>& ys, const MatMulSpec& spec) {
+  const size_t rank = ys.size();
+  if (as.size() < 2 || bs.size() < 2 || rank < 2 || rank > 6 || NumElements(ys) == 0 ||
+      as.size() > rank || bs.size() > rank) {
+    return false;
+  }
+  return !(spec.trans_a || spec.trans_b) || (as.size() == 2 && bs.size() == 2);
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
+  std::optional<MatMulSpec> spec = ReadSpec(node);
+  if (!spec || !node.input(0) || !node.input(1) || !node.output(0) || !AllF32(ctx, node)) {
+    return nullptr;
+  }
+  Operands op{ctx.SlotOf(node.input(0)), ctx.SlotOf(node.input(1)), ctx.SlotOf(node.input(2)),
+              ctx.SlotOf(node.output(0))};
+  const std::vector<int64_t> ys = ctx.slots[op.y].shape;
+  if (!ShapesSupported(ctx.slots[op.a].shape, ctx.slots[op.b].shape, ys, *spec)) return nullptr;
+  const Value* bv = node.input(1);
+  if (spec->alpha != 1.f && !bv->is_constant()) return nullptr;
+  memory::dims ad = PadTo(ctx.slots[op.a].shape, ys.size());
+  memory::dims bd = PadTo(ctx.slots[op.b].shape, ys.size());
+  if (spec->trans_a) std::swap(ad[0], ad[1]);
+  if (spec->trans_b) std::swap(bd[0], bd[1]);
+  const memory::desc a_md = OperandMd(ad, spec->trans_a), b_store = OperandMd(bd, spec->trans_b);
+  // A constant B lets the primitive pick its packed layout; it is reordered once, here.
+  const memory::desc b_md =
+      bv->is_constant() ? memory::desc(bd, memory::data_type::f32, memory::format_tag::any)
+                        : b_store;
+  const memory::desc y_md(ToDims(ys), memory::data_type::f32, PlainTag(ys.size()));
+  std::optional<Epilogue> e = ReadEpilogue(ctx, node, *spec, ys);
+  if (!e) return nullptr;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(e->po);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, e->bias_md, y_md), attr,
+                                      ctx.engine);
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+  auto k = std::make_unique<MatMulKernel>();
+  k->call_ = DnnlCall(dnnl::matmul(pd));
+  if (bv->is_constant()) {
+    Tensor w = spec->alpha == 1.f ? *bv->constant : Scaled(*bv->constant, spec->alpha);
+    absl::StatusOr<memory> wm = PrepackConstant(ctx, w, b_store, pd.weights_desc());
+    if (!wm.ok()) return nullptr;
+    k->call_.Owned(DNNL_ARG_WEIGHTS, *wm);
+  } else {
+    k->call_.Arg(DNNL_ARG_WEIGHTS, b_md, ctx.ReadAs(op.b, ctx.PlainMd(op.b)), ctx.engine);
+  }
+  if (e->bias) {
+    absl::StatusOr<memory> bm = PrepackConstant(ctx, *e->bias, e->bias_md, e->bias_md);
+    if (!bm.ok()) return nullptr;
+    k->call_.Owned(DNNL_ARG_BIAS, *bm);
+  }
+  BindSlots(ctx, op, pd, a_md, y_md, *e, k->call_);
+  return k;
+}
+
+}  // namespace kiln::cpu

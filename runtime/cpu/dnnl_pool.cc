@@ -1,0 +1,100 @@
+// MaxPool, AveragePool and GlobalAveragePool on oneDNN's pooling_v2 (dilations supported).
+// The src is read in whatever layout its producer left it (pooling has no `any` src); the
+// dst is `any`, so a pool between two convolutions stays blocked.
+#include "runtime/cpu/build_context.h"
+#include "runtime/cpu/conv_geometry.h"
+
+namespace kiln::cpu {
+namespace {
+
+using dnnl::memory;
+
+class PoolKernel : public CpuKernel {
+ public:
+  absl::Status Run(const ExecContext& ctx) override { return call_.Execute(ctx); }
+  DnnlCall call_;
+};
+
+struct PoolSetup {
+  dnnl::algorithm alg;
+  WindowGeometry g;
+};
+
+std::optional<PoolSetup> ReadPool(const Node& node, const Slot& x, const Slot& y) {
+  std::vector<int64_t> in(x.shape.begin() + 2, x.shape.end());
+  std::vector<int64_t> out(y.shape.begin() + 2, y.shape.end());
+  PoolSetup s;
+  if (node.op_type == "GlobalAveragePool") {
+    s.alg = dnnl::algorithm::pooling_avg_exclude_padding;
+    WindowGeometry g;
+    g.kernel = in;
+    g.strides.assign(in.size(), 1);
+    g.dilations.assign(in.size(), 1);
+    g.pad_begin.assign(in.size(), 0);
+    g.pad_end.assign(in.size(), 0);
+    s.g = g;
+    return s;
+  }
+  const std::vector<int64_t> kernel = node.GetInts("kernel_shape");
+  if (node.op_type == "MaxPool") {
+    if (node.output(1) || node.GetInt("storage_order", 0) != 0) return std::nullopt;
+    s.alg = dnnl::algorithm::pooling_max;
+  } else {
+    const bool include = node.GetInt("count_include_pad", 0) != 0;
+    if (include && node.GetInt("ceil_mode", 0) != 0) return std::nullopt;
+    s.alg = include ? dnnl::algorithm::pooling_avg_include_padding
+                    : dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+  std::optional<WindowGeometry> g = ResolveWindow(node, in, out, kernel);
+  if (!g) return std::nullopt;
+  // Include-padding averages divide by the window size: only the pads ONNX declared may
+  // count, so the derived end pads must match them.
+  if (s.alg == dnnl::algorithm::pooling_avg_include_padding) {
+    std::vector<int64_t> pads = node.GetInts("pads", std::vector<int64_t>(2 * in.size(), 0));
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (g->pad_end[i] != pads[in.size() + i]) return std::nullopt;
+    }
+  }
+  s.g = *g;
+  return s;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
+  if (!node.domain.empty() || !IsConvFamily(node) || node.op_type == "Conv") return nullptr;
+  const int xs = ctx.SlotOf(node.input(0)), ys = ctx.SlotOf(node.output(0));
+  if (xs < 0 || ys < 0) return nullptr;
+  const Slot& x = ctx.slots[xs];
+  const Slot& y = ctx.slots[ys];
+  if (x.dtype != DType::kFloat32 || y.dtype != DType::kFloat32 || x.shape.size() < 3 ||
+      x.shape.size() > 5 || y.shape.size() != x.shape.size() || NumElements(y.shape) == 0) {
+    return nullptr;
+  }
+  std::optional<PoolSetup> s = ReadPool(node, x, y);
+  if (!s || s->g.kernel.size() != x.shape.size() - 2) return nullptr;
+  memory::dims dil;
+  for (int64_t d : s->g.dilations) dil.push_back(d - 1);
+  memory::desc src_md = ctx.StoredMd(xs);
+  memory::desc dst_any(ToDims(y.shape), memory::data_type::f32, memory::format_tag::any);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::pooling_v2_forward::primitive_desc pd;
+  try {
+    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, s->alg, src_md, dst_any,
+                                     ToDims(s->g.strides), ToDims(s->g.kernel), dil,
+                                     ToDims(s->g.pad_begin), ToDims(s->g.pad_end));
+    pd = dnnl::pooling_v2_forward::primitive_desc(d, attr, ctx.engine);
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+  auto k = std::make_unique<PoolKernel>();
+  k->call_ = DnnlCall(dnnl::pooling_v2_forward(pd));
+  ctx.NoteScratchpad(pd.scratchpad_desc());
+  k->call_.Arg(DNNL_ARG_SRC, src_md, xs, ctx.engine);
+  k->call_.Arg(DNNL_ARG_DST, pd.dst_desc(), ctx.WriteAs(ys, pd.dst_desc()), ctx.engine);
+  k->call_.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
+  return k;
+}
+
+}  // namespace kiln::cpu

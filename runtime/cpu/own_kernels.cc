@@ -1,0 +1,16 @@
+#include "runtime/cpu/own_kernels.h"
+
+namespace kiln::cpu {
+
+std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node) {
+  using Factory = std::unique_ptr<CpuKernel> (*)(BuildContext&, const Node&);
+  static const Factory kFactories[] = {MakeViewKernel, MakeElementwiseKernel, MakeSoftmaxKernel,
+                                       MakeLayerNormKernel, MakeTransposeKernel, MakeGatherKernel,
+                                       MakeConcatKernel};
+  for (Factory f : kFactories) {
+    if (auto k = f(ctx, node)) return k;
+  }
+  return nullptr;
+}
+
+}  // namespace kiln::cpu

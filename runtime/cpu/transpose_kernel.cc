@@ -1,0 +1,82 @@
+// Transpose of any dtype: the output is walked in order while an odometer over the output
+// index tracks the input offset; elements move as 1/2/4/8-byte words.
+#include <cstring>
+
+#include "runtime/cpu/own_kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+class TransposeKernel : public CpuKernel {
+ public:
+  TransposeKernel(int in, int out, std::vector<int64_t> out_shape,
+                  std::vector<int64_t> in_strides, size_t elem)
+      : in_(in), out_(out), shape_(std::move(out_shape)), strides_(std::move(in_strides)),
+        elem_(elem), index_(shape_.size(), 0) {}
+
+  absl::Status Run(const ExecContext& ctx) override {
+    switch (elem_) {
+      case 1: Walk<uint8_t>(ctx); break;
+      case 2: Walk<uint16_t>(ctx); break;
+      case 4: Walk<uint32_t>(ctx); break;
+      default: Walk<uint64_t>(ctx); break;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  template <class T>
+  void Walk(const ExecContext& ctx) {
+    const T* x = static_cast<const T*>(ctx.ptrs[in_]);
+    T* y = static_cast<T*>(ctx.ptrs[out_]);
+    const int64_t total = NumElements(shape_);
+    const int64_t last = static_cast<int64_t>(shape_.size()) - 1;
+    std::fill(index_.begin(), index_.end(), 0);
+    int64_t off = 0;
+    for (int64_t i = 0; i < total;) {
+      // The innermost output dim as one strided run.
+      const int64_t n = shape_[last], s = strides_[last];
+      for (int64_t j = 0; j < n; ++j) y[i + j] = x[off + j * s];
+      i += n;
+      for (int64_t d = last - 1; d >= 0; --d) {
+        off += strides_[d];
+        if (++index_[d] < shape_[d]) break;
+        off -= strides_[d] * shape_[d];
+        index_[d] = 0;
+      }
+    }
+  }
+
+  int in_, out_;
+  std::vector<int64_t> shape_, strides_;
+  size_t elem_;
+  std::vector<int64_t> index_;
+};
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> MakeTransposeKernel(BuildContext& ctx, const Node& node) {
+  if (!node.domain.empty() || node.op_type != "Transpose") return nullptr;
+  const int in = ctx.SlotOf(node.input(0)), out = ctx.SlotOf(node.output(0));
+  if (in < 0 || out < 0 || !ctx.slots[in].is_plain()) return nullptr;
+  const std::vector<int64_t>& xs = ctx.slots[in].shape;
+  const size_t elem = DTypeSize(ctx.slots[in].dtype);
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  if (rank == 0 || (elem != 1 && elem != 2 && elem != 4 && elem != 8)) return nullptr;
+  std::vector<int64_t> perm = node.GetInts("perm");
+  if (perm.empty()) {
+    for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+  }
+  if (static_cast<int64_t>(perm.size()) != rank || NumElements(xs) == 0) return nullptr;
+  std::vector<int64_t> in_strides(rank, 1), out_shape, strides;
+  for (int64_t d = rank - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * xs[d + 1];
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank) return nullptr;
+    out_shape.push_back(xs[p]);
+    strides.push_back(in_strides[p]);
+  }
+  if (out_shape != ctx.slots[out].shape) return nullptr;
+  return std::make_unique<TransposeKernel>(in, out, out_shape, strides, elem);
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,222 @@
+#include "server/batcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kiln::server {
+
+int64_t BucketFor(int64_t rows, const std::vector<int64_t>& buckets) {
+  for (int64_t b : buckets) {
+    if (b >= rows) return b;
+  }
+  return 0;
+}
+
+BatchDecision DecideBatch(const std::vector<QueuedItem>& queue, Clock::time_point now,
+                          const BatchPolicy& policy) {
+  BatchDecision d;
+  const int64_t max_rows = policy.buckets.empty() ? 1 : policy.buckets.back();
+  bool blocked = false;  // the next live request does not fit: the batch cannot grow
+  std::optional<Clock::time_point> oldest, earliest_deadline;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const QueuedItem& q = queue[i];
+    if (q.deadline && *q.deadline <= now) {
+      d.expired.push_back(i);
+      continue;
+    }
+    if (q.deadline && (!earliest_deadline || *q.deadline < *earliest_deadline)) {
+      earliest_deadline = q.deadline;
+    }
+    if (blocked) continue;  // keep scanning: later requests may have expired too
+    if (!d.take.empty() && (!policy.batchable || d.rows + q.rows > max_rows)) {
+      blocked = true;
+      continue;
+    }
+    if (d.take.empty()) oldest = q.enqueued;
+    d.take.push_back(i);
+    d.rows += q.rows;
+  }
+  if (d.take.empty()) return d;  // nothing live: sleep until something arrives
+  const bool full = blocked || d.rows >= max_rows || !policy.batchable;
+  if (full || now - *oldest >= policy.max_queue_delay) {
+    d.bucket = policy.batchable ? BucketFor(d.rows, policy.buckets) : d.rows;
+    return d;
+  }
+  d.take.clear();
+  d.rows = 0;
+  d.wake_at = *oldest + policy.max_queue_delay;
+  // Wake for the first deadline too, so an expiring request is answered when it expires.
+  if (earliest_deadline && *earliest_deadline < *d.wake_at) d.wake_at = earliest_deadline;
+  return d;
+}
+
+absl::StatusOr<Tensor> ConcatRows(const std::vector<const Tensor*>& parts, int64_t rows) {
+  if (parts.empty()) return absl::InternalError("ConcatRows: no parts");
+  const Tensor& first = *parts[0];
+  if (first.rank() < 1) return absl::InternalError("ConcatRows: a batched tensor needs rank >= 1");
+  std::vector<int64_t> shape = first.shape();
+  shape[0] = rows;
+  Tensor out(first.dtype(), shape);  // zero-filled: the padding rows stay zero
+  size_t offset = 0;
+  for (const Tensor* p : parts) {
+    if (p->dtype() != first.dtype() || p->rank() != first.rank() ||
+        !std::equal(p->shape().begin() + 1, p->shape().end(), first.shape().begin() + 1)) {
+      return absl::InternalError("ConcatRows: parts disagree in dtype or trailing dims");
+    }
+    if (offset + p->nbytes() > out.nbytes()) return absl::InternalError("ConcatRows: overflow");
+    std::memcpy(static_cast<char*>(out.raw_mutable()) + offset, p->raw(), p->nbytes());
+    offset += p->nbytes();
+  }
+  return out;
+}
+
+Tensor SliceRows(const Tensor& t, int64_t begin, int64_t count) {
+  std::vector<int64_t> shape = t.shape();
+  const size_t row_bytes = t.dim(0) == 0 ? 0 : t.nbytes() / static_cast<size_t>(t.dim(0));
+  shape[0] = count;
+  Tensor out(t.dtype(), shape);
+  std::memcpy(out.raw_mutable(), static_cast<const char*>(t.raw()) + begin * row_bytes,
+              count * row_bytes);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(BatchPolicy policy, int workers,
+                                                         BatchRunFn run) {
+  if (policy.buckets.empty()) return absl::InvalidArgumentError("batcher: no batch buckets");
+  if (!std::is_sorted(policy.buckets.begin(), policy.buckets.end()) || policy.buckets[0] < 1) {
+    return absl::InvalidArgumentError("batcher: buckets must be positive and ascending");
+  }
+  if (workers < 1) return absl::InvalidArgumentError("batcher: need at least one worker");
+  if (policy.max_queue_size < 1) return absl::InvalidArgumentError("batcher: empty queue");
+  std::unique_ptr<Batcher> b(new Batcher(std::move(policy), std::move(run)));
+  for (int w = 0; w < workers; ++w) b->workers_.emplace_back([raw = b.get(), w] { raw->WorkerLoop(w); });
+  return b;
+}
+
+Batcher::~Batcher() { Stop(); }
+
+absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
+    std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline) {
+  if (rows < 1 || rows > policy_.buckets.back()) {
+    return absl::InvalidArgumentError(absl::StrCat("batch of ", rows, " rows; the model takes 1..",
+                                                   policy_.buckets.back()));
+  }
+  Request r;
+  r.item = QueuedItem{rows, Clock::now(), deadline};
+  r.inputs = std::move(inputs);
+  std::future<Result> f = r.promise.get_future();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return absl::UnavailableError("the model is being unloaded");
+    if (queue_.size() >= policy_.max_queue_size) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the model's request queue is full (", policy_.max_queue_size, " waiting)"));
+    }
+    queue_.push_back(std::move(r));
+  }
+  cv_.notify_one();
+  return f;
+}
+
+void Batcher::Stop() {
+  std::deque<Request> leftover;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_ && workers_.empty()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+  workers_.clear();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    leftover.swap(queue_);
+  }
+  for (Request& r : leftover) r.promise.set_value(absl::UnavailableError("the server is stopping"));
+}
+
+std::vector<Batcher::Request> Batcher::TakeLocked(const BatchDecision& d) {
+  std::vector<bool> expired(queue_.size(), false), taken(queue_.size(), false);
+  for (size_t i : d.expired) expired[i] = true;
+  for (size_t i : d.take) taken[i] = true;
+  std::vector<Request> out;  // taken requests first, then expired ones (after `take.size()`)
+  std::vector<Request> dead;
+  std::deque<Request> rest;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    if (taken[i]) {
+      out.push_back(std::move(queue_[i]));
+    } else if (expired[i]) {
+      dead.push_back(std::move(queue_[i]));
+    } else {
+      rest.push_back(std::move(queue_[i]));
+    }
+  }
+  queue_.swap(rest);
+  for (Request& r : dead) out.push_back(std::move(r));
+  return out;
+}
+
+void Batcher::WorkerLoop(int worker) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stopping_) {
+    if (queue_.empty()) {
+      cv_.wait(lk);
+      continue;
+    }
+    std::vector<QueuedItem> snapshot;
+    snapshot.reserve(queue_.size());
+    for (const Request& r : queue_) snapshot.push_back(r.item);
+    const BatchDecision d = DecideBatch(snapshot, Clock::now(), policy_);
+    std::vector<Request> batch = TakeLocked(d);
+    const bool more = !queue_.empty();
+    lk.unlock();
+    if (more && !d.take.empty()) cv_.notify_one();  // another worker may take the rest
+    for (size_t i = d.take.size(); i < batch.size(); ++i) {
+      batch[i].promise.set_value(
+          absl::DeadlineExceededError("the deadline expired while the request was queued"));
+    }
+    batch.resize(d.take.size());
+    if (!batch.empty()) RunBatch(worker, batch, d.bucket);
+    lk.lock();
+    if (batch.empty() && d.wake_at && !stopping_) cv_.wait_until(lk, *d.wake_at);
+  }
+}
+
+void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) {
+  std::vector<Tensor> inputs, outputs;
+  absl::Status status;
+  if (!policy_.batchable) {
+    inputs = batch[0].inputs;
+  } else {
+    for (size_t k = 0; k < batch[0].inputs.size() && status.ok(); ++k) {
+      std::vector<const Tensor*> parts;
+      for (const Request& r : batch) parts.push_back(&r.inputs[k]);
+      auto t = ConcatRows(parts, bucket);
+      if (t.ok()) inputs.push_back(std::move(*t));
+      status = t.status();
+    }
+  }
+  if (status.ok()) status = run_(worker, inputs, outputs);
+  for (const Tensor& o : outputs) {
+    if (status.ok() && policy_.batchable && (o.rank() < 1 || o.dim(0) != bucket)) {
+      status = absl::InternalError("an output has no batch dim: cannot split the batch");
+    }
+  }
+  int64_t offset = 0;
+  for (Request& r : batch) {
+    if (!status.ok()) {
+      r.promise.set_value(status);
+      continue;
+    }
+    std::vector<Tensor> mine;
+    for (const Tensor& o : outputs) {
+      mine.push_back(policy_.batchable ? SliceRows(o, offset, r.item.rows) : o.Clone());
+    }
+    offset += r.item.rows;
+    r.promise.set_value(std::move(mine));
+  }
+}
+
+}  // namespace kiln::server

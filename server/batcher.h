@@ -1,0 +1,109 @@
+// Dynamic batching. Requests of one model queue up; a worker thread per engine instance takes
+// as many as fit in the largest bucket (FIFO, never reordering), concatenates them along the
+// batch dim, zero-pads to the next bucket, runs the engine and hands every request its own
+// rows back. The decision of what to run next is a pure function of the queue snapshot
+// (DecideBatch), unit-tested without threads.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/ir/tensor.h"
+
+namespace kiln::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct BatchPolicy {
+  std::vector<int64_t> buckets;  // ascending; the last is the largest batch
+  std::chrono::microseconds max_queue_delay{0};
+  size_t max_queue_size = 256;
+  // False for models whose batch dim is fixed: each request runs alone, unpadded.
+  bool batchable = true;
+};
+
+// What DecideBatch sees of a queued request.
+struct QueuedItem {
+  int64_t rows = 1;
+  Clock::time_point enqueued;
+  std::optional<Clock::time_point> deadline;
+};
+
+struct BatchDecision {
+  std::vector<size_t> expired;  // queue indices whose deadline passed: fail, never run
+  std::vector<size_t> take;     // queue indices to run now, in queue order (empty: wait)
+  int64_t rows = 0;             // sum of rows taken
+  int64_t bucket = 0;           // the engine batch size to run them at (rows <= bucket)
+  std::optional<Clock::time_point> wake_at;  // when nothing is taken: re-decide then
+};
+
+// Pure: takes the longest FIFO prefix of live requests that fits the largest bucket. Runs it
+// now when it fills the largest bucket, when the next request would not fit, or when the
+// oldest live request has waited max_queue_delay; otherwise says when to look again.
+BatchDecision DecideBatch(const std::vector<QueuedItem>& queue, Clock::time_point now,
+                          const BatchPolicy& policy);
+// The smallest bucket >= rows (0 when rows exceed every bucket).
+int64_t BucketFor(int64_t rows, const std::vector<int64_t>& buckets);
+
+// Runs one batch on engine instance `worker`: inputs are per model input, dim 0 == bucket.
+using BatchRunFn = std::function<absl::Status(int worker, const std::vector<Tensor>& inputs,
+                                              std::vector<Tensor>& outputs)>;
+
+class Batcher {
+ public:
+  using Result = absl::StatusOr<std::vector<Tensor>>;
+
+  // Validates the policy and starts `workers` threads (one per engine instance).
+  static absl::StatusOr<std::unique_ptr<Batcher>> Create(BatchPolicy policy, int workers,
+                                                         BatchRunFn run);
+  ~Batcher();  // Stop()s
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // `inputs`: one tensor per model input, dim 0 == rows (rows <= largest bucket). The future
+  // yields this request's output rows. RESOURCE_EXHAUSTED when the queue is full,
+  // UNAVAILABLE after Stop.
+  absl::StatusOr<std::future<Result>> Enqueue(std::vector<Tensor> inputs, int64_t rows,
+                                              std::optional<Clock::time_point> deadline);
+  // Fails every queued request with UNAVAILABLE, lets running batches finish, joins.
+  // Idempotent.
+  void Stop();
+
+ private:
+  struct Request {
+    QueuedItem item;
+    std::vector<Tensor> inputs;
+    std::promise<Result> promise;
+  };
+  Batcher(BatchPolicy policy, BatchRunFn run) : policy_(std::move(policy)), run_(std::move(run)) {}
+  void WorkerLoop(int worker);
+  // Precondition: mu_ held. Pops expired and to-run requests as `decision` says.
+  std::vector<Request> TakeLocked(const BatchDecision& decision);
+  void RunBatch(int worker, std::vector<Request>& batch, int64_t bucket);
+
+  const BatchPolicy policy_;
+  const BatchRunFn run_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request> queue_;  // guarded by mu_
+  bool stopping_ = false;      // guarded by mu_
+  std::vector<std::thread> workers_;
+};
+
+// Concatenates along dim 0 (every part has the same dtype and trailing dims) and zero-pads to
+// `rows` rows.
+absl::StatusOr<Tensor> ConcatRows(const std::vector<const Tensor*>& parts, int64_t rows);
+// Rows [begin, begin + count) of `t`, copied.
+Tensor SliceRows(const Tensor& t, int64_t begin, int64_t count);
+
+}  // namespace kiln::server

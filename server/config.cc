@@ -1,0 +1,197 @@
+#include "server/config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+namespace kiln::server {
+namespace {
+
+absl::Status Bad(const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("'", key, "': ", why));
+}
+
+template <class T>
+absl::Status Read(const YAML::Node& node, const std::string& key, T& out) {
+  try {
+    out = node.as<T>();
+  } catch (const YAML::Exception& e) {
+    return Bad(key, absl::StrCat("cannot read value (", e.msg, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyServerSection(const YAML::Node& node, ServerConfig& c) {
+  if (!node.IsMap()) return Bad("server", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string full = "server." + key;
+    const YAML::Node& v = kv.second;
+    if (key == "grpc_address") {
+      RETURN_IF_ERROR(Read(v, full, c.grpc_address));
+    } else if (key == "http_address") {
+      RETURN_IF_ERROR(Read(v, full, c.http_address));
+    } else if (key == "max_message_bytes") {
+      RETURN_IF_ERROR(Read(v, full, c.max_message_bytes));
+    } else if (key == "max_model_bytes") {
+      RETURN_IF_ERROR(Read(v, full, c.max_model_bytes));
+    } else if (key == "drain_timeout_ms") {
+      RETURN_IF_ERROR(Read(v, full, c.drain_timeout_ms));
+    } else if (key == "auth_token") {
+      RETURN_IF_ERROR(Read(v, full, c.auth_token));
+    } else {
+      return Bad(full, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLogSection(const YAML::Node& node, ServerConfig& c) {
+  if (!node.IsMap()) return Bad("log", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    if (key == "level") {
+      RETURN_IF_ERROR(Read(kv.second, "log.level", c.log_level));
+    } else if (key == "json") {
+      RETURN_IF_ERROR(Read(kv.second, "log.json", c.log_json));
+    } else {
+      return Bad("log." + key, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRoot(const YAML::Node& root, ServerConfig& c) {
+  if (!root || root.IsNull()) return absl::OkStatus();
+  if (!root.IsMap()) return absl::InvalidArgumentError("expected a YAML map at the top level");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    if (key == "server") {
+      RETURN_IF_ERROR(ApplyServerSection(v, c));
+    } else if (key == "model_repository") {
+      RETURN_IF_ERROR(Read(v, key, c.model_repository));
+    } else if (key == "engine_cache_dir") {
+      RETURN_IF_ERROR(Read(v, key, c.engine_cache_dir));
+    } else if (key == "log") {
+      RETURN_IF_ERROR(ApplyLogSection(v, c));
+    } else if (key == "model_defaults") {
+      RETURN_IF_ERROR(ApplyModelConfig(v, c.model_defaults));
+    } else {
+      return Bad(key, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const ServerConfig& c) {
+  static const char* kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  bool level_ok = false;
+  for (const char* l : kLevels) level_ok |= c.log_level == l;
+  if (!level_ok) return Bad("log.level", "must be one of trace|debug|info|warn|error|critical|off");
+  if (c.grpc_address.empty()) return Bad("server.grpc_address", "must not be empty");
+  if (c.max_message_bytes < 1024) return Bad("server.max_message_bytes", "must be >= 1024");
+  if (c.max_model_bytes < 1) return Bad("server.max_model_bytes", "must be >= 1");
+  if (c.drain_timeout_ms < 0) return Bad("server.drain_timeout_ms", "must be >= 0");
+  if (c.model_repository.empty()) return Bad("model_repository", "must not be empty");
+  ModelConfig check = c.model_defaults;  // validated on a copy: see ServerConfig
+  absl::Status s = FinalizeModelConfig(check);
+  if (!s.ok()) return Bad("model_defaults", std::string(s.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// Flags that take a value, mapped to the field they override.
+using FlagSetter = void (*)(ServerConfig&, const std::string&);
+const std::map<std::string, FlagSetter>& ValueFlags() {
+  static const std::map<std::string, FlagSetter> flags = {
+      {"--model-repository", [](ServerConfig& c, const std::string& v) { c.model_repository = v; }},
+      {"--engine-cache-dir", [](ServerConfig& c, const std::string& v) { c.engine_cache_dir = v; }},
+      {"--grpc-address", [](ServerConfig& c, const std::string& v) { c.grpc_address = v; }},
+      {"--http-address", [](ServerConfig& c, const std::string& v) { c.http_address = v; }},
+      {"--log-level", [](ServerConfig& c, const std::string& v) { c.log_level = v; }},
+  };
+  return flags;
+}
+
+// Splits args into (flag, value) pairs, accepting "--flag value" and "--flag=value".
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> SplitFlags(
+    const std::vector<std::string>& args) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (flag == "--log-json") {
+      value = "true";
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag ", flag, " needs a value"));
+    }
+    if (flag != "--config" && flag != "--log-json" && !ValueFlags().count(flag)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag, "' (see --help)"));
+    }
+    out.emplace_back(flag, value);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml, const std::string& where) {
+  ServerConfig c;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": invalid YAML: ", e.what()));
+  }
+  absl::Status s = ApplyRoot(root, c);
+  if (s.ok()) s = Validate(c);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  return c;
+}
+
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::vector<std::string>& args) {
+  ASSIGN_OR_RETURN(auto flags, SplitFlags(args));
+  std::string yaml = EmbeddedDefaultConfig(), where = "embedded config/server.yaml";
+  for (const auto& [flag, value] : flags) {
+    if (flag != "--config") continue;
+    ASSIGN_OR_RETURN(yaml, ReadFile(value));
+    where = value;
+  }
+  ASSIGN_OR_RETURN(ServerConfig c, ParseServerConfig(yaml, where));
+  for (const auto& [flag, value] : flags) {
+    if (flag == "--log-json") {
+      c.log_json = value == "true" || value == "1";
+    } else if (flag != "--config") {
+      ValueFlags().at(flag)(c, value);
+    }
+  }
+  if (const char* token = std::getenv("KILN_AUTH_TOKEN")) c.auth_token = token;
+  absl::Status s = Validate(c);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("command line: ", s.message()));
+  return c;
+}
+
+std::string UsageText() {
+  return "usage: kilnd [--config FILE] [--model-repository DIR] [--engine-cache-dir DIR]\n"
+         "             [--grpc-address HOST:PORT] [--http-address HOST:PORT]\n"
+         "             [--log-level LEVEL] [--log-json]\n"
+         "Without --config, the embedded config/server.yaml is used; flags override it.\n";
+}
+
+}  // namespace kiln::server

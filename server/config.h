@@ -1,0 +1,45 @@
+// The server configuration: config/server.yaml (embedded in the binary as the default),
+// optionally replaced by --config FILE, then single options overridden by command-line flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "server/model_config.h"
+
+namespace kiln::server {
+
+struct ServerConfig {
+  std::string grpc_address = "0.0.0.0:8500";
+  std::string http_address = "0.0.0.0:8501";  // empty: no HTTP server
+  int64_t max_message_bytes = 64 << 20;
+  int64_t max_model_bytes = int64_t{1} << 30;
+  int64_t drain_timeout_ms = 10000;
+  std::string auth_token;  // empty: LoadModel/UnloadModel are open
+  std::string model_repository = "config/models";
+  std::string engine_cache_dir;
+  std::string log_level = "info";
+  bool log_json = false;
+  // Not finalized (buckets may be empty): each model finalizes its own copy after applying
+  // its config.yaml, so a model may lower max_batch_size without restating the buckets.
+  ModelConfig model_defaults;
+};
+
+// The YAML compiled into kilnd (config/server.yaml at build time).
+const char* EmbeddedDefaultConfig();
+
+// Parses server YAML over the built-in defaults. Unknown keys and bad values are
+// INVALID_ARGUMENT naming the key; `where` (a file name) prefixes the message.
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml, const std::string& where);
+
+// Parses argv (without argv[0]): --config FILE first (else the embedded default), then the
+// single-option flags over it. Both `--flag value` and `--flag=value` work. KILN_AUTH_TOKEN
+// from the environment, when set, replaces auth_token.
+absl::StatusOr<ServerConfig> LoadServerConfig(const std::vector<std::string>& args);
+
+// The text of --help.
+std::string UsageText();
+
+}  // namespace kiln::server

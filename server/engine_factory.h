@@ -1,0 +1,18 @@
+// Builds the engine for a device from a compiled graph. The one place that knows which
+// backends exist.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "compiler/compile.h"
+#include "runtime/engine.h"
+
+namespace kiln::server {
+
+// device: "reference" (the interpreter) or "cpu" (oneDNN). INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
+                                                             const CompiledGraph& compiled);
+
+}  // namespace kiln::server

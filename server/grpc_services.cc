@@ -1,0 +1,120 @@
+#include "server/grpc_services.h"
+
+#include "server/request_validation.h"
+#include "server/tensor_codec.h"
+
+namespace kiln::server {
+namespace {
+
+// Versions are >= 1; 0 (the proto default) means "not given". proto3 `optional` would say
+// it better, but Debian's python3-grpc-tools (protoc 3.12) rejects it.
+std::optional<int64_t> VersionOf(int64_t v) { return v != 0 ? std::optional(v) : std::nullopt; }
+
+// gRPC deadlines are wall-clock; the batcher works on the steady clock.
+std::optional<Clock::time_point> DeadlineOf(const grpc::ServerContext& ctx) {
+  const auto wall = ctx.deadline();
+  if (wall == std::chrono::system_clock::time_point::max()) return std::nullopt;
+  const auto left = wall - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24 * 365)) return std::nullopt;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+}
+
+absl::StatusOr<std::shared_ptr<ModelVersion>> FindReady(ModelRegistry& registry,
+                                                        const std::string& name,
+                                                        std::optional<int64_t> version) {
+  ASSIGN_OR_RETURN(auto mv, registry.Find(name, version));
+  if (mv->state() != ModelState::kReady) {
+    const std::string reason = mv->reason();
+    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", mv->version(),
+                                               " is ", ModelStateName(mv->state()),
+                                               reason.empty() ? "" : ": ", reason));
+  }
+  return mv;
+}
+
+absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f,
+                                          std::optional<Clock::time_point> deadline) {
+  if (deadline && f.wait_until(*deadline) == std::future_status::timeout) {
+    return absl::DeadlineExceededError("the deadline expired while the request was running");
+  }
+  return f.get();
+}
+
+void FillOutputs(const ModelSignature& sig, const std::vector<size_t>& selected,
+                 const std::vector<Tensor>& outputs, bool typed,
+                 google::protobuf::Map<std::string, v1::Tensor>* out) {
+  for (size_t i : selected) EncodeTensor(outputs[i], typed, &(*out)[sig.outputs[i].name]);
+}
+
+absl::Status CheckDeadline(std::optional<Clock::time_point> deadline) {
+  if (deadline && *deadline <= Clock::now()) {
+    return absl::DeadlineExceededError("the deadline expired before the request was queued");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::PredictRequest* req,
+                                           v1::PredictResponse* resp) {
+  auto run = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(),
+                                        VersionOf(req->version())));
+    const ModelSignature& sig = mv->built().signature;
+    ASSIGN_OR_RETURN(std::vector<size_t> selected, SelectOutputs(sig, req->output_filter()));
+    ASSIGN_OR_RETURN(ValidatedInputs in, ValidateInputs(sig, req->inputs()));
+    const auto deadline = DeadlineOf(*ctx);
+    RETURN_IF_ERROR(CheckDeadline(deadline));
+    ASSIGN_OR_RETURN(auto future, mv->Submit(std::move(in.tensors), in.rows, deadline));
+    ASSIGN_OR_RETURN(std::vector<Tensor> outputs, Await(future, deadline));
+    resp->set_model(mv->name());
+    resp->set_version(mv->version());
+    FillOutputs(sig, selected, outputs, req->typed_outputs(), resp->mutable_outputs());
+    return absl::OkStatus();
+  };
+  return ToGrpcStatus(run());
+}
+
+grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
+                                                const v1::BatchPredictRequest* req,
+                                                v1::BatchPredictResponse* resp) {
+  auto run = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(),
+                                        VersionOf(req->version())));
+    const ModelSignature& sig = mv->built().signature;
+    ASSIGN_OR_RETURN(std::vector<size_t> selected, SelectOutputs(sig, req->output_filter()));
+    if (req->samples_size() == 0) return absl::InvalidArgumentError("no samples");
+    std::vector<ValidatedInputs> all;
+    for (int i = 0; i < req->samples_size(); ++i) {
+      auto in = ValidateInputs(sig, req->samples(i).inputs());
+      if (!in.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("sample ", i, ": ", in.status().message()));
+      }
+      all.push_back(std::move(*in));
+    }
+    const auto deadline = DeadlineOf(*ctx);
+    RETURN_IF_ERROR(CheckDeadline(deadline));
+    // Everything is queued before anything is awaited, so the samples batch together.
+    std::vector<std::future<Batcher::Result>> futures;
+    for (ValidatedInputs& in : all) {
+      ASSIGN_OR_RETURN(auto f, mv->Submit(std::move(in.tensors), in.rows, deadline));
+      futures.push_back(std::move(f));
+    }
+    resp->set_model(mv->name());
+    resp->set_version(mv->version());
+    for (auto& f : futures) {
+      ASSIGN_OR_RETURN(std::vector<Tensor> outputs, Await(f, deadline));
+      FillOutputs(sig, selected, outputs, req->typed_outputs(),
+                  resp->add_results()->mutable_outputs());
+    }
+    return absl::OkStatus();
+  };
+  return ToGrpcStatus(run());
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,60 @@
+// The gRPC services (kiln.v1.InferenceService, kiln.v1.ModelService). This is the only place
+// where absl::Status becomes a gRPC status. Handlers run on gRPC's sync thread pool; each
+// Predict blocks its thread on the batcher's future, at most until the call's deadline.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "base/status.h"
+#include "kiln/v1/inference.grpc.pb.h"
+#include "kiln/v1/model.grpc.pb.h"
+#include "server/model_registry.h"
+
+namespace kiln::server {
+
+// absl and gRPC share the canonical code numbering; the message passes through.
+grpc::Status ToGrpcStatus(const absl::Status& s);
+
+class InferenceServiceImpl final : public v1::InferenceService::Service {
+ public:
+  explicit InferenceServiceImpl(ModelRegistry& registry) : registry_(registry) {}
+  grpc::Status Predict(grpc::ServerContext* ctx, const v1::PredictRequest* req,
+                       v1::PredictResponse* resp) override;
+  grpc::Status BatchPredict(grpc::ServerContext* ctx, const v1::BatchPredictRequest* req,
+                            v1::BatchPredictResponse* resp) override;
+
+ private:
+  ModelRegistry& registry_;  // outlives the service (owned by main)
+};
+
+struct ModelServiceOptions {
+  std::string auth_token;  // empty: Load/Unload need no credentials
+  int64_t max_model_bytes = int64_t{1} << 30;
+};
+
+class ModelServiceImpl final : public v1::ModelService::Service {
+ public:
+  ModelServiceImpl(ModelRegistry& registry, ModelServiceOptions options)
+      : registry_(registry), options_(std::move(options)) {}
+  grpc::Status LoadModel(grpc::ServerContext* ctx, grpc::ServerReader<v1::LoadModelChunk>* reader,
+                         v1::LoadModelResponse* resp) override;
+  grpc::Status UnloadModel(grpc::ServerContext* ctx, const v1::UnloadModelRequest* req,
+                           v1::UnloadModelResponse* resp) override;
+  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest* req,
+                          v1::ListModelsResponse* resp) override;
+  grpc::Status GetModel(grpc::ServerContext* ctx, const v1::GetModelRequest* req,
+                        v1::ModelInfo* resp) override;
+
+ private:
+  absl::Status Authorize(const grpc::ServerContext& ctx) const;
+  ModelRegistry& registry_;
+  const ModelServiceOptions options_;
+};
+
+// The ModelInfo of one loaded version; `full` adds the compile report.
+void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out);
+
+}  // namespace kiln::server

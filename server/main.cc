@@ -1,0 +1,125 @@
+// kilnd: the Kiln inference server. Loads the model repository, serves gRPC
+// (InferenceService, ModelService, grpc.health.v1, reflection) and HTTP (/healthz, /readyz),
+// and on SIGTERM/SIGINT drains in-flight requests before it stops.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "server/config.h"
+#include "server/grpc_services.h"
+#include "server/http.h"
+#include "server/model_registry.h"
+
+namespace kiln::server {
+namespace {
+
+void SetUpLogging(const ServerConfig& c) {
+  spdlog::set_level(spdlog::level::from_str(c.log_level));
+  if (c.log_json) {
+    // One object per line. %v is not escaped: Kiln's messages avoid double quotes.
+    spdlog::set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%v"})");
+  }
+}
+
+// Blocks the stop signals in this thread (and every thread it starts later), so that only
+// sigwait in main sees them.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+std::unique_ptr<grpc::Server> StartGrpc(const ServerConfig& c, ModelRegistry& registry,
+                                        std::vector<std::unique_ptr<grpc::Service>>& services) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(c.grpc_address, grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(c.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(c.max_message_bytes));
+  services.push_back(std::make_unique<InferenceServiceImpl>(registry));
+  services.push_back(std::make_unique<ModelServiceImpl>(
+      registry, ModelServiceOptions{c.auth_token, c.max_model_bytes}));
+  for (auto& s : services) builder.RegisterService(s.get());
+  return builder.BuildAndStart();
+}
+
+int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
+  auto repository = ModelRepository::Open(c.model_repository);
+  if (!repository.ok()) {
+    spdlog::critical("{}", std::string(repository.status().message()));
+    return 1;
+  }
+  if (!c.engine_cache_dir.empty()) std::filesystem::create_directories(c.engine_cache_dir);
+  ModelRegistry registry(std::move(*repository), c.model_defaults);
+  std::vector<std::unique_ptr<grpc::Service>> services;
+  std::unique_ptr<grpc::Server> grpc_server = StartGrpc(c, registry, services);
+  if (!grpc_server) {
+    spdlog::critical("cannot listen on grpc address {}", c.grpc_address);
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = grpc_server->GetHealthCheckService();
+  registry.SetStateListener([health](const std::string& name, bool serving) {
+    if (health) health->SetServingStatus(name, serving);
+  });
+  std::unique_ptr<HttpServer> http;
+  if (!c.http_address.empty()) {
+    auto h = HttpServer::Start(c.http_address, registry);
+    if (!h.ok()) {
+      spdlog::critical("{}", std::string(h.status().message()));
+      grpc_server->Shutdown();
+      return 1;
+    }
+    http = std::move(*h);
+  }
+  spdlog::info("kilnd: grpc on {}, http on {}, models from {}", c.grpc_address,
+               c.http_address.empty() ? "(off)" : c.http_address, c.model_repository);
+  // Models load in the background so a stop signal is honoured even while compiling.
+  std::thread loader([&registry] { registry.LoadRepository(); });
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("kilnd: signal {}, draining (at most {} ms)", sig, c.drain_timeout_ms);
+  if (health) health->Shutdown();  // every service reports NOT_SERVING from now on
+  grpc_server->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(c.drain_timeout_ms));
+  spdlog::debug("kilnd: grpc drained");
+  loader.join();
+  registry.StopAll();
+  spdlog::debug("kilnd: batchers stopped");
+  if (http) http->Stop();
+  spdlog::info("kilnd: stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace kiln::server
+
+int main(int argc, char** argv) {
+  const sigset_t stop_signals = kiln::server::BlockStopSignals();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kiln::server::UsageText().c_str(), stdout);
+      return 0;
+    }
+  }
+  auto config = kiln::server::LoadServerConfig(args);
+  if (!config.ok()) {
+    std::fprintf(stderr, "kilnd: %s\n%s", std::string(config.status().message()).c_str(),
+                 kiln::server::UsageText().c_str());
+    return 2;
+  }
+  kiln::server::SetUpLogging(*config);
+  return kiln::server::Serve(*config, stop_signals);
+}

@@ -1,0 +1,165 @@
+#include "server/model_config.h"
+
+#include <algorithm>
+
+#include <yaml-cpp/yaml.h>
+
+namespace kiln::server {
+namespace {
+
+absl::Status BadKey(const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("model config: '", key, "': ", why));
+}
+
+// yaml-cpp throws on conversion errors; every read goes through here so they become Status.
+template <class T>
+absl::Status Read(const YAML::Node& node, const std::string& key, T& out) {
+  try {
+    out = node.as<T>();
+  } catch (const YAML::Exception& e) {
+    return BadKey(key, absl::StrCat("cannot read value (", e.msg, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadRange(const YAML::Node& node, const std::string& key, double& lo, double& hi) {
+  std::vector<double> v;
+  RETURN_IF_ERROR(Read(node, key, v));
+  if (v.size() != 2 || !(v[0] <= v[1])) return BadKey(key, "expected [low, high], low <= high");
+  lo = v[0];
+  hi = v[1];
+  return absl::OkStatus();
+}
+
+absl::Status ApplyWarmup(const YAML::Node& node, WarmupConfig& w) {
+  if (!node.IsMap()) return BadKey("warmup", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    const std::string full = "warmup." + key;
+    if (key == "enabled") {
+      RETURN_IF_ERROR(Read(v, full, w.enabled));
+    } else if (key == "seed") {
+      RETURN_IF_ERROR(Read(v, full, w.seed));
+    } else if (key == "rtol") {
+      RETURN_IF_ERROR(Read(v, full, w.rtol));
+    } else if (key == "atol") {
+      RETURN_IF_ERROR(Read(v, full, w.atol));
+    } else if (key == "float_range") {
+      RETURN_IF_ERROR(ReadRange(v, full, w.float_lo, w.float_hi));
+    } else if (key == "int_range") {
+      double lo = 0, hi = 0;
+      RETURN_IF_ERROR(ReadRange(v, full, lo, hi));
+      w.int_lo = static_cast<int64_t>(lo);
+      w.int_hi = static_cast<int64_t>(hi);
+    } else if (key == "input_ranges") {
+      if (!v.IsMap()) return BadKey(full, "expected a map of input name -> [low, high]");
+      for (const auto& r : v) {
+        auto& range = w.input_ranges[r.first.as<std::string>()];
+        RETURN_IF_ERROR(ReadRange(r.second, full + "." + r.first.as<std::string>(),
+                                  range.first, range.second));
+      }
+    } else {
+      return BadKey(full, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyPipelineKey(const std::string& key, const YAML::Node& v, ModelConfig& c) {
+  if (key == "opt_level") {
+    std::string s;
+    RETURN_IF_ERROR(Read(v, key, s));
+    auto level = ParseOptLevel(s);
+    if (!level.ok()) return BadKey(key, std::string(level.status().message()));
+    c.opt_level = *level;
+    return absl::OkStatus();
+  }
+  std::vector<std::string> names;
+  RETURN_IF_ERROR(Read(v, key, names));
+  const std::vector<std::string> known = AllPassNames();
+  for (const std::string& n : names) {
+    if (std::find(known.begin(), known.end(), n) == known.end()) {
+      return BadKey(key, absl::StrCat("unknown pass '", n, "'"));
+    }
+  }
+  c.disabled_passes = std::set<std::string>(names.begin(), names.end());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
+  if (!node || node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) return absl::InvalidArgumentError("model config: expected a YAML map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    if (key == "max_batch_size") {
+      RETURN_IF_ERROR(Read(v, key, c.max_batch_size));
+    } else if (key == "batch_buckets") {
+      RETURN_IF_ERROR(Read(v, key, c.batch_buckets));
+    } else if (key == "max_queue_delay_us") {
+      RETURN_IF_ERROR(Read(v, key, c.max_queue_delay_us));
+    } else if (key == "max_queue_size") {
+      RETURN_IF_ERROR(Read(v, key, c.max_queue_size));
+    } else if (key == "instances") {
+      RETURN_IF_ERROR(Read(v, key, c.instances));
+    } else if (key == "device") {
+      RETURN_IF_ERROR(Read(v, key, c.device));
+    } else if (key == "opt_level" || key == "disabled_passes") {
+      RETURN_IF_ERROR(ApplyPipelineKey(key, v, c));
+    } else if (key == "warmup") {
+      RETURN_IF_ERROR(ApplyWarmup(v, c.warmup));
+    } else {
+      return BadKey(key, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml, const ModelConfig& base,
+                                             const std::string& where) {
+  ModelConfig c = base;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": invalid YAML: ", e.what()));
+  }
+  absl::Status s = ApplyModelConfig(root, c);
+  if (s.ok()) s = FinalizeModelConfig(c);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  return c;
+}
+
+absl::Status FinalizeModelConfig(ModelConfig& c) {
+  if (c.max_batch_size < 1 || c.max_batch_size > 4096) {
+    return BadKey("max_batch_size", "must be in 1..4096");
+  }
+  if (c.max_queue_delay_us < 0) return BadKey("max_queue_delay_us", "must be >= 0");
+  if (c.max_queue_size < 1) return BadKey("max_queue_size", "must be >= 1");
+  if (c.instances < 1 || c.instances > 64) return BadKey("instances", "must be in 1..64");
+  if (c.device != "reference" && c.device != "cpu") {
+    return BadKey("device", absl::StrCat("'", c.device, "' is not one of: reference, cpu"));
+  }
+  if (c.batch_buckets.empty()) {
+    for (int64_t b = 1; b < c.max_batch_size; b *= 2) c.batch_buckets.push_back(b);
+    c.batch_buckets.push_back(c.max_batch_size);
+  }
+  for (size_t i = 0; i < c.batch_buckets.size(); ++i) {
+    if (c.batch_buckets[i] < 1 || (i > 0 && c.batch_buckets[i] <= c.batch_buckets[i - 1])) {
+      return BadKey("batch_buckets", "must be positive and strictly ascending");
+    }
+  }
+  if (c.batch_buckets.back() != c.max_batch_size) {
+    return BadKey("batch_buckets", absl::StrCat("the last bucket must equal max_batch_size (",
+                                                c.max_batch_size, ")"));
+  }
+  if (!(c.warmup.rtol >= 0) || !(c.warmup.atol >= 0)) {
+    return BadKey("warmup", "rtol and atol must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server

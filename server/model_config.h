@@ -1,0 +1,52 @@
+// Per-model configuration: batching, engines and the warm-up check. Comes from the server
+// config's `model_defaults`, overridden key by key by the model's own config.yaml (or by the
+// YAML sent with LoadModel).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "compiler/pipeline.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace kiln::server {
+
+struct WarmupConfig {
+  bool enabled = true;
+  uint64_t seed = 1234;
+  double rtol = 1e-3, atol = 1e-4;
+  double float_lo = -1.0, float_hi = 1.0;
+  int64_t int_lo = 0, int_hi = 10;
+  std::map<std::string, std::pair<double, double>> input_ranges;
+};
+
+struct ModelConfig {
+  int64_t max_batch_size = 8;
+  std::vector<int64_t> batch_buckets;  // ascending, last == max_batch_size after Finalize
+  int64_t max_queue_delay_us = 500;
+  int64_t max_queue_size = 256;
+  int instances = 1;
+  std::string device = "reference";
+  OptLevel opt_level = OptLevel::kO2;
+  std::set<std::string> disabled_passes;
+  WarmupConfig warmup;
+};
+
+// Overrides the fields of `config` present in `node` (a YAML map). Unknown keys and bad
+// values are INVALID_ARGUMENT naming the key, so a typo never silently keeps a default.
+absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& config);
+// The same from YAML text (a model's config.yaml); `where` names it in errors.
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml, const ModelConfig& base,
+                                             const std::string& where);
+// Checks ranges and fills the default buckets (powers of two up to max_batch_size).
+absl::Status FinalizeModelConfig(ModelConfig& config);
+
+}  // namespace kiln::server

@@ -1,0 +1,103 @@
+// The loaded models: name -> version -> ModelVersion (state, signature, engines, batcher).
+// A version is visible as LOADING while it compiles and checks, then READY or FAILED (with
+// the reason). Requests hold a shared_ptr to the version they use, so unloading never pulls
+// engines out from under a running batch: the last holder destroys the batcher (joining its
+// workers) and then the engines.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "server/batcher.h"
+#include "server/model_builder.h"
+#include "server/model_config.h"
+#include "server/model_repository.h"
+
+namespace kiln::server {
+
+enum class ModelState { kLoading, kReady, kFailed };
+const char* ModelStateName(ModelState s);
+
+class ModelVersion {
+ public:
+  ModelVersion(std::string name, int64_t version, ModelConfig config)
+      : name_(std::move(name)), version_(version), config_(std::move(config)) {}
+  ~ModelVersion();
+
+  const std::string& name() const { return name_; }
+  int64_t version() const { return version_; }
+  const ModelConfig& config() const { return config_; }
+  ModelState state() const { return state_.load(); }
+  // Valid once READY (set before the state flips, never changed after).
+  const BuiltModel& built() const { return built_; }
+  std::string reason() const;
+
+  // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
+  absl::StatusOr<std::future<Batcher::Result>> Submit(std::vector<Tensor> inputs, int64_t rows,
+                                                      std::optional<Clock::time_point> deadline);
+
+ private:
+  friend class ModelRegistry;
+  void SetReason(const std::string& r);
+  absl::Status Start(BuiltModel built);  // takes the engines, starts the batcher, READY
+  void Fail(const std::string& reason);
+
+  const std::string name_;
+  const int64_t version_;
+  const ModelConfig config_;
+  std::atomic<ModelState> state_{ModelState::kLoading};
+  mutable std::mutex reason_mu_;
+  std::string reason_;  // guarded by reason_mu_
+  BuiltModel built_;    // written once by Start before state_ becomes READY
+  // Declared after built_ so it is destroyed first: its workers use built_'s engines.
+  std::unique_ptr<Batcher> batcher_;
+};
+
+// Called on every state change of a model's default version (health service, logs).
+using StateListener = std::function<void(const std::string& name, bool serving)>;
+
+class ModelRegistry {
+ public:
+  ModelRegistry(ModelRepository repository, ModelConfig defaults)
+      : repository_(std::move(repository)), defaults_(std::move(defaults)) {}
+  ~ModelRegistry() { StopAll(); }
+
+  void SetStateListener(StateListener l);  // before any load
+  ModelRepository& repository() { return repository_; }
+
+  // Loads every version of every model in the repository (failures stay visible as FAILED).
+  void LoadRepository();
+  // Loads one model's versions from the repository (all, or just `version`). Blocks until
+  // the model is READY or FAILED; returns the first failure.
+  absl::Status LoadFromRepository(const std::string& name, std::optional<int64_t> version);
+  // NOT_FOUND when the model (or the pinned version) is not loaded. Without a version: the
+  // newest READY version, else the newest.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> Find(const std::string& name,
+                                                     std::optional<int64_t> version) const;
+  absl::Status Unload(const std::string& name, std::optional<int64_t> version);
+  std::vector<std::shared_ptr<ModelVersion>> List() const;  // by name, then version
+  // Stops every batcher (queued requests fail UNAVAILABLE). For shutdown, after draining.
+  void StopAll();
+
+ private:
+  absl::Status LoadVersion(const std::string& name, int64_t version, const std::string& yaml);
+  void NotifyLocked(const std::string& name);  // precondition: mu_ held
+
+  ModelRepository repository_;
+  const ModelConfig defaults_;
+  StateListener listener_;
+  std::mutex load_mu_;  // one load at a time: compiling is CPU-bound, and it orders writes
+  mutable std::mutex mu_;  // guards models_; never held while compiling
+  std::map<std::string, std::map<int64_t, std::shared_ptr<ModelVersion>>> models_;
+};
+
+}  // namespace kiln::server

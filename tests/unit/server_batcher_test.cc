@@ -1,0 +1,180 @@
+// Dynamic batching: the pure decision function, and the threaded batcher with a fake engine.
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "server/batcher.h"
+
+namespace kiln::server {
+namespace {
+
+using std::chrono::microseconds;
+
+BatchPolicy Policy(std::vector<int64_t> buckets, int64_t delay_us) {
+  BatchPolicy p;
+  p.buckets = std::move(buckets);
+  p.max_queue_delay = microseconds(delay_us);
+  return p;
+}
+
+const Clock::time_point kT0 = Clock::time_point() + std::chrono::hours(1);
+
+QueuedItem Item(int64_t rows, int64_t age_us, Clock::time_point now = kT0) {
+  return QueuedItem{rows, now - microseconds(age_us), std::nullopt};
+}
+
+TEST(DecideBatch, EmptyQueueWaitsForever) {
+  BatchDecision d = DecideBatch({}, kT0, Policy({1, 2, 4}, 100));
+  EXPECT_TRUE(d.take.empty());
+  EXPECT_FALSE(d.wake_at.has_value());
+}
+
+TEST(DecideBatch, YoungPartialBatchWaitsUntilTheDelay) {
+  BatchDecision d = DecideBatch({Item(1, 10), Item(1, 5)}, kT0, Policy({1, 2, 4}, 100));
+  EXPECT_TRUE(d.take.empty());
+  ASSERT_TRUE(d.wake_at.has_value());
+  EXPECT_EQ(*d.wake_at, kT0 - microseconds(10) + microseconds(100));
+}
+
+TEST(DecideBatch, OldPartialBatchRunsPaddedToTheNextBucket) {
+  BatchDecision d = DecideBatch({Item(1, 150), Item(2, 5)}, kT0, Policy({1, 2, 4, 8}, 100));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(d.rows, 3);
+  EXPECT_EQ(d.bucket, 4);
+}
+
+TEST(DecideBatch, FullBatchRunsAtOnce) {
+  BatchDecision d = DecideBatch({Item(2, 0), Item(2, 0), Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(d.bucket, 4);
+}
+
+TEST(DecideBatch, NextRequestNotFittingClosesTheBatchFifo) {
+  // 3 rows queued, the next request has 2: it would overflow 4, and is never jumped over.
+  BatchDecision d = DecideBatch({Item(3, 0), Item(2, 0), Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0}));
+  EXPECT_EQ(d.bucket, 4);
+}
+
+TEST(DecideBatch, ZeroDelayRunsWhateverIsQueued) {
+  BatchDecision d = DecideBatch({Item(1, 0)}, kT0, Policy({1, 2}, 0));
+  EXPECT_EQ(d.take.size(), 1u);
+  EXPECT_EQ(d.bucket, 1);
+}
+
+TEST(DecideBatch, ExpiredRequestsAreNeverRun) {
+  QueuedItem dead = Item(1, 500);
+  dead.deadline = kT0 - microseconds(1);
+  QueuedItem later_dead = Item(1, 5);
+  later_dead.deadline = kT0;
+  BatchDecision d = DecideBatch({dead, Item(1, 200), later_dead}, kT0, Policy({1, 2, 4}, 100));
+  EXPECT_EQ(d.expired, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(d.take, (std::vector<size_t>{1}));
+  EXPECT_EQ(d.bucket, 1);
+}
+
+TEST(DecideBatch, WakesForTheFirstDeadline) {
+  QueuedItem soon = Item(1, 0);
+  soon.deadline = kT0 + microseconds(30);
+  BatchDecision d = DecideBatch({soon}, kT0, Policy({1, 2}, 100));
+  ASSERT_TRUE(d.wake_at.has_value());
+  EXPECT_EQ(*d.wake_at, kT0 + microseconds(30));
+}
+
+TEST(DecideBatch, UnbatchableModelsRunOneAtATime) {
+  BatchPolicy p = Policy({1}, 1000);
+  p.batchable = false;
+  BatchDecision d = DecideBatch({Item(1, 0), Item(1, 0)}, kT0, p);
+  EXPECT_EQ(d.take, (std::vector<size_t>{0}));
+  EXPECT_EQ(d.bucket, 1);
+}
+
+TEST(BatchTensors, ConcatPadsAndSliceCopies) {
+  Tensor a = Tensor::FromFloat({1, 2}, {1, 2});
+  Tensor b = Tensor::FromFloat({3, 4, 5, 6}, {2, 2});
+  auto c = ConcatRows({&a, &b}, 4);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->shape(), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(c->ToDoubleVector(), (std::vector<double>{1, 2, 3, 4, 5, 6, 0, 0}));
+  EXPECT_EQ(SliceRows(*c, 1, 2).ToDoubleVector(), (std::vector<double>{3, 4, 5, 6}));
+  Tensor bad = Tensor::FromFloat({1, 2, 3}, {1, 3});
+  EXPECT_FALSE(ConcatRows({&a, &bad}, 2).ok());
+}
+
+// Fake engine: output row = input row * 10 + the bucket it ran at (to see padding).
+absl::Status TimesTen(int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  Tensor t(DType::kFloat32, in[0].shape());
+  for (int64_t i = 0; i < t.numel(); ++i) t.SetDouble(i, in[0].GetDouble(i) * 10);
+  out = {t};
+  return absl::OkStatus();
+}
+
+TEST(Batcher, EveryRequestGetsItsOwnRows) {
+  auto b = Batcher::Create(Policy({1, 2, 4, 8}, 2000), 2, TimesTen);
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<std::future<Batcher::Result>> futures;
+  for (int i = 0; i < 40; ++i) {
+    auto f = (*b)->Enqueue({Tensor::FromFloat({float(i), float(i) + 0.5f}, {1, 2})}, 1, std::nullopt);
+    ASSERT_TRUE(f.ok());
+    futures.push_back(std::move(*f));
+  }
+  for (int i = 0; i < 40; ++i) {
+    auto r = futures[i].get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)[0].ToDoubleVector(), (std::vector<double>{i * 10.0, i * 10.0 + 5}));
+  }
+}
+
+TEST(Batcher, FullQueueIsResourceExhaustedAndStopFailsTheRest) {
+  std::atomic<bool> release{false};
+  auto blocking = [&](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    out = {in[0]};
+    return absl::OkStatus();
+  };
+  BatchPolicy p = Policy({1}, 0);
+  p.max_queue_size = 2;
+  auto b = Batcher::Create(p, 1, blocking);
+  ASSERT_TRUE(b.ok());
+  auto one = [] { return std::vector<Tensor>{Tensor::FromFloat({1}, {1, 1})}; };
+  auto running = (*b)->Enqueue(one(), 1, std::nullopt);  // taken by the worker, blocks
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto q1 = (*b)->Enqueue(one(), 1, std::nullopt);
+  auto q2 = (*b)->Enqueue(one(), 1, std::nullopt);
+  auto q3 = (*b)->Enqueue(one(), 1, std::nullopt);
+  ASSERT_TRUE(q1.ok() && q2.ok());
+  EXPECT_EQ(q3.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*b)->Enqueue(one(), 2, std::nullopt).status().code(),
+            absl::StatusCode::kInvalidArgument);  // more rows than the largest bucket
+  std::thread stopper([&] { (*b)->Stop(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  release = true;
+  stopper.join();
+  EXPECT_TRUE(running->get().ok());
+  EXPECT_EQ(q1->get().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*b)->Enqueue(one(), 1, std::nullopt).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(Batcher, ExpiredRequestNeverReachesTheEngine) {
+  std::atomic<int> runs{0};
+  auto count = [&](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    ++runs;
+    out = {in[0]};
+    return absl::OkStatus();
+  };
+  auto b = Batcher::Create(Policy({1, 2}, 0), 1, count);
+  auto f = (*b)->Enqueue({Tensor::FromFloat({1}, {1, 1})}, 1, Clock::now() - microseconds(1));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(runs.load(), 0);
+}
+
+TEST(Batcher, CreateValidatesThePolicy) {
+  EXPECT_FALSE(Batcher::Create(Policy({}, 0), 1, TimesTen).ok());
+  EXPECT_FALSE(Batcher::Create(Policy({4, 2}, 0), 1, TimesTen).ok());
+  EXPECT_FALSE(Batcher::Create(Policy({1}, 0), 0, TimesTen).ok());
+}
+
+}  // namespace
+}  // namespace kiln::server

@@ -1,0 +1,103 @@
+// Server and model configuration: the embedded default, errors that name the key, flags.
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "server/config.h"
+#include "server/model_config.h"
+
+namespace kiln::server {
+namespace {
+
+TEST(ServerConfig, EmbeddedDefaultParses) {
+  auto c = ParseServerConfig(EmbeddedDefaultConfig(), "embedded");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->grpc_address, "0.0.0.0:8500");
+  EXPECT_EQ(c->model_repository, "config/models");
+  EXPECT_EQ(c->model_defaults.device, "reference");
+  EXPECT_EQ(c->model_defaults.max_batch_size, 8);
+}
+
+TEST(ServerConfig, UnknownKeyIsNamed) {
+  auto c = ParseServerConfig("server:\n  grpc_adress: x\n", "f.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("f.yaml: 'server.grpc_adress': unknown key"), std::string::npos)
+      << c.status();
+}
+
+TEST(ServerConfig, BadValuesAreNamed) {
+  EXPECT_NE(ParseServerConfig("log: {level: loud}", "f").status().message().find("log.level"),
+            std::string::npos);
+  EXPECT_NE(ParseServerConfig("server: {max_message_bytes: lots}", "f")
+                .status().message().find("server.max_message_bytes"),
+            std::string::npos);
+  EXPECT_NE(ParseServerConfig("model_defaults: {device: tpu}", "f").status().message().find("tpu"),
+            std::string::npos);
+  EXPECT_FALSE(ParseServerConfig("[1, 2", "f").ok());
+}
+
+TEST(ServerConfig, FlagsOverrideTheFile) {
+  const std::string path = ::testing::TempDir() + "/kilnd_test.yaml";
+  std::ofstream(path) << "server: {grpc_address: '1.2.3.4:1'}\nlog: {level: warn}\n";
+  auto c = LoadServerConfig({"--config", path, "--grpc-address=127.0.0.1:9", "--log-level",
+                             "debug", "--model-repository", "/tmp/m", "--log-json"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->grpc_address, "127.0.0.1:9");
+  EXPECT_EQ(c->log_level, "debug");
+  EXPECT_EQ(c->model_repository, "/tmp/m");
+  EXPECT_TRUE(c->log_json);
+  std::remove(path.c_str());
+}
+
+TEST(ServerConfig, FlagErrors) {
+  EXPECT_FALSE(LoadServerConfig({"--nope", "1"}).ok());
+  EXPECT_FALSE(LoadServerConfig({"--grpc-address"}).ok());
+  EXPECT_EQ(LoadServerConfig({"--config", "/does/not/exist.yaml"}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(LoadServerConfig({"--log-level", "loud"}).ok());
+}
+
+TEST(ModelConfig, DefaultBucketsArePowersOfTwo) {
+  auto c = ParseModelConfig("max_batch_size: 6", ModelConfig{}, "m");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->batch_buckets, (std::vector<int64_t>{1, 2, 4, 6}));
+}
+
+TEST(ModelConfig, ReadsEveryKey) {
+  auto c = ParseModelConfig(
+      "max_batch_size: 4\nbatch_buckets: [2, 4]\nmax_queue_delay_us: 7\nmax_queue_size: 3\n"
+      "instances: 2\ndevice: cpu\nopt_level: O1\n"
+      "warmup: {seed: 9, rtol: 0.1, atol: 0.2, float_range: [0, 2], int_range: [1, 5],"
+      " input_ranges: {ids: [0, 100]}}\n",
+      ModelConfig{}, "m");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->batch_buckets, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(c->max_queue_delay_us, 7);
+  EXPECT_EQ(c->instances, 2);
+  EXPECT_EQ(c->device, "cpu");
+  EXPECT_EQ(c->opt_level, OptLevel::kO1);
+  EXPECT_EQ(c->warmup.seed, 9u);
+  EXPECT_EQ(c->warmup.int_hi, 5);
+  EXPECT_EQ(c->warmup.input_ranges.at("ids").second, 100.0);
+}
+
+TEST(ModelConfig, Errors) {
+  auto msg = [](const std::string& yaml) {
+    return std::string(ParseModelConfig(yaml, ModelConfig{}, "m/config.yaml").status().message());
+  };
+  EXPECT_NE(msg("batch_buckets: [4, 2]").find("ascending"), std::string::npos);
+  EXPECT_NE(msg("max_batch_size: 8\nbatch_buckets: [1, 4]").find("must equal max_batch_size"),
+            std::string::npos);
+  EXPECT_NE(msg("disabled_passes: [no_such_pass]").find("unknown pass 'no_such_pass'"),
+            std::string::npos);
+  EXPECT_NE(msg("instances: 0").find("instances"), std::string::npos);
+  EXPECT_NE(msg("warmup: {float_range: [2, 1]}").find("warmup.float_range"), std::string::npos);
+  EXPECT_NE(msg("colour: red").find("'colour': unknown key"), std::string::npos);
+  EXPECT_EQ(msg("opt_level: O9").find("m/config.yaml: "), 0u);
+  EXPECT_NE(msg("opt_level: O9").find("'opt_level': unknown optimization level"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::server

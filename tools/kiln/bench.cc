@@ -1,0 +1,137 @@
+// kiln bench: latency of one engine on random inputs. Compiles MODEL for --batch, builds the
+// engine, warms up, times --runs runs and prints p50/p99 (also as JSON with --json).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "compiler/onnx/importer.h"
+#include "runtime/check/differential.h"
+#include "runtime/cpu/cpu_engine.h"
+#include "tools/kiln/commands.h"
+#include "tools/kiln/json_writer.h"
+
+namespace kiln::tools {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  std::string backend = "cpu";
+  int64_t batch = 1;
+  int threads = 0;
+  int runs = 50;
+  int warmup = 5;
+  std::string json_path;
+};
+
+absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || n <= 0) return absl::InvalidArgumentError("bad " + flag + " " + v);
+  return n;
+}
+
+absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
+  BenchArgs b;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
+        a != "--threads" && a != "--runs" && a != "--warmup") {
+      return absl::InvalidArgumentError("unknown option " + a);
+    }
+    if (a.rfind("--", 0) != 0) {
+      if (!b.model.empty()) return absl::InvalidArgumentError("unexpected argument " + a);
+      b.model = a;
+      continue;
+    }
+    if (i + 1 >= args.size()) return absl::InvalidArgumentError(a + " needs a value");
+    const std::string& v = args[++i];
+    if (a == "--backend") b.backend = v;
+    if (a == "--json") b.json_path = v;
+    if (a == "--batch") {
+      ASSIGN_OR_RETURN(b.batch, ParsePositive(a, v));
+    }
+    if (a == "--threads") {
+      ASSIGN_OR_RETURN(b.threads, ParsePositive(a, v));
+    }
+    if (a == "--runs") {
+      ASSIGN_OR_RETURN(b.runs, ParsePositive(a, v));
+    }
+    if (a == "--warmup") {
+      ASSIGN_OR_RETURN(b.warmup, ParsePositive(a, v));
+    }
+  }
+  if (b.model.empty()) return absl::InvalidArgumentError("no MODEL given");
+  if (b.backend != "cpu") return absl::InvalidArgumentError("unknown backend " + b.backend);
+  return b;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+absl::Status Bench(const BenchArgs& b) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(b.model));
+  CompileOptions co;
+  co.batch = b.batch;
+  ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
+  cpu::CpuEngineOptions eo;
+  eo.threads = b.threads;
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(compiled, eo));
+  ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));
+  std::vector<Tensor> ins, outs;
+  for (const auto& spec : engine->inputs()) ins.push_back(feeds.at(spec.name));
+  for (int i = 0; i < b.warmup; ++i) RETURN_IF_ERROR(engine->Run(ins, outs));
+  std::vector<double> ms;
+  for (int i = 0; i < b.runs; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(engine->Run(ins, outs));
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const auto& info = engine->info();
+  JsonWriter w;
+  w.BeginObject();
+  w.Field("model", b.model);
+  w.Field("batch", b.batch);
+  w.Field("p50_ms", Percentile(ms, 0.5));
+  w.Field("p99_ms", Percentile(ms, 0.99));
+  w.Field("runs", static_cast<int64_t>(b.runs));
+  w.Field("build_ms", info.build_ms);
+  w.Field("fallback_ops", static_cast<int64_t>(info.fallback_ops));
+  std::string types;
+  for (const auto& t : info.fallback_op_types) types += (types.empty() ? "" : ",") + t;
+  w.Field("fallback_op_types", types);
+  w.Field("arena_bytes", info.arena_bytes);
+  w.Field("weight_bytes", info.weight_bytes);
+  std::printf("%s}\n", w.str().c_str());
+  if (!b.json_path.empty()) {
+    // The file also carries every timed run, for scripts that pool runs across processes.
+    w.Key("times_ms");
+    w.BeginArray();
+    for (double t : ms) w.Number(t);
+    w.EndArray();
+    w.EndObject();
+    std::ofstream(b.json_path) << w.str() << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int BenchCommand(const std::vector<std::string>& args) {
+  absl::StatusOr<BenchArgs> b = ParseBenchArgs(args);
+  absl::Status st = b.ok() ? Bench(*b) : b.status();
+  if (!st.ok()) {
+    std::fprintf(stderr, "kiln bench: %s\n", std::string(st.message()).c_str());
+    return b.ok() ? 1 : 2;
+  }
+  return 0;
+}
+
+}  // namespace kiln::tools
