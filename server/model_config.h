@@ -34,7 +34,7 @@ struct ModelConfig {
   int64_t max_queue_delay_us = 500;
   int64_t max_queue_size = 256;
   int instances = 1;
-  std::string device = "reference";
+  std::string device = "cpu";
   OptLevel opt_level = OptLevel::kO2;
   std::set<std::string> disabled_passes;
   WarmupConfig warmup;

@@ -15,7 +15,7 @@ TEST(ServerConfig, EmbeddedDefaultParses) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->grpc_address, "0.0.0.0:8500");
   EXPECT_EQ(c->model_repository, "config/models");
-  EXPECT_EQ(c->model_defaults.device, "reference");
+  EXPECT_EQ(c->model_defaults.device, "cpu");
   EXPECT_EQ(c->model_defaults.max_batch_size, 8);
 }
 
@@ -68,7 +68,7 @@ TEST(ModelConfig, DefaultBucketsArePowersOfTwo) {
 TEST(ModelConfig, ReadsEveryKey) {
   auto c = ParseModelConfig(
       "max_batch_size: 4\nbatch_buckets: [2, 4]\nmax_queue_delay_us: 7\nmax_queue_size: 3\n"
-      "instances: 2\ndevice: cpu\nopt_level: O1\n"
+      "instances: 2\ndevice: reference\nopt_level: O1\n"
       "warmup: {seed: 9, rtol: 0.1, atol: 0.2, float_range: [0, 2], int_range: [1, 5],"
       " input_ranges: {ids: [0, 100]}}\n",
       ModelConfig{}, "m");
@@ -76,7 +76,7 @@ TEST(ModelConfig, ReadsEveryKey) {
   EXPECT_EQ(c->batch_buckets, (std::vector<int64_t>{2, 4}));
   EXPECT_EQ(c->max_queue_delay_us, 7);
   EXPECT_EQ(c->instances, 2);
-  EXPECT_EQ(c->device, "cpu");
+  EXPECT_EQ(c->device, "reference");
   EXPECT_EQ(c->opt_level, OptLevel::kO1);
   EXPECT_EQ(c->warmup.seed, 9u);
   EXPECT_EQ(c->warmup.int_hi, 5);

@@ -2,6 +2,7 @@
 // engine, warms up, times --runs runs and prints p50/p99 (also as JSON with --json).
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -108,6 +109,10 @@ absl::Status Bench(const BenchArgs& b) {
   for (const auto& t : info.fallback_op_types) types += (types.empty() ? "" : ",") + t;
   w.Field("fallback_op_types", types);
   w.Field("arena_bytes", info.arena_bytes);
+  // Spinning OpenMP threads (libgomp's default) collapse when another process takes a core;
+  // record the policy so numbers from shared machines can be read.
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  w.Field("omp_wait_policy", policy ? policy : "default");
   w.Field("weight_bytes", info.weight_bytes);
   std::printf("%s}\n", w.str().c_str());
   if (!b.json_path.empty()) {

@@ -15,8 +15,13 @@ namespace fs = std::filesystem;
 std::vector<TestCase> FindTestCases(const std::string& path) {
   std::vector<TestCase> out;
   std::error_code ec;
+  if (fs::is_regular_file(path, ec) && fs::path(path).extension() == ".onnx") {
+    // A bare model: no data sets (the directory it sits in is not scanned for them).
+    out.push_back({fs::path(path).stem().string(), "", path});
+    return out;
+  }
   if (fs::exists(fs::path(path) / "model.onnx", ec)) {
-    out.push_back({fs::path(path).filename().string(), path});
+    out.push_back({fs::path(path).filename().string(), path, path + "/model.onnx"});
     return out;
   }
   if (!fs::is_directory(path, ec)) return out;

@@ -14,10 +14,12 @@ namespace kiln::tools {
 // A directory in the ONNX backend-test layout.
 struct TestCase {
   std::string name;
-  std::string dir;
+  std::string dir;    // test data sets live here (test_data_set_*)
+  std::string model;  // dir/model.onnx, or the .onnx file given directly
 };
 
-// PATH itself when it holds model.onnx, else every directory below it that does (sorted).
+// A .onnx file (a test without data sets); PATH itself when it holds model.onnx; else every
+// directory below it that does (sorted).
 std::vector<TestCase> FindTestCases(const std::string& path);
 
 struct DataSet {
