@@ -1,6 +1,7 @@
 // kilnd: the Kiln inference server. Loads the model repository, serves gRPC
 // (InferenceService, ModelService, grpc.health.v1, reflection) and HTTP (/healthz, /readyz),
 // and on SIGTERM/SIGINT drains in-flight requests before it stops.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -13,10 +14,13 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include "base/openmp_env.h"
 #include "server/config.h"
+#include "server/engine_cache.h"
 #include "server/grpc_services.h"
 #include "server/http.h"
 #include "server/model_registry.h"
+#include "server/test_faults.h"
 
 namespace kiln::server {
 namespace {
@@ -61,8 +65,9 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
     spdlog::critical("{}", std::string(repository.status().message()));
     return 1;
   }
-  if (!c.engine_cache_dir.empty()) std::filesystem::create_directories(c.engine_cache_dir);
   ModelRegistry registry(std::move(*repository), c.model_defaults);
+  // Always in memory (a reload of the same file is cheap); on disk too with engine_cache_dir.
+  registry.SetEngineCache(std::make_shared<EngineCache>(c.engine_cache_dir));
   std::vector<std::unique_ptr<grpc::Service>> services;
   std::unique_ptr<grpc::Server> grpc_server = StartGrpc(c, registry, services);
   if (!grpc_server) {
@@ -106,6 +111,7 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
 }  // namespace kiln::server
 
 int main(int argc, char** argv) {
+  kiln::EnsurePassiveOpenMpWait(argv);
   const sigset_t stop_signals = kiln::server::BlockStopSignals();
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args) {
@@ -113,6 +119,18 @@ int main(int argc, char** argv) {
       std::fputs(kiln::server::UsageText().c_str(), stdout);
       return 0;
     }
+  }
+  // Hidden and test-only (docs/server.md): registers a deliberately broken pass so the
+  // integration test can watch the warm-up check repair a model. Not in --help on purpose.
+  auto faults = std::find(args.begin(), args.end(), "--enable-test-faults");
+  if (faults != args.end()) {
+    args.erase(faults);
+    if (absl::Status s = kiln::server::EnableTestFaults(); !s.ok()) {
+      std::fprintf(stderr, "kilnd: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    std::fputs("kilnd: TEST FAULTS ENABLED (a broken pass is registered); never in production\n",
+               stderr);
   }
   auto config = kiln::server::LoadServerConfig(args);
   if (!config.ok()) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "base/openmp_env.h"
 #include "tools/kiln/commands.h"
 
 namespace {
@@ -29,6 +30,7 @@ void Usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kiln::EnsurePassiveOpenMpWait(argv);
   if (argc < 2) {
     Usage();
     return 2;
