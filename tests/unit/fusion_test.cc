@@ -12,9 +12,18 @@
 #include "compiler/passes/fuse_matmul_epilogue.h"
 #include "compiler/shape/infer.h"
 #include "runtime/reference/interpreter.h"
+#include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {
 namespace {
+
+using testing::CountOps;
+
+// Fusions must not move any output by more than 1e-5.
+template <class F>
+bool FuseAndCompare(Graph& g, F pass, const ref::TensorMap& feeds) {
+  return testing::RunPassAndCompare(g, pass, feeds, {1e-5, 0.0});
+}
 
 Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
   Tensor t(DType::kFloat32, shape);
@@ -22,36 +31,7 @@ Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
   return t;
 }
 
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op_type == op;
-  return n;
-}
 
-// Runs the pass and checks the outputs did not move; returns the changed flag.
-template <class F>
-bool FuseAndCompare(Graph& g, F pass, const ref::TensorMap& feeds) {
-  EXPECT_TRUE(shape::InferShapes(g).ok());
-  auto before = g.Clone();
-  absl::StatusOr<bool> changed = pass(g);
-  EXPECT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(VerifyGraph(g).ok()) << VerifyGraph(g);
-  EXPECT_TRUE(shape::InferShapes(g).ok());
-  auto want = ref::Run(*before, feeds);
-  auto got = ref::Run(g, feeds);
-  EXPECT_TRUE(want.ok()) << want.status();
-  EXPECT_TRUE(got.ok()) << got.status();
-  if (want.ok() && got.ok()) {
-    for (const auto& [name, t] : *want) {
-      const Tensor& o = got->at(name);
-      EXPECT_EQ(o.shape(), t.shape());
-      for (int64_t i = 0; i < t.numel() && o.shape() == t.shape(); ++i) {
-        EXPECT_NEAR(o.GetDouble(i), t.GetDouble(i), 1e-5) << name << "[" << i << "]";
-      }
-    }
-  }
-  return changed.ok() && *changed;
-}
 
 struct ConvGraph {
   std::unique_ptr<Graph> graph;
@@ -89,8 +69,8 @@ TEST(FuseConvEpilogue, FusesBiasActivationResidualAndFinalActivation) {
 TEST(FuseConvEpilogue, DoesNotSwallowResidualSumThatFeedsASkipConnection) {
   ConvGraph cg = ResidualBlock(true);
   EXPECT_TRUE(FuseAndCompare(*cg.graph, FuseConvEpilogue, cg.feeds));
-  EXPECT_EQ(Count(*cg.graph, "Relu"), 1);  // the Relu after the shared sum stays
-  EXPECT_EQ(Count(*cg.graph, "Mul"), 1);
+  EXPECT_EQ(CountOps(*cg.graph, "Relu"), 1);  // the Relu after the shared sum stays
+  EXPECT_EQ(CountOps(*cg.graph, "Mul"), 1);
   Node* fused = nullptr;
   for (const auto& n : cg.graph->nodes()) {
     if (n->op_type == kiln_ops::kFusedConv) fused = n.get();
@@ -144,8 +124,8 @@ TEST(FuseMatMulEpilogue, DoesNotFoldFullMatrixConstantAsBias) {
   b.Output(b.Op("Add", {mm, b.Constant("m", Ramp({3, 5}, 0.8, 0.0))}));
   auto g = b.Build();
   EXPECT_FALSE(FuseAndCompare(*g, FuseMatMulEpilogue, {{"x", Ramp({3, 4}, 0.2, 0.0)}}));
-  EXPECT_EQ(Count(*g, "MatMul"), 1);
-  EXPECT_EQ(Count(*g, "Add"), 1);
+  EXPECT_EQ(CountOps(*g, "MatMul"), 1);
+  EXPECT_EQ(CountOps(*g, "Add"), 1);
 }
 
 TEST(FuseMatMulEpilogue, DoesNotFuseWhenMatMulOutputHasTwoConsumers) {
@@ -185,8 +165,8 @@ TEST(FuseElementwise, DoesNotHideValueUsedOutsideTheGroup) {
   b.Output(b.Op("ReduceSum", {e}));  // e is needed outside: Exp stays its own node
   auto g = b.Build();
   EXPECT_TRUE(FuseAndCompare(*g, FuseElementwise, {{"x", Ramp({2, 3}, 0.7, -0.5)}}));
-  EXPECT_EQ(Count(*g, "Exp"), 1);
-  EXPECT_EQ(Count(*g, kiln_ops::kFusedElementwise), 1);
+  EXPECT_EQ(CountOps(*g, "Exp"), 1);
+  EXPECT_EQ(CountOps(*g, kiln_ops::kFusedElementwise), 1);
 }
 
 TEST(FuseElementwise, LeavesSingleOperatorsAlone) {

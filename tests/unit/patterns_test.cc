@@ -13,9 +13,18 @@
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
 #include "runtime/reference/interpreter.h"
+#include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {
 namespace {
+
+using testing::CountOps;
+using testing::FindOp;
+
+// Pattern rewrites must not move any output by more than 1e-5.
+bool RecognizeAndCompare(Graph& g, const ref::TensorMap& feeds) {
+  return testing::RunPassAndCompare(g, RecognizePatterns, feeds, {1e-5, 0.0});
+}
 
 Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
   Tensor t(DType::kFloat32, shape);
@@ -23,45 +32,8 @@ Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
   return t;
 }
 
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op_type == op;
-  return n;
-}
 
-const Node* Find(const Graph& g, const std::string& op) {
-  for (const auto& node : g.nodes()) {
-    if (node->op_type == op) return node.get();
-  }
-  return nullptr;
-}
 
-// Infers shapes, runs the pass, verifies the IR and compares every output with the graph
-// before (1e-5); returns the changed flag.
-bool RecognizeAndCompare(Graph& g, const ref::TensorMap& feeds) {
-  EXPECT_TRUE(shape::InferShapes(g).ok());
-  auto before = g.Clone();
-  absl::StatusOr<bool> changed = RecognizePatterns(g);
-  EXPECT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(VerifyGraph(g).ok()) << VerifyGraph(g);
-  EXPECT_TRUE(shape::InferShapes(g).ok());
-  auto want = ref::Run(*before, feeds);
-  auto got = ref::Run(g, feeds);
-  EXPECT_TRUE(want.ok()) << want.status();
-  EXPECT_TRUE(got.ok()) << got.status();
-  if (want.ok() && got.ok()) {
-    for (const auto& [name, t] : *want) {
-      EXPECT_TRUE(got->count(name)) << name;
-      if (!got->count(name)) continue;
-      const Tensor& o = got->at(name);
-      EXPECT_EQ(o.shape(), t.shape());
-      for (int64_t i = 0; i < t.numel() && o.shape() == t.shape(); ++i) {
-        EXPECT_NEAR(o.GetDouble(i), t.GetDouble(i), 1e-5) << name << "[" << i << "]";
-      }
-    }
-  }
-  return changed.ok() && *changed;
-}
 
 Value* F(GraphBuilder& b, double v) { return b.Constant("c", Tensor::Scalar(DType::kFloat32, v)); }
 Value* Axes(GraphBuilder& b, std::vector<int64_t> axes) {
@@ -126,20 +98,20 @@ TEST(RecognizeLayerNorm, FusesTwoTrailingAxesWithoutAffineAndCreatesOnesAndZeros
 TEST(RecognizeLayerNorm, DoesNotFuseLayerNormWhenMeanHasAnotherConsumer) {
   auto g = LayerNormGraph({.mean_also_output = true});
   EXPECT_FALSE(RecognizeAndCompare(*g, kLnFeeds));
-  EXPECT_EQ(Count(*g, "LayerNormalization"), 0);
-  EXPECT_EQ(Count(*g, "ReduceMean"), 2);
+  EXPECT_EQ(CountOps(*g, "LayerNormalization"), 0);
+  EXPECT_EQ(CountOps(*g, "ReduceMean"), 2);
 }
 
 TEST(RecognizeLayerNorm, DoesNotFuseWhenVarianceIsAGraphOutput) {
   auto g = LayerNormGraph({.variance_also_output = true});
   EXPECT_FALSE(RecognizeAndCompare(*g, kLnFeeds));
-  EXPECT_EQ(Count(*g, "LayerNormalization"), 0);
+  EXPECT_EQ(CountOps(*g, "LayerNormalization"), 0);
 }
 
 TEST(RecognizeLayerNorm, DoesNotFuseReductionOverNonTrailingAxis) {
   auto g = LayerNormGraph({.axes = {1}});
   EXPECT_FALSE(RecognizeAndCompare(*g, kLnFeeds));
-  EXPECT_EQ(Count(*g, "LayerNormalization"), 0);
+  EXPECT_EQ(CountOps(*g, "LayerNormalization"), 0);
 }
 
 TEST(RecognizeLayerNorm, LeavesGammaThatVariesAlongABatchAxisOutside) {
@@ -152,8 +124,8 @@ TEST(RecognizeLayerNorm, LeavesGammaThatVariesAlongABatchAxisOutside) {
   b.Output(b.Op("Mul", {y, b.Constant("gamma", Ramp({3, 1}, 0.9, 1.0))}));  // per row
   auto g = b.Build();
   EXPECT_TRUE(RecognizeAndCompare(*g, kLnFeeds));
-  EXPECT_EQ(Count(*g, "LayerNormalization"), 1);
-  EXPECT_EQ(Count(*g, "Mul"), 1);  // the per-row Mul stays outside
+  EXPECT_EQ(CountOps(*g, "LayerNormalization"), 1);
+  EXPECT_EQ(CountOps(*g, "Mul"), 1);  // the per-row Mul stays outside
 }
 
 // ---- GELU ---------------------------------------------------------------------------------
@@ -203,13 +175,13 @@ TEST(RecognizeGelu, FusesErfFormInEachOperandOrder) {
 TEST(RecognizeGelu, DoesNotFuseErfFormWithWrongConstant) {
   auto g = GeluErfGraph(HalfAt::kLast, false, /*sqrt2=*/1.5);
   EXPECT_FALSE(RecognizeAndCompare(*g, kGeluFeeds));
-  EXPECT_EQ(Count(*g, "Erf"), 1);
+  EXPECT_EQ(CountOps(*g, "Erf"), 1);
 }
 
 TEST(RecognizeGelu, DoesNotFuseWhenErfOutputHasAnotherConsumer) {
   auto g = GeluErfGraph(HalfAt::kLast, false, 1.4142135, /*erf_also_output=*/true);
   EXPECT_FALSE(RecognizeAndCompare(*g, kGeluFeeds));
-  EXPECT_EQ(Count(*g, "Gelu"), 0);
+  EXPECT_EQ(CountOps(*g, "Gelu"), 0);
 }
 
 // PyTorch's approximate='tanh' export: x^3 as x * (x * x), or Pow(x, 3) (Hugging Face).
@@ -238,7 +210,7 @@ TEST(RecognizeGelu, FusesTanhFormWithMulAndPowCube) {
 TEST(RecognizeGelu, DoesNotFuseTanhFormWhenCubeIsAGraphOutput) {
   auto g = GeluTanhGraph(false, /*cube_also_output=*/true);
   EXPECT_FALSE(RecognizeAndCompare(*g, kGeluFeeds));
-  EXPECT_EQ(Count(*g, "Tanh"), 1);
+  EXPECT_EQ(CountOps(*g, "Tanh"), 1);
 }
 
 // ---- HardSwish and SiLU -------------------------------------------------------------------
@@ -262,7 +234,7 @@ TEST(RecognizeHardSwish, DoesNotFuseHardSigmoidWithDefaultAlpha) {
   b.Output(b.Op("Mul", {x, b.Op("HardSigmoid", {x})}));  // alpha 0.2: not hard-swish
   auto g = b.Build();
   EXPECT_FALSE(RecognizeAndCompare(*g, kActFeeds));
-  EXPECT_EQ(Count(*g, "HardSigmoid"), 1);
+  EXPECT_EQ(CountOps(*g, "HardSigmoid"), 1);
 }
 
 std::unique_ptr<Graph> Relu6HardSwish(bool divide_first, double hi = 6.0) {
@@ -289,7 +261,7 @@ TEST(RecognizeHardSwish, FusesXTimesClipOfXPlus3Over6) {
 TEST(RecognizeHardSwish, DoesNotFuseClipWithOtherBounds) {
   auto g = Relu6HardSwish(false, /*hi=*/5.0);
   EXPECT_FALSE(RecognizeAndCompare(*g, kActFeeds));
-  EXPECT_EQ(Count(*g, "Clip"), 1);
+  EXPECT_EQ(CountOps(*g, "Clip"), 1);
 }
 
 TEST(RecognizeSilu, FusesXTimesSigmoidIntoFusedElementwise) {
@@ -300,7 +272,7 @@ TEST(RecognizeSilu, FusesXTimesSigmoidIntoFusedElementwise) {
   auto g = b.Build();
   EXPECT_TRUE(RecognizeAndCompare(*g, kActFeeds));
   ASSERT_EQ(g->nodes().size(), 2u);
-  const Node* f = Find(*g, kiln_ops::kFusedElementwise);
+  const Node* f = FindOp(*g, kiln_ops::kFusedElementwise);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->domain, kKilnDomain);
   absl::StatusOr<kiln_ops::Program> p = kiln_ops::ReadProgram(*f);
@@ -321,7 +293,7 @@ TEST(RecognizeSilu, DoesNotFuseWhenSigmoidIsAGraphOutput) {
   b.Output(s);
   auto g = b.Build();
   EXPECT_FALSE(RecognizeAndCompare(*g, kActFeeds));
-  EXPECT_EQ(Count(*g, "Sigmoid"), 1);
+  EXPECT_EQ(CountOps(*g, "Sigmoid"), 1);
 }
 
 TEST(RecognizeSilu, LeavesSiluAfterMatMulToTheEpilogueFusion) {
@@ -331,7 +303,7 @@ TEST(RecognizeSilu, LeavesSiluAfterMatMulToTheEpilogueFusion) {
   b.Output(b.Op("Mul", {mm, b.Op("Sigmoid", {mm})}));
   auto g = b.Build();
   EXPECT_FALSE(RecognizeAndCompare(*g, kActFeeds));
-  EXPECT_EQ(Count(*g, "Sigmoid"), 1);
+  EXPECT_EQ(CountOps(*g, "Sigmoid"), 1);
 }
 
 TEST(RecognizePatterns, RecognizesSeveralPatternsInOneGraphThroughThePassWrapper) {
@@ -350,9 +322,9 @@ TEST(RecognizePatterns, RecognizesSeveralPatternsInOneGraphThroughThePassWrapper
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_TRUE(stats->changed);
   EXPECT_EQ(stats->ops_after, 3u);
-  EXPECT_EQ(Count(*g, "HardSwish"), 1);
-  EXPECT_EQ(Count(*g, "Gelu"), 1);
-  EXPECT_EQ(Count(*g, kiln_ops::kFusedElementwise), 1);
+  EXPECT_EQ(CountOps(*g, "HardSwish"), 1);
+  EXPECT_EQ(CountOps(*g, "Gelu"), 1);
+  EXPECT_EQ(CountOps(*g, kiln_ops::kFusedElementwise), 1);
   absl::StatusOr<bool> again = RecognizePatterns(*g);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(*again);  // idempotent

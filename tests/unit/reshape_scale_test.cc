@@ -11,9 +11,19 @@
 #include "compiler/passes/simplify_reshapes.h"
 #include "compiler/shape/infer.h"
 #include "runtime/reference/interpreter.h"
+#include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {
 namespace {
+
+using testing::CountOps;
+using testing::FindOp;
+
+// Folding may move outputs by rounding only: 1e-5 relative to their magnitude.
+template <class F>
+bool RunAndCompare(Graph& g, F pass, const ref::TensorMap& feeds) {
+  return testing::RunPassAndCompare(g, pass, feeds, {1e-5, 1e-5});
+}
 
 Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
   Tensor t(DType::kFloat32, shape);
@@ -21,47 +31,8 @@ Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
   return t;
 }
 
-int Count(const Graph& g, const std::string& op) {
-  int n = 0;
-  for (const auto& node : g.nodes()) n += node->op_type == op;
-  return n;
-}
 
-const Node* Find(const Graph& g, const std::string& op) {
-  for (const auto& node : g.nodes()) {
-    if (node->op_type == op) return node.get();
-  }
-  return nullptr;
-}
 
-// Infers shapes, runs the pass, verifies the IR and compares every output with the graph
-// before (1e-5 relative to magnitude); returns the changed flag.
-template <class F>
-bool RunAndCompare(Graph& g, F pass, const ref::TensorMap& feeds) {
-  EXPECT_TRUE(shape::InferShapes(g).ok());
-  auto before = g.Clone();
-  absl::StatusOr<bool> changed = pass(g);
-  EXPECT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(VerifyGraph(g).ok()) << VerifyGraph(g);
-  EXPECT_TRUE(shape::InferShapes(g).ok());
-  auto want = ref::Run(*before, feeds);
-  auto got = ref::Run(g, feeds);
-  EXPECT_TRUE(want.ok()) << want.status();
-  EXPECT_TRUE(got.ok()) << got.status();
-  if (want.ok() && got.ok()) {
-    for (const auto& [name, t] : *want) {
-      EXPECT_TRUE(got->count(name)) << name;
-      if (!got->count(name)) continue;
-      const Tensor& o = got->at(name);
-      EXPECT_EQ(o.shape(), t.shape()) << name;
-      for (int64_t i = 0; i < t.numel() && o.shape() == t.shape(); ++i) {
-        EXPECT_NEAR(o.GetDouble(i), t.GetDouble(i), 1e-5 * (1 + std::fabs(t.GetDouble(i))))
-            << name << "[" << i << "]";
-      }
-    }
-  }
-  return changed.ok() && *changed;
-}
 
 Value* Ints(GraphBuilder& b, std::vector<int64_t> v) {
   const int64_t n = static_cast<int64_t>(v.size());
@@ -89,8 +60,8 @@ TEST(SimplifyReshapes, CollapsesFlattenUnsqueezeReshapeChainIntoOneViewReshape) 
   auto g = ReshapeChain(false, false);
   EXPECT_TRUE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
   EXPECT_EQ(g->nodes().size(), 2u);
-  EXPECT_EQ(Count(*g, "Flatten") + Count(*g, "Unsqueeze"), 0);
-  const Node* r = Find(*g, "Reshape");
+  EXPECT_EQ(CountOps(*g, "Flatten") + CountOps(*g, "Unsqueeze"), 0);
+  const Node* r = FindOp(*g, "Reshape");
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->input(0)->name, "x");
   ASSERT_TRUE(r->input(1)->constant);
@@ -101,17 +72,17 @@ TEST(SimplifyReshapes, CollapsesFlattenUnsqueezeReshapeChainIntoOneViewReshape) 
 TEST(SimplifyReshapes, DoesNotCollapseWhenIntermediateHasAnotherConsumer) {
   auto g = ReshapeChain(/*flat_also_used=*/true, false);
   EXPECT_TRUE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));  // views are still marked
-  EXPECT_EQ(Count(*g, "Flatten"), 1);
+  EXPECT_EQ(CountOps(*g, "Flatten"), 1);
   // Unsqueeze -> Reshape still collapses: the Unsqueeze output had one reader.
-  EXPECT_EQ(Count(*g, "Unsqueeze"), 0);
-  EXPECT_EQ(Find(*g, "Reshape")->input(0), Find(*g, "Flatten")->output(0));
+  EXPECT_EQ(CountOps(*g, "Unsqueeze"), 0);
+  EXPECT_EQ(FindOp(*g, "Reshape")->input(0), FindOp(*g, "Flatten")->output(0));
 }
 
 TEST(SimplifyReshapes, DoesNotCollapseAcrossAGraphOutput) {
   auto g = ReshapeChain(false, /*flat_is_output=*/true);
   EXPECT_TRUE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
-  EXPECT_EQ(Count(*g, "Flatten"), 1);
-  EXPECT_EQ(Find(*g, "Reshape")->input(0), Find(*g, "Flatten")->output(0));
+  EXPECT_EQ(CountOps(*g, "Flatten"), 1);
+  EXPECT_EQ(FindOp(*g, "Reshape")->input(0), FindOp(*g, "Flatten")->output(0));
 }
 
 TEST(SimplifyReshapes, DoesNotCollapseChainWithSymbolicShape) {
@@ -121,9 +92,9 @@ TEST(SimplifyReshapes, DoesNotCollapseChainWithSymbolicShape) {
   b.Output(b.Op("Unsqueeze", {flat, Ints(b, {1})}));
   auto g = b.Build();
   EXPECT_TRUE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
-  EXPECT_EQ(Count(*g, "Flatten"), 1);
-  EXPECT_EQ(Count(*g, "Unsqueeze"), 1);
-  EXPECT_EQ(Count(*g, "Reshape"), 0);
+  EXPECT_EQ(CountOps(*g, "Flatten"), 1);
+  EXPECT_EQ(CountOps(*g, "Unsqueeze"), 1);
+  EXPECT_EQ(CountOps(*g, "Reshape"), 0);
 }
 
 TEST(SimplifyReshapes, MarksViewsOnceAndIsIdempotent) {
@@ -132,8 +103,8 @@ TEST(SimplifyReshapes, MarksViewsOnceAndIsIdempotent) {
   b.Output(b.Op("Squeeze", {b.Op("Relu", {b.Op("Unsqueeze", {x, Ints(b, {0})})}), Ints(b, {0})}));
   auto g = b.Build();
   EXPECT_TRUE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
-  EXPECT_EQ(Find(*g, "Unsqueeze")->GetInt("kiln_view", 0), 1);
-  EXPECT_EQ(Find(*g, "Squeeze")->GetInt("kiln_view", 0), 1);
+  EXPECT_EQ(FindOp(*g, "Unsqueeze")->GetInt("kiln_view", 0), 1);
+  EXPECT_EQ(FindOp(*g, "Squeeze")->GetInt("kiln_view", 0), 1);
   EXPECT_FALSE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
 }
 
@@ -147,8 +118,8 @@ TEST(SimplifyReshapes, MergesTransposePairIntoComposedPermutation) {
   b.Output(b.Op("Relu", {t2}));
   auto g = b.Build();
   EXPECT_TRUE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
-  ASSERT_EQ(Count(*g, "Transpose"), 1);
-  EXPECT_EQ(Find(*g, "Transpose")->GetInts("perm"), (std::vector<int64_t>{2, 0, 1}));
+  ASSERT_EQ(CountOps(*g, "Transpose"), 1);
+  EXPECT_EQ(FindOp(*g, "Transpose")->GetInts("perm"), (std::vector<int64_t>{2, 0, 1}));
 }
 
 TEST(SimplifyReshapes, RemovesInverseTransposeChainOfThree) {
@@ -160,7 +131,7 @@ TEST(SimplifyReshapes, RemovesInverseTransposeChainOfThree) {
   b.Output(b.Op("Relu", {t}));
   auto g = b.Build();
   EXPECT_TRUE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
-  EXPECT_EQ(Count(*g, "Transpose"), 0);
+  EXPECT_EQ(CountOps(*g, "Transpose"), 0);
   ASSERT_EQ(g->nodes().size(), 1u);
   EXPECT_EQ(g->nodes()[0]->input(0)->name, "x");
 }
@@ -186,7 +157,7 @@ TEST(SimplifyReshapes, DoesNotMergeTransposeWhoseOutputHasAnotherConsumer) {
   b.Output(b.Op("Relu", {t1}));
   auto g = b.Build();
   EXPECT_FALSE(RunAndCompare(*g, SimplifyReshapes, kFeeds234));
-  EXPECT_EQ(Count(*g, "Transpose"), 2);
+  EXPECT_EQ(CountOps(*g, "Transpose"), 2);
 }
 
 // ---- fold_scale_into_weights --------------------------------------------------------------
@@ -218,8 +189,8 @@ TEST(FoldScaleIntoWeights, FoldsConvMulAndAddIntoWeightsAndNewBias) {
   auto g = ConvScaleShift({});
   EXPECT_TRUE(RunAndCompare(*g, FoldScaleIntoWeights, kImage));
   EXPECT_EQ(g->nodes().size(), 2u);
-  EXPECT_EQ(Count(*g, "Mul") + Count(*g, "Add"), 0);
-  const Node* conv = Find(*g, "Conv");
+  EXPECT_EQ(CountOps(*g, "Mul") + CountOps(*g, "Add"), 0);
+  const Node* conv = FindOp(*g, "Conv");
   ASSERT_NE(conv, nullptr);
   ASSERT_NE(conv->input(2), nullptr);
   EXPECT_EQ(conv->input(2)->constant->shape(), (std::vector<int64_t>{3}));
@@ -242,14 +213,14 @@ TEST(FoldScaleIntoWeights, FoldsDivAndSubIntoConvWithBias) {
 TEST(FoldScaleIntoWeights, DoesNotFoldWhenConvOutputHasSecondConsumer) {
   auto g = ConvScaleShift({.second_consumer = true});
   EXPECT_FALSE(RunAndCompare(*g, FoldScaleIntoWeights, kImage));
-  EXPECT_EQ(Count(*g, "Mul"), 1);
-  EXPECT_EQ(Count(*g, "Add"), 1);
+  EXPECT_EQ(CountOps(*g, "Mul"), 1);
+  EXPECT_EQ(CountOps(*g, "Add"), 1);
 }
 
 TEST(FoldScaleIntoWeights, DoesNotFoldWhenConvOutputIsAGraphOutput) {
   auto g = ConvScaleShift({.output_is_graph_output = true});
   EXPECT_FALSE(RunAndCompare(*g, FoldScaleIntoWeights, kImage));
-  EXPECT_EQ(Count(*g, "Mul"), 1);
+  EXPECT_EQ(CountOps(*g, "Mul"), 1);
 }
 
 TEST(FoldScaleIntoWeights, DoesNotFoldConstantThatVariesAlongWidth) {
@@ -259,7 +230,7 @@ TEST(FoldScaleIntoWeights, DoesNotFoldConstantThatVariesAlongWidth) {
   b.Output(b.Op("Mul", {conv, b.Constant("s", Ramp({1, 1, 1, 4}, 1.3, 1.5))}));
   auto g = b.Build();
   EXPECT_FALSE(RunAndCompare(*g, FoldScaleIntoWeights, kImage));
-  EXPECT_EQ(Count(*g, "Mul"), 1);
+  EXPECT_EQ(CountOps(*g, "Mul"), 1);
 }
 
 TEST(FoldScaleIntoWeights, DoesNotFoldDivisionByAZeroChannel) {
@@ -297,9 +268,9 @@ TEST(FoldScaleIntoWeights, FoldsMulIntoMatMulButLeavesTheAdd) {
   b.Output(b.Op("Add", {scaled, b.Constant("t", Ramp({5}, 0.8, 0.0))}));
   auto g = b.Build();
   EXPECT_TRUE(RunAndCompare(*g, FoldScaleIntoWeights, {{"x", Ramp({2, 3, 4}, 0.2, 0.0)}}));
-  EXPECT_EQ(Count(*g, "Mul"), 0);
-  EXPECT_EQ(Count(*g, "Add"), 1);  // fuse_matmul_epilogue's to take
-  EXPECT_EQ(Count(*g, "MatMul"), 1);
+  EXPECT_EQ(CountOps(*g, "Mul"), 0);
+  EXPECT_EQ(CountOps(*g, "Add"), 1);  // fuse_matmul_epilogue's to take
+  EXPECT_EQ(CountOps(*g, "MatMul"), 1);
 }
 
 TEST(FoldScaleIntoWeights, DoesNotFoldWhenMatMulWeightsAreNotConstant) {
@@ -311,7 +282,7 @@ TEST(FoldScaleIntoWeights, DoesNotFoldWhenMatMulWeightsAreNotConstant) {
   auto g = b.Build();
   EXPECT_FALSE(RunAndCompare(*g, FoldScaleIntoWeights,
                              {{"x", Ramp({3, 4}, 0.2, 0.0)}, {"w", Ramp({4, 5}, 0.4, 0.0)}}));
-  EXPECT_EQ(Count(*g, "Mul"), 1);
+  EXPECT_EQ(CountOps(*g, "Mul"), 1);
 }
 
 }  // namespace
