@@ -15,6 +15,11 @@
 
 namespace kiln {
 
+// Part of every engine cache key (server/engine_cache.h): bump it whenever a change to the
+// importer, a pass, the pipeline or the memory planner can change what CompileGraph
+// produces, so engines cached by an older compiler are rebuilt instead of trusted.
+inline constexpr int kCompilerVersion = 1;
+
 struct CompileOptions {
   int64_t batch = 1;
   PipelineOptions pipeline;

@@ -19,8 +19,6 @@
 namespace kiln {
 namespace {
 
-using PassFactory = std::function<std::unique_ptr<passes::Pass>()>;
-
 const std::map<std::string, PassFactory>& Factories() {
   static const auto* factories = new std::map<std::string, PassFactory>{
       {"fold_constants", [] { return std::make_unique<passes::FoldConstantsPass>(); }},
@@ -41,7 +39,52 @@ const std::map<std::string, PassFactory>& Factories() {
   return *factories;
 }
 
+struct TestPass {
+  std::string name;
+  PassFactory factory;
+  std::string after;
+};
+
+// Written only by RegisterTestPass (tests, kilnd --enable-test-faults); empty in production.
+std::vector<TestPass>& TestPasses() {
+  static auto* passes = new std::vector<TestPass>;
+  return *passes;
+}
+
+const TestPass* FindTestPass(const std::string& name) {
+  for (const TestPass& t : TestPasses()) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+bool KnownPass(const std::string& name) {
+  return Factories().count(name) > 0 || FindTestPass(name) != nullptr;
+}
+
+std::vector<std::string> LevelPasses(OptLevel level);
+
 }  // namespace
+
+absl::Status RegisterTestPass(const std::string& name, PassFactory factory,
+                              const std::string& after) {
+  if (name.rfind("test_", 0) != 0) {
+    return absl::InvalidArgumentError("a test pass name must start with 'test_': " + name);
+  }
+  if (KnownPass(name)) return absl::AlreadyExistsError("pass '" + name + "' exists");
+  if (!KnownPass(after)) return absl::InvalidArgumentError("unknown pass '" + after + "'");
+  TestPasses().push_back(TestPass{name, std::move(factory), after});
+  return absl::OkStatus();
+}
+
+std::vector<std::string> PipelinePasses(OptLevel level) {
+  std::vector<std::string> names = LevelPasses(level);
+  for (const TestPass& t : TestPasses()) {
+    auto at = std::find(names.begin(), names.end(), t.after);
+    if (at != names.end()) names.insert(at + 1, t.name);
+  }
+  return names;
+}
 
 absl::StatusOr<OptLevel> ParseOptLevel(const std::string& s) {
   std::string t = s;
@@ -53,7 +96,9 @@ absl::StatusOr<OptLevel> ParseOptLevel(const std::string& s) {
   return absl::InvalidArgumentError("unknown optimization level '" + s + "' (O0, O1, O2)");
 }
 
-std::vector<std::string> PipelinePasses(OptLevel level) {
+namespace {
+
+std::vector<std::string> LevelPasses(OptLevel level) {
   if (level == OptLevel::kO0) return {};
   // Folding first: once the batch is bound, shape subgraphs become constants and expose
   // no-op reshapes to eliminate_identity. CSE after that sees canonical inputs. Dead code
@@ -86,13 +131,17 @@ std::vector<std::string> PipelinePasses(OptLevel level) {
   return o2;
 }
 
+}  // namespace
+
 std::vector<std::string> AllPassNames() {
   std::vector<std::string> names;
   for (const auto& [name, f] : Factories()) names.push_back(name);
+  for (const TestPass& t : TestPasses()) names.push_back(t.name);
   return names;
 }
 
 absl::StatusOr<std::unique_ptr<passes::Pass>> MakePass(const std::string& name) {
+  if (const TestPass* t = FindTestPass(name)) return t->factory();
   auto it = Factories().find(name);
   if (it == Factories().end()) return absl::InvalidArgumentError("unknown pass '" + name + "'");
   return it->second();
@@ -101,7 +150,7 @@ absl::StatusOr<std::unique_ptr<passes::Pass>> MakePass(const std::string& name) 
 absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
                                                            const PipelineOptions& options) {
   for (const std::string& d : options.disabled) {
-    if (!Factories().count(d)) return absl::InvalidArgumentError("unknown pass '" + d + "'");
+    if (!KnownPass(d)) return absl::InvalidArgumentError("unknown pass '" + d + "'");
   }
   std::vector<std::string> names = PipelinePasses(options.level);
   if (options.prefix >= 0 && static_cast<size_t>(options.prefix) < names.size()) {

@@ -3,6 +3,7 @@
 // and the differential check's bisection).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -31,6 +32,17 @@ std::vector<std::string> PipelinePasses(OptLevel level);
 // Every pass name Kiln knows (for validating --disable lists).
 std::vector<std::string> AllPassNames();
 absl::StatusOr<std::unique_ptr<passes::Pass>> MakePass(const std::string& name);
+
+using PassFactory = std::function<std::unique_ptr<passes::Pass>()>;
+
+// Test-only: adds the pass `name` to every level's pipeline right after the first occurrence
+// of `after` (levels without `after` are unchanged). It exists so tests can prove that the
+// warm-up check catches and repairs a broken pass end to end; production code never calls
+// it (kilnd only under its hidden --enable-test-faults flag). The name must start with
+// "test_" so a registered pass is obvious in every report, and must be new. Not thread-safe:
+// register before any pipeline runs; registrations last for the process.
+absl::Status RegisterTestPass(const std::string& name, PassFactory factory,
+                              const std::string& after);
 
 absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
                                                            const PipelineOptions& options);

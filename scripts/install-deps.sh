@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything Kiln needs to build and test, from Debian 12 packages and the npm
 # registry. Idempotent: safe to run again; used by .ci/run, the README and the Dockerfile.
-#   scripts/install-deps.sh            build + test dependencies
-#   KILN_DEPS=runtime scripts/install-deps.sh   only what the built server needs at run time
+#   scripts/install-deps.sh                     build + test dependencies (the default)
+#   KILN_DEPS=build scripts/install-deps.sh     only what building kilnd/kiln needs (no test
+#                                               tools, no npm): the Dockerfile's build stage
+#   KILN_DEPS=runtime scripts/install-deps.sh   only the shared libraries the built kilnd loads
+#                                               (+ curl for health checks): the runtime image
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sudo_cmd=""
@@ -19,13 +22,30 @@ build_pkgs=(
 test_pkgs=(
   python3 python3-numpy python3-onnx python3-protobuf python3-grpcio python3-grpc-tools
   python3-torch python3-torchvision
+  prometheus python3-yaml
+)
+# The shared libraries of `ldd build/server/kilnd`, by package (dpkg -S), plus curl for the
+# container health check. Keep in sync with the Dockerfile's runtime stage.
+runtime_pkgs=(
+  libabsl20220623 libbrotli1 libc-ares2 libcpp-httplib0.11 libdnnl2 libfmt9 libgomp1
+  libgrpc++1.51 libgrpc29 libonnx1 libprotobuf32 libre2-9 libspdlog1.10 libssl3 libstdc++6
+  libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g ca-certificates curl
 )
 # Node.js may come from elsewhere (a newer build that conflicts with Debian's npm): take
 # Debian's only where none is on the PATH.
-command -v npm >/dev/null 2>&1 || test_pkgs+=(nodejs npm)
+if [ "${KILN_DEPS:-all}" = all ]; then
+  command -v npm >/dev/null 2>&1 || test_pkgs+=(nodejs npm)
+fi
+mode="${KILN_DEPS:-all}"
+case "$mode" in
+  all) wanted=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  build) wanted=("${build_pkgs[@]}") ;;
+  runtime) wanted=("${runtime_pkgs[@]}") ;;
+  *) echo "install-deps: KILN_DEPS must be all, build or runtime (got '$mode')" >&2; exit 2 ;;
+esac
 
 missing=()
-for p in "${build_pkgs[@]}" "${test_pkgs[@]}"; do
+for p in "${wanted[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -37,7 +57,7 @@ fi
 # ONNX Runtime for Node: the external reference and CPU performance peer. The CPU build ships
 # inside the npm package, so --ignore-scripts (no download step) is enough.
 ort_dir="$here/tools/ort"
-if [ ! -d "$ort_dir/node_modules/onnxruntime-node" ]; then
+if [ "$mode" = all ] && [ ! -d "$ort_dir/node_modules/onnxruntime-node" ]; then
   echo "install-deps: installing onnxruntime-node@1.30.0"
   (cd "$ort_dir" && npm install --no-audit --no-fund --ignore-scripts onnxruntime-node@1.30.0 >/dev/null)
 fi

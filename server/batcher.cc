@@ -113,6 +113,7 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
           "the model's request queue is full (", policy_.max_queue_size, " waiting)"));
     }
     queue_.push_back(std::move(r));
+    metrics_.queue_depth().Inc();
   }
   cv_.notify_one();
   return f;
@@ -133,6 +134,7 @@ void Batcher::Stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     leftover.swap(queue_);
+    metrics_.queue_depth().Dec(static_cast<double>(leftover.size()));
   }
   for (Request& r : leftover) r.promise.set_value(absl::UnavailableError("the server is stopping"));
 }
@@ -153,6 +155,7 @@ std::vector<Batcher::Request> Batcher::TakeLocked(const BatchDecision& d) {
       rest.push_back(std::move(queue_[i]));
     }
   }
+  metrics_.queue_depth().Dec(static_cast<double>(queue_.size() - rest.size()));
   queue_.swap(rest);
   for (Request& r : dead) out.push_back(std::move(r));
   return out;
@@ -178,10 +181,22 @@ void Batcher::WorkerLoop(int worker) {
           absl::DeadlineExceededError("the deadline expired while the request was queued"));
     }
     batch.resize(d.take.size());
-    if (!batch.empty()) RunBatch(worker, batch, d.bucket);
+    if (!batch.empty()) {
+      RecordTaken(batch, d.rows);
+      RunBatch(worker, batch, d.bucket);
+    }
     lk.lock();
     if (batch.empty() && d.wake_at && !stopping_) cv_.wait_until(lk, *d.wake_at);
   }
+}
+
+void Batcher::RecordTaken(const std::vector<Request>& batch, int64_t rows) {
+  const Clock::time_point now = Clock::now();
+  for (const Request& r : batch) {
+    const std::chrono::duration<double> waited = now - r.item.enqueued;
+    metrics_.queue_duration().Observe(waited.count());
+  }
+  metrics_.batch_size().Observe(static_cast<double>(rows));
 }
 
 void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) {
@@ -198,7 +213,12 @@ void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) 
       status = t.status();
     }
   }
-  if (status.ok()) status = run_(worker, inputs, outputs);
+  if (status.ok()) {
+    const Clock::time_point start = Clock::now();
+    status = run_(worker, inputs, outputs);
+    metrics_.compute_duration(bucket).Observe(
+        std::chrono::duration<double>(Clock::now() - start).count());
+  }
   for (const Tensor& o : outputs) {
     if (status.ok() && policy_.batchable && (o.rank() < 1 || o.dim(0) != bucket)) {
       status = absl::InternalError("an output has no batch dim: cannot split the batch");

@@ -14,11 +14,13 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "base/status.h"
 #include "compiler/ir/tensor.h"
+#include "server/metrics/kiln_metrics.h"
 
 namespace kiln::server {
 
@@ -30,6 +32,7 @@ struct BatchPolicy {
   size_t max_queue_size = 256;
   // False for models whose batch dim is fixed: each request runs alone, unpadded.
   bool batchable = true;
+  std::string model;  // the `model` label of the batcher's metrics
 };
 
 // What DecideBatch sees of a queued request.
@@ -85,14 +88,20 @@ class Batcher {
     std::vector<Tensor> inputs;
     std::promise<Result> promise;
   };
-  Batcher(BatchPolicy policy, BatchRunFn run) : policy_(std::move(policy)), run_(std::move(run)) {}
+  Batcher(BatchPolicy policy, BatchRunFn run)
+      : policy_(std::move(policy)),
+        run_(std::move(run)),
+        metrics_(policy_.model, policy_.buckets) {}
   void WorkerLoop(int worker);
   // Precondition: mu_ held. Pops expired and to-run requests as `decision` says.
   std::vector<Request> TakeLocked(const BatchDecision& decision);
   void RunBatch(int worker, std::vector<Request>& batch, int64_t bucket);
+  // Queue wait of every request in `batch` and the batch's size, as it leaves the queue.
+  void RecordTaken(const std::vector<Request>& batch, int64_t rows);
 
   const BatchPolicy policy_;
   const BatchRunFn run_;
+  metrics::BatcherMetrics metrics_;  // handles resolved once; the children are atomics
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;  // guarded by mu_

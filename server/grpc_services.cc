@@ -1,5 +1,6 @@
 #include "server/grpc_services.h"
 
+#include "server/metrics/kiln_metrics.h"
 #include "server/request_validation.h"
 #include "server/tensor_codec.h"
 
@@ -53,6 +54,15 @@ absl::Status CheckDeadline(std::optional<Clock::time_point> deadline) {
   return absl::OkStatus();
 }
 
+// Records one inference RPC and converts its status. The model label is the requested name
+// only when that model is loaded: names chosen by clients would make the series unbounded.
+grpc::Status Finish(const ModelRegistry& registry, const std::string& model, const char* method,
+                    Clock::time_point start, const absl::Status& s) {
+  const bool known = s.ok() || registry.Find(model, std::nullopt).ok();
+  metrics::RecordRequest(known ? model : "", method, s.code(), Clock::now() - start);
+  return ToGrpcStatus(s);
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
@@ -62,6 +72,8 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
 
 grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::PredictRequest* req,
                                            v1::PredictResponse* resp) {
+  const metrics::InflightRequest inflight;
+  const Clock::time_point start = Clock::now();
   auto run = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(),
                                         VersionOf(req->version())));
@@ -77,12 +89,14 @@ grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::P
     FillOutputs(sig, selected, outputs, req->typed_outputs(), resp->mutable_outputs());
     return absl::OkStatus();
   };
-  return ToGrpcStatus(run());
+  return Finish(registry_, req->model(), "Predict", start, run());
 }
 
 grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
                                                 const v1::BatchPredictRequest* req,
                                                 v1::BatchPredictResponse* resp) {
+  const metrics::InflightRequest inflight;
+  const Clock::time_point start = Clock::now();
   auto run = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(),
                                         VersionOf(req->version())));
@@ -114,7 +128,7 @@ grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
     }
     return absl::OkStatus();
   };
-  return ToGrpcStatus(run());
+  return Finish(registry_, req->model(), "BatchPredict", start, run());
 }
 
 }  // namespace kiln::server

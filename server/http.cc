@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "server/metrics/kiln_metrics.h"
+
 namespace kiln::server {
 
 Readiness CheckReadiness(const ModelRegistry& registry) {
@@ -39,6 +41,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     const Readiness r = CheckReadiness(registry);
     res.status = r.ready ? 200 : 503;
     res.set_content(r.body, "text/plain");
+  });
+  s->server_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics::RenderAll(registry), metrics::kContentType);
   });
   if (!s->server_->bind_to_port(host, port)) {
     return absl::UnavailableError(absl::StrCat("cannot listen on http address ", address));

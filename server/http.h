@@ -1,5 +1,6 @@
-// The HTTP side door: GET /healthz (200 while the process serves) and GET /readyz (200 only
-// when every loaded model is READY, else 503 listing the models that are not, and why).
+// The HTTP side door: GET /healthz (200 while the process serves), GET /readyz (200 only
+// when every loaded model is READY, else 503 listing the models that are not, and why) and
+// GET /metrics (Prometheus text format 0.0.4, server/metrics/kiln_metrics.h).
 // Served by cpp-httplib on its own threads.
 #pragma once
 

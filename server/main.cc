@@ -1,6 +1,6 @@
 // kilnd: the Kiln inference server. Loads the model repository, serves gRPC
-// (InferenceService, ModelService, grpc.health.v1, reflection) and HTTP (/healthz, /readyz),
-// and on SIGTERM/SIGINT drains in-flight requests before it stops.
+// (InferenceService, ModelService, grpc.health.v1, reflection) and HTTP (/healthz, /readyz,
+// /metrics), and on SIGTERM/SIGINT drains in-flight requests before it stops.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>

@@ -1,6 +1,14 @@
 #include "server/model_builder.h"
 
+#include <spdlog/spdlog.h>
+
+#include <optional>
+
+#include "absl/strings/str_join.h"
 #include "compiler/compile.h"
+#include "compiler/onnx/exporter.h"
+#include "compiler/onnx/importer.h"
+#include "compiler/plan/memory_plan.h"
 #include "compiler/shape/infer.h"
 #include "runtime/check/differential.h"
 #include "runtime/reference/interpreter.h"
@@ -37,25 +45,68 @@ absl::StatusOr<check::Divergence> CheckEngine(runtime::Engine& engine, const ref
 struct BucketResult {
   CompiledGraph compiled;
   std::unique_ptr<runtime::Engine> engine;
+  std::string report_json;
 };
+
+}  // namespace
+
+EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
+                      const PipelineOptions& pipeline, int64_t batch) {
+  const WarmupConfig& w = config.warmup;
+  std::string warmup = "off";
+  if (w.enabled) {
+    warmup = absl::StrCat(w.seed, ",", w.rtol, ",", w.atol, ",", w.float_lo, ",", w.float_hi, ",",
+                          w.int_lo, ",", w.int_hi);
+    for (const auto& [name, r] : w.input_ranges) {
+      absl::StrAppend(&warmup, ",", name, ":", r.first, ":", r.second);
+    }
+  }
+  EngineCacheKey key;
+  key.model_hash = cache.model_hash;
+  key.compiler_version = kCompilerVersion;
+  // The level's pass list, not just its number: a registered test pass changes it.
+  key.options = absl::StrCat("O", static_cast<int>(pipeline.level), ";passes=",
+                             absl::StrJoin(PipelinePasses(pipeline.level), ","), ";disabled=",
+                             absl::StrJoin(pipeline.disabled, ","), ";warmup=", warmup);
+  key.device = DeviceFingerprint(config.device);
+  key.batch = batch;
+  return key;
+}
+
+namespace {
+
+// Rebuilds the engine from a cache entry and re-verifies it: one run on the seeded warm-up
+// inputs against the reference outputs stored with it (the reference run is what a hit
+// saves). Any failure means the entry is not used.
+absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
+                                       const ref::TensorMap& feed, const check::Tolerance& tol) {
+  onnx_io::ImportOptions options;
+  options.normalize = false;  // the graph was normalized before it was optimized
+  BucketResult r;
+  ASSIGN_OR_RETURN(r.compiled.graph, onnx_io::ImportModelBytes(e.graph_onnx, options));
+  ASSIGN_OR_RETURN(r.compiled.plan, plan::PlanMemory(*r.compiled.graph, plan::PlanOptions{}));
+  ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, r.compiled));
+  r.report_json = e.report_json;
+  if (!config.warmup.enabled) return r;
+  if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
+  ref::TensorMap want(e.outputs.begin(), e.outputs.end());
+  ASSIGN_OR_RETURN(check::Divergence d, CheckEngine(*r.engine, feed, want, tol));
+  if (!d.ok) return absl::DataLossError("re-verification failed: " + d.message);
+  return r;
+}
 
 // Compile + build + check for one bucket, bisecting and disabling passes on a mismatch.
 // `pipeline.disabled` grows with the passes the bisection names (shared by later buckets).
-absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
-                                         const ModelConfig& config, PipelineOptions& pipeline,
-                                         CheckSummary& check) {
-  std::unique_ptr<Graph> raw = imported.Clone();
-  RETURN_IF_ERROR(shape::Specialize(*raw, batch));
+absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph& raw,
+                                             int64_t batch, const ModelConfig& config,
+                                             const ref::TensorMap& feed, const ref::TensorMap& want,
+                                             PipelineOptions& pipeline, CheckSummary& check) {
   const check::Tolerance tol{config.warmup.rtol, config.warmup.atol};
-  ref::TensorMap feed, want;
-  if (config.warmup.enabled) {
-    ASSIGN_OR_RETURN(feed, check::RandomInputs(*raw, RangesOf(config.warmup)));
-    ASSIGN_OR_RETURN(want, ref::Run(*raw, feed));
-  }
   for (int attempt = 0;; ++attempt) {
     BucketResult r;
     ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, CompileOptions{batch, pipeline, {}}));
     ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, r.compiled));
+    r.report_json = r.compiled.report.ToJson();
     if (!config.warmup.enabled) return r;
     check.ran = true;
     ASSIGN_OR_RETURN(check::Divergence d, CheckEngine(*r.engine, feed, want, tol));
@@ -63,7 +114,7 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
     check.max_rel_err = std::max(check.max_rel_err, d.max_rel_err);
     if (d.ok) return r;
     const std::string where = absl::StrCat("batch ", batch, ": ", d.message);
-    ASSIGN_OR_RETURN(check::BisectResult b, check::BisectPipeline(*raw, pipeline, feed, tol));
+    ASSIGN_OR_RETURN(check::BisectResult b, check::BisectPipeline(raw, pipeline, feed, tol));
     if (b.ok || attempt >= kMaxBisections) {
       check.ok = false;
       check.message = absl::StrCat(
@@ -76,6 +127,77 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
     check.disabled_passes.insert(b.first_bad_pass);
     check.message = absl::StrCat("disabled pass '", b.first_bad_pass, "' (", where, ")");
   }
+}
+
+// The cache entry for a freshly built bucket; nullopt when it could not be re-verified later
+// (an output the file format cannot hold).
+std::optional<EngineCacheEntry> EntryFor(const BucketResult& r, const CheckSummary& check,
+                                         const ModelConfig& config, const ref::TensorMap& want) {
+  EngineCacheEntry e;
+  auto proto = onnx_io::ExportModel(*r.compiled.graph);
+  if (!proto.ok()) return std::nullopt;
+  e.graph_onnx = proto->SerializeAsString();
+  e.report_json = r.report_json;
+  e.disabled_passes = check.disabled_passes;
+  e.check_message = check.message;
+  e.max_abs_err = check.max_abs_err;
+  e.max_rel_err = check.max_rel_err;
+  e.checked = config.warmup.enabled;
+  for (const auto& [name, t] : want) {
+    if (t.dtype() == DType::kString) return std::nullopt;
+    e.outputs.emplace_back(name, t);
+  }
+  return e;
+}
+
+void MergeCachedCheck(const EngineCacheEntry& e, PipelineOptions& pipeline, CheckSummary& check) {
+  check.ran |= e.checked;
+  check.max_abs_err = std::max(check.max_abs_err, e.max_abs_err);
+  check.max_rel_err = std::max(check.max_rel_err, e.max_rel_err);
+  for (const std::string& p : e.disabled_passes) {
+    pipeline.disabled.insert(p);
+    check.disabled_passes.insert(p);
+  }
+  if (!e.check_message.empty()) check.message = e.check_message;
+}
+
+// One bucket: from the cache when it holds a verified entry, else compiled and checked (and
+// then stored).
+absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
+                                         const ModelConfig& config, const CacheContext& cache,
+                                         PipelineOptions& pipeline, CheckSummary& check) {
+  std::unique_ptr<Graph> raw = imported.Clone();
+  RETURN_IF_ERROR(shape::Specialize(*raw, batch));
+  ref::TensorMap feed, want;
+  if (config.warmup.enabled) {
+    ASSIGN_OR_RETURN(feed, check::RandomInputs(*raw, RangesOf(config.warmup)));
+  }
+  EngineCacheKey key;
+  if (cache.cache) {
+    key = CacheKeyFor(cache, config, pipeline, batch);
+    if (auto e = cache.cache->Lookup(key)) {
+      const check::Tolerance tol{config.warmup.rtol, config.warmup.atol};
+      auto r = FromCache(*e, config, feed, tol);
+      if (r.ok()) {
+        MergeCachedCheck(*e, pipeline, check);
+        return r;
+      }
+      spdlog::warn("engine cache: batch {}: {}; rebuilding", batch,
+                   std::string(r.status().message()));
+      cache.cache->Invalidate(key);
+    }
+  }
+  if (config.warmup.enabled) {
+    ASSIGN_OR_RETURN(want, ref::Run(*raw, feed));
+  }
+  ASSIGN_OR_RETURN(BucketResult r,
+                   CompileAndCheck(imported, *raw, batch, config, feed, want, pipeline, check));
+  if (cache.cache) {
+    std::optional<EngineCacheEntry> e = EntryFor(r, check, config, want);
+    absl::Status s = e ? cache.cache->Store(key, std::move(*e)) : absl::OkStatus();
+    if (!s.ok()) spdlog::warn("{}", std::string(s.message()));
+  }
+  return r;
 }
 
 }  // namespace
@@ -109,7 +231,7 @@ absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelCon
 }
 
 absl::StatusOr<BuiltModel> BuildModel(const Graph& imported, const ModelConfig& config,
-                                      const ProgressFn& progress) {
+                                      const ProgressFn& progress, const CacheContext& cache) {
   BuiltModel m;
   ASSIGN_OR_RETURN(m.signature, SignatureOf(imported, config));
   m.buckets = m.signature.batchable ? config.batch_buckets : std::vector<int64_t>{1};
@@ -119,14 +241,14 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& imported, const ModelConfig& 
   m.check.ok = true;
   for (int64_t batch : m.buckets) {
     if (progress) progress(absl::StrCat("compiling and checking batch ", batch));
-    ASSIGN_OR_RETURN(BucketResult r, BuildBucket(imported, batch, config, pipeline, m.check));
+    ASSIGN_OR_RETURN(BucketResult r, BuildBucket(imported, batch, config, cache, pipeline, m.check));
     auto& instances = m.engines[batch];
     for (int i = 1; i < config.instances; ++i) {
       ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, r.compiled));
       instances.push_back(std::move(extra));
     }
     instances.insert(instances.begin(), std::move(r.engine));
-    if (batch == m.buckets.back()) m.report_json = r.compiled.report.ToJson();
+    if (batch == m.buckets.back()) m.report_json = r.report_json;
   }
   for (const auto& [batch, list] : m.engines) {
     for (size_t i = 0; i < m.signature.inputs.size(); ++i) {

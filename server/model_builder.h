@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "compiler/ir/graph.h"
 #include "runtime/engine.h"
+#include "server/engine_cache.h"
 #include "server/model_config.h"
 #include "server/model_signature.h"
 
@@ -40,10 +41,23 @@ struct BuiltModel {
 // Reports progress ("compiling batch 4") while building; may be empty.
 using ProgressFn = std::function<void(const std::string&)>;
 
+// The engine cache for one model file; without a cache every bucket compiles and checks.
+struct CacheContext {
+  EngineCache* cache = nullptr;
+  std::string model_hash;  // ContentHash of the model file's bytes
+};
+
+// The cache key of one bucket: everything that decides what CompileGraph and the warm-up
+// check produce for it (`pipeline` as it stands before this bucket: the config's disabled
+// passes plus those earlier buckets' bisections named).
+EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
+                           const PipelineOptions& pipeline, int64_t batch);
+
 // `config` must be finalized. FAILED_PRECONDITION when the warm-up check still fails after
 // the bisection (the message says why); other errors pass through from the compiler/engine.
 absl::StatusOr<BuiltModel> BuildModel(const Graph& imported, const ModelConfig& config,
-                                      const ProgressFn& progress);
+                                      const ProgressFn& progress,
+                                      const CacheContext& cache = {});
 
 // Inputs of a model by name, dim 0 -1 when batchable (before any engine exists).
 absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelConfig& config);

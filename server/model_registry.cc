@@ -2,7 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
 #include "compiler/onnx/importer.h"
+#include "server/metrics/kiln_metrics.h"
 
 namespace kiln::server {
 
@@ -41,6 +47,7 @@ absl::Status ModelVersion::Start(BuiltModel built) {
   policy.batchable = built_.signature.batchable;
   policy.max_queue_delay = std::chrono::microseconds(config_.max_queue_delay_us);
   policy.max_queue_size = static_cast<size_t>(config_.max_queue_size);
+  policy.model = name_;
   // Worker w owns instance w of every bucket's engines, so no engine runs two batches at once.
   auto run = [this](int worker, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const int64_t bucket = built_.signature.batchable ? in.at(0).dim(0) : built_.buckets[0];
@@ -62,6 +69,22 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
   }
   return batcher_->Enqueue(std::move(inputs), rows, deadline);
 }
+
+namespace {
+
+// The cache keys on the file's bytes, not its path: a re-uploaded model under the same name
+// gets new engines, and a copy of a model under another name shares the cached ones.
+// (External data files are not hashed: such a model's cache entries are keyed on the .onnx
+// only.)
+CacheContext CacheFor(EngineCache* cache, const std::string& path) {
+  if (!cache) return {};
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  if (!in.good() && !in.eof()) return {};
+  return CacheContext{cache, ContentHash(bytes)};
+}
+
+}  // namespace
 
 void ModelRegistry::SetStateListener(StateListener l) { listener_ = std::move(l); }
 
@@ -119,10 +142,16 @@ absl::Status ModelRegistry::LoadVersion(const std::string& name, int64_t version
   spdlog::info("model {} version {}: loading on {}", name, version, mv->config().device);
   absl::Status status = config.status();
   if (status.ok()) {
-    auto graph = onnx_io::ImportModelFile(repository_.ModelPath(name, version));
+    const std::string path = repository_.ModelPath(name, version);
+    auto graph = onnx_io::ImportModelFile(path);
     status = graph.status();
     if (status.ok()) {
-      auto built = BuildModel(**graph, mv->config(), [&](const std::string& p) { mv->SetReason(p); });
+      const CacheContext cache = CacheFor(cache_.get(), path);
+      const auto build_start = std::chrono::steady_clock::now();
+      auto built = BuildModel(**graph, mv->config(),
+                              [&](const std::string& p) { mv->SetReason(p); }, cache);
+      metrics::RecordModelBuild(name, built.ok() ? &built->check : nullptr, built.status(),
+                                build_start);
       status = built.ok() ? mv->Start(std::move(*built)) : built.status();
     }
   }
@@ -158,18 +187,40 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::Find(
 }
 
 absl::Status ModelRegistry::Unload(const std::string& name, std::optional<int64_t> version) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = models_.find(name);
-  if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
-  if (version) {
-    if (it->second.erase(*version) == 0) {
+  std::vector<std::weak_ptr<ModelVersion>> gone;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
+    }
+    for (const auto& [v, mv] : it->second) {
+      if (!version || v == *version) gone.push_back(mv);
+    }
+    if (version && gone.empty()) {
       return absl::NotFoundError(absl::StrCat("model '", name, "' has no loaded version ", *version));
     }
+    if (version) it->second.erase(*version);
+    if (!version || it->second.empty()) models_.erase(it);
+    NotifyLocked(name);
   }
-  if (!version || it->second.empty()) models_.erase(it);
-  NotifyLocked(name);
+  WaitUntilReleased(gone);
   spdlog::info("model {}: unloaded{}", name, version ? absl::StrCat(" version ", *version) : "");
   return absl::OkStatus();
+}
+
+void ModelRegistry::WaitUntilReleased(const std::vector<std::weak_ptr<ModelVersion>>& gone) {
+  // New requests cannot find these versions any more; the ones already holding them finish
+  // on their engines, and the last holder destroys the batcher and engines. Waiting for that
+  // makes UnloadModel return only once the model's memory is free, so a client can reload at
+  // once without two copies alive. Bounded, so a stuck request cannot hang the caller.
+  const auto until = std::chrono::steady_clock::now() + kUnloadWait;
+  for (const auto& w : gone) {
+    while (!w.expired() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (!w.expired()) spdlog::warn("unload: a version is still in use after the wait");
+  }
 }
 
 std::vector<std::shared_ptr<ModelVersion>> ModelRegistry::List() const {

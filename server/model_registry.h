@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -18,6 +19,7 @@
 
 #include "base/status.h"
 #include "server/batcher.h"
+#include "server/engine_cache.h"
 #include "server/model_builder.h"
 #include "server/model_config.h"
 #include "server/model_repository.h"
@@ -72,6 +74,8 @@ class ModelRegistry {
   ~ModelRegistry() { StopAll(); }
 
   void SetStateListener(StateListener l);  // before any load
+  // Before any load; null (the default) compiles every model from scratch.
+  void SetEngineCache(std::shared_ptr<EngineCache> cache) { cache_ = std::move(cache); }
   ModelRepository& repository() { return repository_; }
 
   // Loads every version of every model in the repository (failures stay visible as FAILED).
@@ -83,6 +87,8 @@ class ModelRegistry {
   // newest READY version, else the newest.
   absl::StatusOr<std::shared_ptr<ModelVersion>> Find(const std::string& name,
                                                      std::optional<int64_t> version) const;
+  // Removes the version(s) so no new request finds them, then waits (at most kUnloadWait)
+  // until the requests already using them are done and their engines are freed.
   absl::Status Unload(const std::string& name, std::optional<int64_t> version);
   std::vector<std::shared_ptr<ModelVersion>> List() const;  // by name, then version
   // Stops every batcher (queued requests fail UNAVAILABLE). For shutdown, after draining.
@@ -91,10 +97,14 @@ class ModelRegistry {
  private:
   absl::Status LoadVersion(const std::string& name, int64_t version, const std::string& yaml);
   void NotifyLocked(const std::string& name);  // precondition: mu_ held
+  static void WaitUntilReleased(const std::vector<std::weak_ptr<ModelVersion>>& gone);
+
+  static constexpr std::chrono::seconds kUnloadWait{30};
 
   ModelRepository repository_;
   const ModelConfig defaults_;
   StateListener listener_;
+  std::shared_ptr<EngineCache> cache_;
   std::mutex load_mu_;  // one load at a time: compiling is CPU-bound, and it orders writes
   mutable std::mutex mu_;  // guards models_; never held while compiling
   std::map<std::string, std::map<int64_t, std::shared_ptr<ModelVersion>>> models_;

@@ -94,19 +94,27 @@ class SerialKernel : public CpuKernel {
 };
 
 // Multiply-adds (or elements) a node computes, roughly: below ~256K a second thread's
-// wake-up and barrier cost about what it saves.
+// wake-up and barrier cost about what it saves. MatMuls and convolutions stay serial up to
+// 4M: with passive waiting every parallel region pays a futex wake-up, and the small-M
+// products of a transformer (M = batch x sequence) and the depthwise/7x7 convolutions of a
+// mobile net split too poorly to win it back (measured, 2 threads: bert_tiny b8 p50 -25%,
+// mobilenet_v2 b1 -3%, against 256K).
 bool IsSmallWork(const BuildContext& ctx, const Node& node) {
   constexpr int64_t kSerialWork = 1 << 18;
+  constexpr int64_t kSerialProductWork = 1 << 22;
   const int y = ctx.SlotOf(node.output(0));
   if (y < 0) return false;
   int64_t work = NumElements(ctx.slots[y].shape);
   const int a = ctx.SlotOf(node.input(0)), w = ctx.SlotOf(node.input(1));
   if (node.op_type.find("MatMul") != std::string::npos || node.op_type == "Gemm") {
     if (a >= 0 && !ctx.slots[a].shape.empty()) work *= ctx.slots[a].shape.back();
-  } else if (node.op_type.find("Conv") != std::string::npos) {
+    return work < kSerialProductWork;
+  }
+  if (node.op_type.find("Conv") != std::string::npos) {
     if (w >= 0 && !ctx.slots[w].shape.empty() && ctx.slots[w].shape[0] > 0) {
       work *= NumElements(ctx.slots[w].shape) / ctx.slots[w].shape[0];
     }
+    return work < kSerialProductWork;
   }
   return work < kSerialWork;
 }
@@ -193,7 +201,9 @@ absl::Status CpuEngine::BuildKernels() {
       ++info_.fallback_ops;
       fallback_types.insert(node.domain.empty() ? node.op_type : node.domain + "." + node.op_type);
     }
-    const std::string label = (k->is_fallback() ? "[ref] " : "") + node.op_type + " " + node.name;
+    const int y = ctx_.SlotOf(node.output(0));
+    const std::string label = (k->is_fallback() ? "[ref] " : "") + node.op_type + " " +
+                              node.name + (y < 0 ? "" : " " + ShapeToString(ctx_.slots[y].shape));
     for (auto& p : pre) AddKernel(std::move(p), "(reorder in) " + node.name);
     AddKernel(std::move(k), label);
     for (auto& p : post) AddKernel(std::move(p), "(reorder out) " + node.name);
@@ -284,7 +294,8 @@ absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tenso
   return absl::OkStatus();
 }
 
-// KILN_CPU_PROFILE=1: time every kernel; the engine prints the costliest when destroyed.
+// KILN_CPU_PROFILE=1: time every kernel; the engine prints the costliest (with their output
+// shapes) when destroyed.
 absl::Status CpuEngine::RunKernels(const ExecContext& ec) {
   static const bool profile = std::getenv("KILN_CPU_PROFILE") != nullptr;
   if (!profile) {
@@ -312,7 +323,10 @@ CpuEngine::~CpuEngine() {
   for (double t : profile_ms_) total += t;
   std::fprintf(stderr, "cpu engine profile: %.3f ms/run over %zu kernels\n",
                total / profiled_runs_, kernels_.size());
-  for (size_t i = 0; i < std::min<size_t>(order.size(), 20); ++i) {
+  // KILN_CPU_PROFILE=all lists every kernel, not just the 20 costliest.
+  const char* mode = std::getenv("KILN_CPU_PROFILE");
+  const bool all = mode && std::strcmp(mode, "all") == 0;
+  for (size_t i = 0; i < std::min<size_t>(order.size(), all ? order.size() : 20); ++i) {
     std::fprintf(stderr, "  %8.3f ms  %s\n", profile_ms_[order[i]] / profiled_runs_,
                  labels_[order[i]].c_str());
   }

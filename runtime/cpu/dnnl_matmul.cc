@@ -2,7 +2,10 @@
 // (operands are padded to the output's rank with leading 1s); transposes are strides; a
 // constant B is prepacked into the primitive's layout once (scaled by alpha when needed); a
 // constant C becomes the bias (scaled by beta), a runtime C and residual Adds become binary
-// post-ops that read their operands where they are (no copy).
+// post-ops that read their operands where they are (no copy). A batch of rows times one
+// matrix is described as a single 2-D product (see Views).
+#include <algorithm>
+
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/dnnl_post_ops.h"
@@ -56,6 +59,59 @@ Tensor Scaled(const Tensor& t, float s) {
   return c;
 }
 
+// The shapes the product is described with. A product whose B is one matrix (rank 2, or
+// leading 1s) and whose other operands repeat per row or not at all runs as one 2-D product
+// over all rows of A: oneDNN then packs B once and blocks M = batch x rows, instead of
+// looping over batches of a few rows with B unpacked (bert's [8,16,64] x [64,64]).
+struct Views {
+  bool flat = false;
+  std::vector<int64_t> y;       // the output's shape as described to oneDNN
+  std::vector<int64_t> y_full;  // the output's real shape
+  // An operand's shape as described: itself, or its 2-D view when flat (A, C and residuals;
+  // B is its last two dims).
+  std::vector<int64_t> Of(const std::vector<int64_t>& s) const {
+    if (!flat) return s;
+    memory::dims d = PadTo(s, y_full.size());
+    const int64_t last = d.back();
+    d.pop_back();
+    const bool repeated = std::all_of(d.begin(), d.end(), [](int64_t x) { return x == 1; });
+    return {repeated ? 1 : y[0], last};
+  }
+};
+
+// Whether `s` padded to `y`'s rank has its dims before the last `trailing` all 1 (`ones`)
+// or equal to y's.
+bool LeadingMatch(const std::vector<int64_t>& s, const std::vector<int64_t>& y, bool ones,
+                  size_t trailing = 1) {
+  if (s.size() > y.size()) return false;
+  memory::dims d = PadTo(s, y.size());
+  for (size_t i = 0; i + trailing < d.size(); ++i) {
+    if (d[i] != (ones ? 1 : y[i])) return false;
+  }
+  return true;
+}
+
+Views MakeViews(const BuildContext& ctx, const Node& node, bool trans_a) {
+  Views v;
+  v.y = v.y_full = ctx.slots[ctx.SlotOf(node.output(0))].shape;
+  if (trans_a || v.y.size() < 3 || node.inputs.size() < 2 || NumElements(v.y) == 0) return v;
+  const std::vector<int64_t>& as = ctx.slots[ctx.SlotOf(node.input(0))].shape;
+  const std::vector<int64_t>& bs = ctx.slots[ctx.SlotOf(node.input(1))].shape;
+  if (as.size() < 2 || bs.size() < 2 || !LeadingMatch(as, v.y, false) ||
+      !LeadingMatch(bs, v.y, true, 2)) {
+    return v;
+  }
+  for (size_t i = 2; i < node.inputs.size(); ++i) {
+    const int s = ctx.SlotOf(node.input(i));
+    if (s < 0) continue;
+    const std::vector<int64_t>& cs = ctx.slots[s].shape;
+    if (!LeadingMatch(cs, v.y, true) && !LeadingMatch(cs, v.y, false)) return v;
+  }
+  v.flat = true;
+  v.y = {NumElements(v.y_full) / v.y_full.back(), v.y_full.back()};
+  return v;
+}
+
 std::optional<MatMulSpec> ReadSpec(const Node& node) {
   MatMulSpec s;
   const bool fused = node.domain == kKilnDomain && node.op_type == "FusedMatMul";
@@ -91,10 +147,10 @@ struct Epilogue {
   std::optional<Tensor> bias;
 };
 
-bool AddBinary(BuildContext& ctx, const Value* v, const std::vector<int64_t>& ys, Epilogue& e) {
+bool AddBinary(BuildContext& ctx, const Value* v, const Views& views, Epilogue& e) {
   const int slot = ctx.SlotOf(v);
   if (slot < 0) return false;
-  std::optional<memory::desc> md = BroadcastMd(ctx.slots[slot].shape, ys);
+  std::optional<memory::desc> md = BroadcastMd(views.Of(ctx.slots[slot].shape), views.y);
   if (!md) return false;
   e.po.append_binary(dnnl::algorithm::binary_add, *md);
   e.binary.push_back({slot, *md});
@@ -102,21 +158,21 @@ bool AddBinary(BuildContext& ctx, const Value* v, const std::vector<int64_t>& ys
 }
 
 std::optional<Epilogue> ReadEpilogue(BuildContext& ctx, const Node& node, const MatMulSpec& spec,
-                                     const std::vector<int64_t>& ys) {
+                                     const Views& views) {
   Epilogue e;
   const Value* c = node.input(2);
   if (c && c->is_constant()) {
-    std::optional<memory::desc> md = BroadcastMd(ctx.slots[ctx.SlotOf(c)].shape, ys);
+    std::optional<memory::desc> md = BroadcastMd(views.Of(ctx.slots[ctx.SlotOf(c)].shape), views.y);
     if (!md) return std::nullopt;
     e.bias = spec.beta == 1.f ? *c->constant : Scaled(*c->constant, spec.beta);
     e.bias_md = *md;
-  } else if (c && (spec.beta != 1.f || !AddBinary(ctx, c, ys, e))) {
+  } else if (c && (spec.beta != 1.f || !AddBinary(ctx, c, views, e))) {
     return std::nullopt;
   }
   size_t next_residual = 3;
   for (const auto& s : spec.steps) {
     if (s.op == "Add") {
-      if (!AddBinary(ctx, node.input(next_residual++), ys, e)) return std::nullopt;
+      if (!AddBinary(ctx, node.input(next_residual++), views, e)) return std::nullopt;
     } else if (!AppendActivation(e.po, s)) {
       return std::nullopt;
     }
@@ -127,9 +183,11 @@ std::optional<Epilogue> ReadEpilogue(BuildContext& ctx, const Node& node, const 
 // Binds the operands that live in slots (and the scratchpad) to the primitive.
 void BindSlots(BuildContext& ctx, const Operands& op, const dnnl::matmul::primitive_desc& pd,
                const memory::desc& a_md, const memory::desc& y_md, const Epilogue& e,
-               DnnlCall& call) {
+               bool flat, DnnlCall& call) {
   call.Arg(DNNL_ARG_SRC, a_md, ctx.ReadAs(op.a, ctx.PlainMd(op.a)), ctx.engine);
-  call.Arg(DNNL_ARG_DST, y_md, ctx.WriteAs(op.y, y_md), ctx.engine);
+  // A flattened output is the plain output seen as 2-D: written in place.
+  const int dst = ctx.WriteAs(op.y, flat ? ctx.PlainMd(op.y) : y_md);
+  call.Arg(DNNL_ARG_DST, y_md, dst, ctx.engine);
   // Binary post-ops are numbered by their position in the whole chain.
   size_t i = 0;
   for (int p = 0; p < e.po.len() && i < e.binary.size(); ++p) {
@@ -162,12 +220,16 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
   }
   Operands op{ctx.SlotOf(node.input(0)), ctx.SlotOf(node.input(1)), ctx.SlotOf(node.input(2)),
               ctx.SlotOf(node.output(0))};
-  const std::vector<int64_t> ys = ctx.slots[op.y].shape;
-  if (!ShapesSupported(ctx.slots[op.a].shape, ctx.slots[op.b].shape, ys, *spec)) return nullptr;
+  const Views views = MakeViews(ctx, node, spec->trans_a);
+  const std::vector<int64_t>& ys = views.y;
+  const std::vector<int64_t> as = views.Of(ctx.slots[op.a].shape);
+  std::vector<int64_t> bs = ctx.slots[op.b].shape;
+  if (views.flat) bs.erase(bs.begin(), bs.end() - 2);
+  if (!ShapesSupported(as, bs, ys, *spec)) return nullptr;
   const Value* bv = node.input(1);
   if (spec->alpha != 1.f && !bv->is_constant()) return nullptr;
-  memory::dims ad = PadTo(ctx.slots[op.a].shape, ys.size());
-  memory::dims bd = PadTo(ctx.slots[op.b].shape, ys.size());
+  memory::dims ad = PadTo(as, ys.size());
+  memory::dims bd = PadTo(bs, ys.size());
   if (spec->trans_a) std::swap(ad[0], ad[1]);
   if (spec->trans_b) std::swap(bd[0], bd[1]);
   const memory::desc a_md = OperandMd(ad, spec->trans_a), b_store = OperandMd(bd, spec->trans_b);
@@ -176,7 +238,7 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
       bv->is_constant() ? memory::desc(bd, memory::data_type::f32, memory::format_tag::any)
                         : b_store;
   const memory::desc y_md(ToDims(ys), memory::data_type::f32, PlainTag(ys.size()));
-  std::optional<Epilogue> e = ReadEpilogue(ctx, node, *spec, ys);
+  std::optional<Epilogue> e = ReadEpilogue(ctx, node, *spec, views);
   if (!e) return nullptr;
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -203,7 +265,7 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
     if (!bm.ok()) return nullptr;
     k->call_.Owned(DNNL_ARG_BIAS, *bm);
   }
-  BindSlots(ctx, op, pd, a_md, y_md, *e, k->call_);
+  BindSlots(ctx, op, pd, a_md, y_md, *e, views.flat, k->call_);
   return k;
 }
 

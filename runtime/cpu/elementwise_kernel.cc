@@ -1,6 +1,7 @@
 // ai.kiln.FusedElementwise programs and single ai.onnx element-wise ops (float32), as one
 // tiled loop: the output is walked in tiles along its innermost dim; each input tile is read
-// in place (contiguous), splatted (broadcast) or gathered (strided); the instructions run
+// in place (contiguous), splatted (broadcast) or gathered (strided); rows shorter than a
+// quarter tile are packed several to a tile; the instructions run
 // tile by tile over small register buffers, in loops simple enough to vectorize. Reading a
 // tile completes before its output tile is written, so an in-place plan (out == in) is safe.
 #include <cmath>
@@ -47,7 +48,8 @@ float AttrF(const std::map<std::string, Attribute>& attrs, const char* k, float 
   return it == attrs.end() ? dflt : it->second.f;
 }
 
-void Unary(Op op, const float* a, float* y, int64_t n, float alpha, float beta) {
+KILN_VECTOR_CLONES void Unary(Op op, const float* a, float* y, int64_t n, float alpha,
+                              float beta) {
   switch (op) {
     case Op::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
     case Op::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(a[i]); break;
@@ -74,7 +76,7 @@ void Unary(Op op, const float* a, float* y, int64_t n, float alpha, float beta) 
   }
 }
 
-void Binary(Op op, const float* a, const float* b, float* y, int64_t n) {
+KILN_VECTOR_CLONES void Binary(Op op, const float* a, const float* b, float* y, int64_t n) {
   switch (op) {
     case Op::kAdd: for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i]; break;
     case Op::kSub: for (int64_t i = 0; i < n; ++i) y[i] = a[i] - b[i]; break;
@@ -97,6 +99,7 @@ void ClipTile(const float* x, const float* lo, const float* hi, float* y, int64_
 struct Operand {
   int slot;
   std::vector<int64_t> strides;  // element strides in the output's index space (0: broadcast)
+  bool dense = false;            // laid out exactly like the output (same linear offsets)
 };
 
 class ElementwiseKernel : public CpuKernel {
@@ -118,9 +121,23 @@ class ElementwiseKernel : public CpuKernel {
     float* y = static_cast<float*>(ctx.ptrs[out_]);
     std::fill(index_.begin(), index_.end(), 0);
     std::fill(offsets_.begin(), offsets_.end(), 0);
-    for (int64_t row = 0; row < total / inner_; ++row) {
+    const int64_t rows = total / inner_;
+    if (inner_ <= kTile / 4) {
+      // Short rows (attention scores, [.., 16]): a tile spans whole rows, so the program
+      // is dispatched once per kTile elements, not once per row.
+      const int64_t per = kTile / inner_;
+      for (int64_t r0 = 0; r0 < rows; r0 += per) {
+        const int64_t k = std::min(per, rows - r0);
+        LoadRows(ctx, r0, k);
+        Compute(y + r0 * inner_, k * inner_);
+      }
+      return absl::OkStatus();
+    }
+    for (int64_t row = 0; row < rows; ++row) {
       for (int64_t t0 = 0; t0 < inner_; t0 += kTile) {
-        RunTile(ctx, y + row * inner_ + t0, t0, std::min(kTile, inner_ - t0));
+        const int64_t n = std::min(kTile, inner_ - t0);
+        LoadInputs(ctx, t0, n);
+        Compute(y + row * inner_ + t0, n);
       }
       Advance();
     }
@@ -144,8 +161,33 @@ class ElementwiseKernel : public CpuKernel {
     }
   }
 
-  void RunTile(const ExecContext& ctx, float* y, int64_t t0, int64_t n) {
-    LoadInputs(ctx, t0, n);
+  // Rows [r0, r0 + count) of every input: in place when the input is laid out like the
+  // output, else row by row into its register (advancing the row odometer).
+  void LoadRows(const ExecContext& ctx, int64_t r0, int64_t count) {
+    for (size_t k = 0; k < in_.size(); ++k) {
+      const float* base = static_cast<const float*>(ctx.ptrs[in_[k].slot]);
+      ptrs_[k] = in_[k].dense ? base + r0 * inner_ : Reg(k);
+    }
+    for (int64_t r = 0; r < count; ++r) {
+      for (size_t k = 0; k < in_.size(); ++k) {
+        if (in_[k].dense) continue;
+        const float* src = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + offsets_[k];
+        const int64_t s = in_[k].strides.back();
+        float* dst = Reg(k) + r * inner_;
+        if (s == 1) {
+          std::memcpy(dst, src, inner_ * sizeof(float));
+        } else if (s == 0) {
+          std::fill(dst, dst + inner_, *src);
+        } else {
+          for (int64_t i = 0; i < inner_; ++i) dst[i] = src[i * s];
+        }
+      }
+      Advance();
+    }
+  }
+
+  // Runs the program over `n` loaded elements; the last result goes to `y`.
+  void Compute(float* y, int64_t n) {
     for (size_t i = 0; i < prog_.size(); ++i) {
       const Instr& ins = prog_[i];
       const size_t r = in_.size() + i;
@@ -248,7 +290,7 @@ std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& 
     if (s < 0 || ctx.slots[s].dtype != DType::kFloat32) return nullptr;
     std::optional<std::vector<int64_t>> strides = BroadcastStrides(ctx.slots[s].shape, shape);
     if (!strides) return nullptr;
-    in.push_back({s, *strides});
+    in.push_back({s, *strides, NumElements(ctx.slots[s].shape) == NumElements(shape)});
   }
   for (const Instr& i : *prog) {
     for (int a : i.args) {

@@ -8,6 +8,26 @@
 namespace kiln::cpu {
 namespace {
 
+// Below this expf returns +0 (round to nearest), but glibc takes a slow path to say so
+// (errno, flags); masked attention scores land here by the thousand. Same result, directly.
+constexpr float kExpUnderflow = -104.f;
+
+inline float ExpOrZero(float d) { return d < kExpUnderflow ? 0.f : std::exp(d); }
+
+// One line of `n` elements `s` apart; `x` may equal `y`. The max is a compare, not fmaxf
+// (a libm call): both skip NaN the same way, m starting at -inf.
+KILN_VECTOR_CLONES void SoftmaxLine(const float* x, float* y, int64_t n, int64_t s) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = x[j * s] > m ? x[j * s] : m;
+  float sum = 0.f;
+  for (int64_t j = 0; j < n; ++j) {
+    y[j * s] = ExpOrZero(x[j * s] - m);
+    sum += y[j * s];
+  }
+  const float inv = 1.f / sum;
+  for (int64_t j = 0; j < n; ++j) y[j * s] *= inv;
+}
+
 class SoftmaxKernel : public CpuKernel {
  public:
   SoftmaxKernel(int in, int out, int64_t outer, int64_t n, int64_t inner)
@@ -16,26 +36,16 @@ class SoftmaxKernel : public CpuKernel {
   absl::Status Run(const ExecContext& ctx) override {
     const float* x = static_cast<const float*>(ctx.ptrs[in_]);
     float* y = static_cast<float*>(ctx.ptrs[out_]);
-    for (int64_t o = 0; o < outer_; ++o) {
-      for (int64_t i = 0; i < inner_; ++i) Line(x + o * n_ * inner_ + i, y + o * n_ * inner_ + i);
+    const int64_t lines = outer_ * inner_, n = n_, inner = inner_;
+#pragma omp parallel for if (lines * n >= kParallelElements && lines > 1)
+    for (int64_t l = 0; l < lines; ++l) {
+      const int64_t base = (l / inner) * n * inner + l % inner;
+      SoftmaxLine(x + base, y + base, n, inner);
     }
     return absl::OkStatus();
   }
 
  private:
-  void Line(const float* x, float* y) const {
-    const int64_t s = inner_;
-    float m = -INFINITY;
-    for (int64_t j = 0; j < n_; ++j) m = std::fmax(m, x[j * s]);
-    float sum = 0.f;
-    for (int64_t j = 0; j < n_; ++j) {
-      y[j * s] = std::exp(x[j * s] - m);
-      sum += y[j * s];
-    }
-    const float inv = 1.f / sum;
-    for (int64_t j = 0; j < n_; ++j) y[j * s] *= inv;
-  }
-
   int in_, out_;
   int64_t outer_, n_, inner_;
 };

@@ -1,0 +1,199 @@
+#include "loadtest/driver.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::load {
+// Go's codes.Code.String(): the names ghz reports, so its tooling reads ours.
+const char* GoCodeName(int code) {
+  static const char* kNames[] = {"OK", "Canceled", "Unknown", "InvalidArgument",
+                                 "DeadlineExceeded", "NotFound", "AlreadyExists",
+                                 "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+                                 "Aborted", "OutOfRange", "Unimplemented", "Internal",
+                                 "Unavailable", "DataLoss", "Unauthenticated"};
+  return code >= 0 && code < 17 ? kNames[code] : "Unknown";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One call in flight; its address is the CompletionQueue tag.
+struct Call {
+  grpc::ClientContext ctx;
+  v1::PredictResponse predict_resp;
+  v1::BatchPredictResponse batch_resp;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::PredictResponse>> predict;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::BatchPredictResponse>> batch;
+  grpc::Status status;
+  Clock::time_point start;  // the scheduled time (open loop) or the send time (closed loop)
+};
+
+// What every thread shares: the plan and the closed loop's request counter.
+struct Shared {
+  const Options& options;
+  const RequestPool& pool;
+  int64_t total;                 // 0: until `end`
+  Clock::time_point begin, end;  // end is meaningful only when total == 0
+  std::atomic<int64_t> issued{0};
+};
+
+class Worker {
+ public:
+  Worker(Shared& shared, int index, int threads)
+      : shared_(shared), index_(index), threads_(threads) {
+    const int c = shared.options.concurrency;
+    cap_ = c / threads + (index < c % threads ? 1 : 0);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    // A distinct argument per thread keeps gRPC from sharing one subchannel (one TCP
+    // connection) between the threads' channels.
+    args.SetInt("kiln.load.connection", index);
+    channel_ = grpc::CreateCustomChannel(shared.options.target, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::InferenceService::NewStub(channel_);
+  }
+
+  void Run();
+  RunResult& result() { return result_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  Clock::time_point last_done() const { return last_done_; }
+
+ private:
+  std::optional<Clock::time_point> NextDue(Clock::time_point now) const;
+  bool Take();
+  void Issue(Clock::time_point start);
+  void Complete(Call* call);
+
+  Shared& shared_;
+  const int index_, threads_;
+  int cap_ = 1;
+  int64_t inflight_ = 0;
+  int64_t ticket_ = 0;  // open loop: this thread's next ticket is index_ + ticket_ * threads_
+  uint64_t sent_ = 0;   // picks the pool entry
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::InferenceService::Stub> stub_;
+  grpc::CompletionQueue cq_;
+  RunResult result_;
+  Clock::time_point last_done_{};
+};
+
+// When this thread's next request is due, or nullopt once it has none left to send.
+std::optional<Clock::time_point> Worker::NextDue(Clock::time_point now) const {
+  const Shared& s = shared_;
+  if (s.options.rps <= 0) {  // closed loop: now, while there is budget
+    if (s.total > 0) return s.issued.load(std::memory_order_relaxed) < s.total ? std::optional(now) : std::nullopt;
+    return now < s.end ? std::optional(now) : std::nullopt;
+  }
+  const int64_t n = index_ + ticket_ * threads_;
+  if (s.total > 0 && n >= s.total) return std::nullopt;
+  const auto due = s.begin + std::chrono::nanoseconds(static_cast<int64_t>(n * 1e9 / s.options.rps));
+  if (s.total == 0 && due >= s.end) return std::nullopt;
+  return due;
+}
+
+// Claims the request NextDue announced (the closed loop's counter is shared).
+bool Worker::Take() {
+  if (shared_.options.rps > 0) {
+    ++ticket_;
+    return true;
+  }
+  if (shared_.total == 0) return true;
+  return shared_.issued.fetch_add(1, std::memory_order_relaxed) < shared_.total;
+}
+
+void Worker::Issue(Clock::time_point start) {
+  auto* call = new Call;
+  call->start = start;
+  call->ctx.set_deadline(std::chrono::system_clock::now() + shared_.options.timeout);
+  const RequestPool& pool = shared_.pool;
+  if (shared_.options.call == "batch_predict") {
+    call->batch = stub_->AsyncBatchPredict(&call->ctx, pool.batch[sent_ % pool.batch.size()], &cq_);
+    call->batch->Finish(&call->batch_resp, &call->status, call);
+  } else {
+    call->predict = stub_->AsyncPredict(&call->ctx, pool.predict[sent_ % pool.predict.size()], &cq_);
+    call->predict->Finish(&call->predict_resp, &call->status, call);
+  }
+  ++sent_;
+  ++inflight_;
+}
+
+void Worker::Complete(Call* call) {
+  std::unique_ptr<Call> owned(call);
+  last_done_ = Clock::now();
+  --inflight_;
+  result_.latencies_ns.push_back(std::chrono::nanoseconds(last_done_ - call->start).count());
+  const grpc::StatusCode code = call->status.error_code();
+  ++result_.codes[code];
+  if (code != grpc::StatusCode::OK) {
+    ++result_.errors[absl::StrCat("rpc error: code = ", GoCodeName(static_cast<int>(code)),
+                                  " desc = ", call->status.error_message())];
+  }
+}
+
+// Sends whatever is due (up to the in-flight cap), then waits for an answer or for the next
+// due time, whichever comes first; ends when nothing is left to send or to receive.
+void Worker::Run() {
+  const bool open = shared_.options.rps > 0;
+  while (true) {
+    std::optional<Clock::time_point> due = NextDue(Clock::now());
+    while (due && inflight_ < cap_ && *due <= Clock::now()) {
+      if (!Take()) {
+        due.reset();
+        break;
+      }
+      Issue(open ? *due : Clock::now());
+      due = NextDue(Clock::now());
+    }
+    if (!due && inflight_ == 0) break;
+    // Closed loop or at the cap: only an answer can make progress, so wait without a limit.
+    const auto wake = (due && inflight_ < cap_) ? *due : Clock::now() + std::chrono::hours(1);
+    void* tag = nullptr;
+    bool ok = false;
+    const auto st = cq_.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + (wake - Clock::now()));
+    if (st == grpc::CompletionQueue::GOT_EVENT) Complete(static_cast<Call*>(tag));
+    if (st == grpc::CompletionQueue::SHUTDOWN) break;
+  }
+  cq_.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq_.Next(&tag, &ok)) {}
+}
+
+}  // namespace
+
+RunResult RunPhase(const Options& options, int64_t total, std::chrono::nanoseconds duration,
+                   const RequestPool& pool) {
+  const int threads = std::max(1, std::min(options.threads, options.concurrency));
+  Shared shared{options, pool, total, {}, {}};
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < threads; ++i) workers.push_back(std::make_unique<Worker>(shared, i, threads));
+  for (auto& w : workers) {  // connect first, so the first calls do not pay for the handshake
+    (void)w->channel()->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+  shared.begin = Clock::now();
+  shared.end = shared.begin + duration;
+  std::vector<std::thread> running;
+  for (auto& w : workers) running.emplace_back([&w] { w->Run(); });
+  for (auto& t : running) t.join();
+  RunResult merged;
+  Clock::time_point last = shared.begin;
+  for (auto& w : workers) {
+    RunResult& r = w->result();
+    merged.latencies_ns.insert(merged.latencies_ns.end(), r.latencies_ns.begin(), r.latencies_ns.end());
+    for (auto& [code, n] : r.codes) merged.codes[code] += n;
+    for (auto& [msg, n] : r.errors) merged.errors[msg] += n;
+    last = std::max(last, w->last_done());
+  }
+  merged.total = last - shared.begin;
+  return merged;
+}
+
+}  // namespace kiln::load

@@ -1,0 +1,23 @@
+// Summaries of a run: the text kiln-load prints and ghz's JSON report.
+#pragma once
+
+#include <string>
+
+#include "loadtest/driver.h"
+
+namespace kiln::load {
+
+// Sorts the latencies (the report functions need them sorted).
+void Finalize(RunResult& result);
+
+// Nearest-rank percentile of sorted latencies, 0 when there are none.
+int64_t Percentile(const std::vector<int64_t>& sorted_ns, double pct);
+
+// count, rps, p50/p90/p95/p99/p99.9, max, errors by code; human-readable.
+std::string TextReport(const RunResult& result);
+
+// ghz's report fields: count, total, average, fastest, slowest, rps (durations in ns),
+// latencyDistribution, histogram, statusCodeDistribution, errorDistribution.
+std::string GhzJson(const RunResult& result, const Options& options);
+
+}  // namespace kiln::load

@@ -1,0 +1,322 @@
+#include "server/engine_cache.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+namespace kiln::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'C', '\0', '\1'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kChecksumBytes = 32;  // the hex ContentHash of everything before it
+
+// The splitmix64 finalizer: every input bit affects every output bit.
+uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+// Appends little-endian scalars and length-prefixed strings.
+class Writer {
+ public:
+  void U32(uint32_t v) { Raw(&v, sizeof v); }
+  void I64(int64_t v) { Raw(&v, sizeof v); }
+  void F64(double v) { Raw(&v, sizeof v); }
+  void Str(std::string_view s) {
+    I64(static_cast<int64_t>(s.size()));
+    out.append(s.data(), s.size());
+  }
+  void Raw(const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+  std::string out;
+};
+
+// Reads what Writer wrote; every read is bounds-checked so a truncated file fails cleanly.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool U32(uint32_t& v) { return Raw(&v, sizeof v); }
+  bool I64(int64_t& v) { return Raw(&v, sizeof v); }
+  bool F64(double& v) { return Raw(&v, sizeof v); }
+  bool Str(std::string& s) {
+    int64_t n = 0;
+    if (!I64(n) || n < 0 || static_cast<uint64_t>(n) > in_.size() - pos_) return false;
+    s.assign(in_.substr(pos_, n));
+    pos_ += n;
+    return true;
+  }
+  bool Raw(void* p, size_t n) {
+    if (n > in_.size() - pos_) return false;
+    std::memcpy(p, in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+void WriteTensor(Writer& w, const std::string& name, const Tensor& t) {
+  w.Str(name);
+  w.U32(static_cast<uint32_t>(t.dtype()));
+  w.U32(static_cast<uint32_t>(t.rank()));
+  for (int64_t d : t.shape()) w.I64(d);
+  w.Str(std::string_view(static_cast<const char*>(t.raw()), t.nbytes()));
+}
+
+bool ReadTensor(Reader& r, std::string& name, Tensor& t) {
+  uint32_t dtype = 0, rank = 0;
+  if (!r.Str(name) || !r.U32(dtype) || !r.U32(rank) || rank > 16) return false;
+  std::vector<int64_t> shape(rank);
+  for (int64_t& d : shape) {
+    if (!r.I64(d) || d < 0) return false;
+  }
+  std::string bytes;
+  if (!r.Str(bytes)) return false;
+  t = Tensor(static_cast<DType>(dtype), shape);
+  if (t.nbytes() != bytes.size()) return false;
+  std::memcpy(t.raw_mutable(), bytes.data(), bytes.size());
+  return true;
+}
+
+absl::Status Corrupt(const std::string& why) {
+  return absl::DataLossError("engine cache entry: " + why);
+}
+
+}  // namespace
+
+std::string ContentHash(std::string_view bytes) {
+  // Two 64-bit lanes over 8-byte words, each word pre-mixed, lanes crossed at the end; the
+  // length goes into the finalization so a prefix never hashes like the whole.
+  uint64_t h1 = 0x9e3779b97f4a7c15ULL, h2 = 0xc2b2ae3d27d4eb4fULL;
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    h1 = Rotl(h1 ^ Mix64(w), 27) * 0x87c37b91114253d5ULL + 0x52dce729;
+    h2 = Rotl(h2 ^ Mix64(w + 0x4cf5ad432745937fULL), 31) * 0x4cf5ad432745937fULL + 0x38495ab5;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  h1 = Mix64(h1 ^ Mix64(tail) ^ bytes.size());
+  h2 = Mix64(h2 ^ Mix64(tail ^ 0xff51afd7ed558ccdULL) ^ Rotl(bytes.size(), 32));
+  h1 += h2;
+  h2 += h1;
+  char hex[33];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h1),
+                static_cast<unsigned long long>(h2));
+  return hex;
+}
+
+std::string DeviceFingerprint(const std::string& device) {
+  if (device != "cpu") return device;
+  // oneDNN dispatches on these flags at primitive creation, and prepacked layouts depend on
+  // them; the model name is not enough (VMs mask flags).
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) return "cpu:" + ContentHash(line).substr(0, 16);
+  }
+  return "cpu:unknown";
+}
+
+std::string EngineCacheKey::ToString() const {
+  std::ostringstream os;
+  os << "model=" << model_hash << ";compiler=" << compiler_version << ";options=" << options
+     << ";device=" << device << ";batch=" << batch;
+  return os.str();
+}
+
+size_t EngineCacheEntry::ApproxBytes() const {
+  size_t n = graph_onnx.size() + report_json.size() + check_message.size();
+  for (const auto& [name, t] : outputs) n += name.size() + t.nbytes();
+  return n;
+}
+
+std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& e) {
+  Writer w;
+  w.Raw(kMagic, sizeof kMagic);
+  w.U32(kFormatVersion);
+  w.Str(key.ToString());
+  w.Str(e.graph_onnx);
+  w.Str(e.report_json);
+  w.U32(static_cast<uint32_t>(e.disabled_passes.size()));
+  for (const std::string& p : e.disabled_passes) w.Str(p);
+  w.Str(e.check_message);
+  w.F64(e.max_abs_err);
+  w.F64(e.max_rel_err);
+  w.U32(e.checked ? 1 : 0);
+  w.U32(static_cast<uint32_t>(e.outputs.size()));
+  for (const auto& [name, t] : e.outputs) WriteTensor(w, name, t);
+  w.out += ContentHash(w.out);
+  return std::move(w.out);
+}
+
+absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
+                                             const EngineCacheKey& expected) {
+  if (bytes.size() < sizeof kMagic + kChecksumBytes ||
+      std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    return Corrupt("not a Kiln engine cache file");
+  }
+  const std::string_view body = bytes.substr(0, bytes.size() - kChecksumBytes);
+  if (ContentHash(body) != bytes.substr(body.size())) return Corrupt("checksum mismatch");
+  Reader r(body.substr(sizeof kMagic));
+  uint32_t version = 0, n = 0, checked = 0;
+  std::string key;
+  if (!r.U32(version) || version != kFormatVersion) return Corrupt("other format version");
+  if (!r.Str(key)) return Corrupt("truncated key");
+  if (key != expected.ToString()) return Corrupt("stale key '" + key + "'");
+  EngineCacheEntry e;
+  if (!r.Str(e.graph_onnx) || !r.Str(e.report_json) || !r.U32(n)) return Corrupt("truncated");
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string p;
+    if (!r.Str(p)) return Corrupt("truncated pass list");
+    e.disabled_passes.insert(std::move(p));
+  }
+  if (!r.Str(e.check_message) || !r.F64(e.max_abs_err) || !r.F64(e.max_rel_err) ||
+      !r.U32(checked) || !r.U32(n)) {
+    return Corrupt("truncated check result");
+  }
+  e.checked = checked != 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string name;
+    Tensor t;
+    if (!ReadTensor(r, name, t)) return Corrupt("bad output tensor");
+    e.outputs.emplace_back(std::move(name), std::move(t));
+  }
+  if (!r.done()) return Corrupt("trailing bytes");
+  return e;
+}
+
+EngineCache::EngineCache(std::string dir, size_t memory_budget_bytes)
+    : dir_(std::move(dir)), budget_(memory_budget_bytes) {
+  if (!dir_.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) spdlog::warn("engine cache: cannot create {}: {}", dir_, ec.message());
+  }
+}
+
+std::string EngineCache::PathOf(const EngineCacheKey& key) const {
+  if (dir_.empty()) return "";
+  return (fs::path(dir_) / (ContentHash(key.ToString()) + ".kec")).string();
+}
+
+EngineCache::Stats EngineCache::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void EngineCache::RememberLocked(const std::string& id,
+                                 std::shared_ptr<const EngineCacheEntry> e) {
+  auto old = memory_.find(id);
+  if (old != memory_.end()) {
+    memory_bytes_ -= old->second->ApproxBytes();
+    memory_.erase(old);
+    order_.remove(id);
+  }
+  // An entry above the whole budget (a large model's graph) would only double that model's
+  // resident memory; it is served from disk instead.
+  if (e->ApproxBytes() > budget_) return;
+  memory_bytes_ += e->ApproxBytes();
+  memory_[id] = std::move(e);
+  order_.push_back(id);
+  while (memory_bytes_ > budget_) {
+    auto victim = memory_.find(order_.front());
+    memory_bytes_ -= victim->second->ApproxBytes();
+    memory_.erase(victim);
+    order_.pop_front();
+  }
+}
+
+std::shared_ptr<const EngineCacheEntry> EngineCache::Lookup(const EngineCacheKey& key) {
+  const std::string id = key.ToString();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = memory_.find(id);
+    if (it != memory_.end()) {
+      ++stats_.memory_hits;
+      return it->second;
+    }
+  }
+  const std::string path = PathOf(key);
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.misses;
+    return nullptr;
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  auto entry = DecodeEntry(bytes, key);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!entry.ok()) {
+    spdlog::warn("engine cache: rejected {}: {}", path, std::string(entry.status().message()));
+    fs::remove(path, ec);
+    ++stats_.rejected_files;
+    ++stats_.misses;
+    return nullptr;
+  }
+  ++stats_.disk_hits;
+  auto shared = std::make_shared<const EngineCacheEntry>(std::move(*entry));
+  RememberLocked(id, shared);
+  return shared;
+}
+
+absl::Status EngineCache::Store(const EngineCacheKey& key, EngineCacheEntry entry) {
+  auto shared = std::make_shared<const EngineCacheEntry>(std::move(entry));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    RememberLocked(key.ToString(), shared);
+  }
+  const std::string path = PathOf(key);
+  if (path.empty()) return absl::OkStatus();
+  // Unique per process and thread-safe enough: loads are serialized by the registry, and a
+  // concurrent writer of the same key writes the same bytes.
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    const std::string bytes = EncodeEntry(key, *shared);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out.flush()) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return absl::InternalError("engine cache: cannot write " + tmp);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError("engine cache: cannot rename to " + path + ": " + ec.message());
+  return absl::OkStatus();
+}
+
+void EngineCache::Invalidate(const EngineCacheKey& key) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = memory_.find(key.ToString());
+    if (it != memory_.end()) {
+      memory_bytes_ -= it->second->ApproxBytes();
+      order_.remove(it->first);
+      memory_.erase(it);
+    }
+  }
+  const std::string path = PathOf(key);
+  std::error_code ec;
+  if (!path.empty()) fs::remove(path, ec);
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,75 @@
+// Kiln's own metrics: every family kilnd exports, registered once in the process-wide
+// registry, plus the small hooks the server calls. The full list, with labels and meaning,
+// is in README.md ("Metrics"). Scrape-time gauges (model states, engine arenas, resident
+// memory) are computed from the model registry when /metrics is served, so they never drift
+// from the truth on unload.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/metrics/registry.h"
+
+namespace kiln::server {
+class ModelRegistry;
+struct CheckSummary;
+}  // namespace kiln::server
+
+namespace kiln::server::metrics {
+
+// The process-wide registry every kiln_* family lives in.
+Registry& Default();
+
+// The handles one batcher uses, looked up once when it starts (model label fixed).
+class BatcherMetrics {
+ public:
+  BatcherMetrics(const std::string& model, const std::vector<int64_t>& buckets);
+  Gauge& queue_depth() { return *queue_depth_; }
+  Histogram& queue_duration() { return *queue_duration_; }
+  Histogram& batch_size() { return *batch_size_; }
+  // kiln_compute_duration_seconds{model,batch}; known buckets are pre-resolved.
+  Histogram& compute_duration(int64_t batch);
+
+ private:
+  std::string model_;
+  Gauge* queue_depth_;
+  Histogram* queue_duration_;
+  Histogram* batch_size_;
+  std::map<int64_t, Histogram*> compute_;  // written only by the constructor
+};
+
+// Marks one inference RPC in flight (kiln_inflight_requests) for its lifetime.
+class InflightRequest {
+ public:
+  InflightRequest();
+  ~InflightRequest();
+  InflightRequest(const InflightRequest&) = delete;
+  InflightRequest& operator=(const InflightRequest&) = delete;
+};
+
+// One finished inference RPC: kiln_requests_total and kiln_request_duration_seconds.
+// `model` must be a loaded model's name or "" (client-chosen names would make the series
+// unbounded).
+void RecordRequest(const std::string& model, const char* method, absl::StatusCode code,
+                   std::chrono::steady_clock::duration elapsed);
+
+// One BuildModel call (compile + engines + warm-up check), started at `start`:
+// kiln_compile_duration_seconds, and kiln_differential_checks_total when the check ran.
+// `check` is null when the build failed (a FAILED_PRECONDITION then means the check failed).
+void RecordModelBuild(const std::string& model, const CheckSummary* check,
+                      const absl::Status& status, std::chrono::steady_clock::time_point start);
+
+// For the engine cache: one lookup, found (hit) or not (miss).
+void EngineCacheResult(bool hit);
+
+// Resident set size from /proc/self/status (VmRSS); 0 when unreadable.
+int64_t ResidentMemoryBytes();
+
+// Everything /metrics serves: the process-wide registry plus the scrape-time gauges.
+std::string RenderAll(const ModelRegistry& registry);
+
+}  // namespace kiln::server::metrics
