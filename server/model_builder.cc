@@ -13,6 +13,7 @@
 #include "runtime/check/differential.h"
 #include "runtime/reference/interpreter.h"
 #include "server/engine_factory.h"
+#include "server/metrics/kiln_metrics.h"
 
 namespace kiln::server {
 namespace {
@@ -180,6 +181,7 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
       auto r = FromCache(*e, config, feed, tol);
       if (r.ok()) {
         MergeCachedCheck(*e, pipeline, check);
+        metrics::EngineCacheResult(/*hit=*/true);
         return r;
       }
       spdlog::warn("engine cache: batch {}: {}; rebuilding", batch,
@@ -187,6 +189,8 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
       cache.cache->Invalidate(key);
     }
   }
+  // A miss (no entry, or one that failed its re-verification) is counted once per bucket.
+  if (cache.cache) metrics::EngineCacheResult(/*hit=*/false);
   if (config.warmup.enabled) {
     ASSIGN_OR_RETURN(want, ref::Run(*raw, feed));
   }
