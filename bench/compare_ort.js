@@ -2,13 +2,15 @@
 // compare_ort.js: Kiln's CPU engine vs ONNX Runtime (onnxruntime-node) on the same models,
 // interleaved so both see the same machine state.
 //
-//   node bench/compare_ort.js --kiln build/tools/kiln [--models DIR] [--batches 1,8]
+//   node bench/compare_ort.js --kiln build/tools/kiln[,other/kiln] [--models DIR] [--batches 1,8]
 //                             [--threads 2] [--rounds 4] [--runs 10] [--only m1,m2]
 //
 // For every model folder under DIR (default ~/.cache/kiln/models) and batch: `rounds`
 // rounds, each running `kiln bench --runs R` (its own warm-up) and then R timed ORT runs
 // (after one warm-up session run), pooling the per-run times of all rounds. Prints p50/p99
 // per side and the ratio Kiln/ORT. ORT: graphOptimizationLevel 'all', intraOpNumThreads T.
+// Several comma-separated kiln binaries (a baseline and a change) run in the same rounds, one
+// after another, so their ratios share the machine state: one row per binary.
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -20,7 +22,7 @@ function parseArgs(argv) {
              rounds: 4, runs: 10, only: null};
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i], v = argv[i + 1];
-    if (a === '--kiln') o.kiln = v;
+    if (a === '--kiln') o.kiln = v.split(',');
     else if (a === '--models') o.models = v;
     else if (a === '--batches') o.batches = v.split(',').map(Number);
     else if (a === '--threads') o.threads = Number(v);
@@ -66,12 +68,12 @@ async function timeOrt(session, feeds, runs) {
   return times;
 }
 
-function timeKiln(o, model, batch) {
+function timeKiln(o, kiln, model, batch) {
   const json = path.join(os.tmpdir(), `kiln_bench_${process.pid}.json`);
   // Both sides without spin-waiting (ORT: allow_spinning 0 below; OpenMP: passive): on a
   // shared machine spinning threads make either side collapse when a core is taken.
   const env = Object.assign({}, process.env, {OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY || 'PASSIVE'});
-  execFileSync(o.kiln, ['bench', model, '--batch', String(batch), '--threads', String(o.threads),
+  execFileSync(kiln, ['bench', model, '--batch', String(batch), '--threads', String(o.threads),
                         '--runs', String(o.runs), '--json', json], {stdio: ['ignore', 'ignore', 'inherit'], env});
   return JSON.parse(fs.readFileSync(json, 'utf8')).times_ms;
 }
@@ -93,15 +95,19 @@ async function main() {
     for (const batch of o.batches) {
       const feeds = makeFeeds(ort, session, batch);
       await timeOrt(session, feeds, 3);  // warm-up
-      const kiln = [], ortTimes = [];
+      const kiln = o.kiln.map(() => []), ortTimes = [];
       for (let r = 0; r < o.rounds; ++r) {
-        kiln.push(...timeKiln(o, model, batch));
+        o.kiln.forEach((bin, i) => kiln[i].push(...timeKiln(o, bin, model, batch)));
         ortTimes.push(...(await timeOrt(session, feeds, o.runs)));
       }
-      const k50 = percentile(kiln, 0.5), o50 = percentile(ortTimes, 0.5);
-      console.log(`${m.padEnd(15)} ${String(batch).padStart(5)} ${k50.toFixed(2).padStart(9)} ` +
-                  `${percentile(kiln, 0.99).toFixed(2).padStart(9)} ${o50.toFixed(2).padStart(9)} ` +
-                  `${percentile(ortTimes, 0.99).toFixed(2).padStart(9)} ${(k50 / o50).toFixed(2).padStart(9)}`);
+      const o50 = percentile(ortTimes, 0.5);
+      kiln.forEach((times, i) => {
+        const k50 = percentile(times, 0.5);
+        const tag = o.kiln.length > 1 ? `  ${o.kiln[i]}` : '';
+        console.log(`${m.padEnd(15)} ${String(batch).padStart(5)} ${k50.toFixed(2).padStart(9)} ` +
+                    `${percentile(times, 0.99).toFixed(2).padStart(9)} ${o50.toFixed(2).padStart(9)} ` +
+                    `${percentile(ortTimes, 0.99).toFixed(2).padStart(9)} ${(k50 / o50).toFixed(2).padStart(9)}${tag}`);
+      });
     }
   }
 }
