@@ -20,22 +20,11 @@
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "server/tensor_codec.h"
+#include "tests/server/free_port.h"
 
 namespace kiln::server {
 namespace {
 namespace fs = std::filesystem;
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // kilnd on free ports with a copy of the example model; SIGTERM on destruction.
 class MetricsServer : public ::testing::Test {
