@@ -109,8 +109,10 @@ absl::StatusOr<std::vector<int64_t>> KernelShape(const Node& node, size_t spatia
   return k;
 }
 
-absl::StatusOr<Window> ConvWindow(const Node& node, const std::vector<int64_t>& in_spatial,
-                                  const std::vector<int64_t>& kernel) {
+namespace {
+
+// A window over `in_spatial` with no padding yet and the output still to be computed.
+Window EmptyWindow(const std::vector<int64_t>& in_spatial, const std::vector<int64_t>& kernel) {
   Window w;
   const size_t r = in_spatial.size();
   w.in = in_spatial;
@@ -118,6 +120,15 @@ absl::StatusOr<Window> ConvWindow(const Node& node, const std::vector<int64_t>& 
   w.pad_begin.assign(r, 0);
   w.pad_end.assign(r, 0);
   w.out.assign(r, 0);
+  return w;
+}
+
+}  // namespace
+
+absl::StatusOr<Window> ConvWindow(const Node& node, const std::vector<int64_t>& in_spatial,
+                                  const std::vector<int64_t>& kernel) {
+  const size_t r = in_spatial.size();
+  Window w = EmptyWindow(in_spatial, kernel);
   RETURN_IF_ERROR(ReadCommon(node, w));
   ASSIGN_OR_RETURN(std::string auto_pad, AutoPad(node));
   int64_t ceil_mode = node.GetInt("ceil_mode", 0);
@@ -141,13 +152,8 @@ absl::StatusOr<Window> ConvWindow(const Node& node, const std::vector<int64_t>& 
 absl::StatusOr<Window> ConvTransposeWindow(const Node& node,
                                            const std::vector<int64_t>& in_spatial,
                                            const std::vector<int64_t>& kernel) {
-  Window w;
   const size_t r = in_spatial.size();
-  w.in = in_spatial;
-  w.kernel = kernel;
-  w.pad_begin.assign(r, 0);
-  w.pad_end.assign(r, 0);
-  w.out.assign(r, 0);
+  Window w = EmptyWindow(in_spatial, kernel);
   RETURN_IF_ERROR(ReadCommon(node, w));
   ASSIGN_OR_RETURN(w.output_padding, ReadInts(node, "output_padding", r, 0, 0));
   ASSIGN_OR_RETURN(std::string auto_pad, AutoPad(node));
