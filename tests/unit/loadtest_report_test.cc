@@ -1,0 +1,155 @@
+// kiln-load's pieces that need no server: the flag parser, the percentiles and the ghz report.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include "loadtest/options.h"
+#include "loadtest/report.h"
+
+namespace kiln::load {
+namespace {
+
+using std::chrono::nanoseconds;
+
+TEST(ParseDuration, ReadsEveryUnitAndBareSeconds) {
+  EXPECT_EQ(*ParseDuration("250ms"), nanoseconds(250'000'000));
+  EXPECT_EQ(*ParseDuration("1.5s"), nanoseconds(1'500'000'000));
+  EXPECT_EQ(*ParseDuration("2m"), nanoseconds(120'000'000'000));
+  EXPECT_EQ(*ParseDuration("100us"), nanoseconds(100'000));
+  EXPECT_EQ(*ParseDuration("7ns"), nanoseconds(7));
+  EXPECT_EQ(*ParseDuration("3"), nanoseconds(3'000'000'000));
+}
+
+TEST(ParseDuration, RejectsGarbageAndNegatives) {
+  for (const char* bad : {"", "ms", "fast", "-1s", "10 parsecs", "1.2.3s"}) {
+    EXPECT_FALSE(ParseDuration(bad).ok()) << bad;
+  }
+}
+
+TEST(ParseOptions, ReadsBothFlagForms) {
+  auto o = ParseOptions({"--target=h:1", "--model", "m", "-c", "8", "-n", "100", "--rps", "50",
+                         "--call=batch_predict", "--samples", "4", "--timeout", "250ms"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->target, "h:1");
+  EXPECT_EQ(o->model, "m");
+  EXPECT_EQ(o->concurrency, 8);
+  EXPECT_EQ(o->total, 100);
+  EXPECT_DOUBLE_EQ(o->rps, 50);
+  EXPECT_EQ(o->call, "batch_predict");
+  EXPECT_EQ(o->samples, 4);
+  EXPECT_EQ(o->timeout, std::chrono::milliseconds(250));
+}
+
+TEST(ParseOptions, NamesTheBadFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--model", "m", "-n", "1", "--frobnicate", "1"}, "unknown flag --frobnicate"},
+      {{"--model", "m", "-n"}, "-n needs a value"},
+      {{"--model", "m", "-n", "0"}, "-n: bad value '0'"},
+      {{"--model", "m", "-n", "1", "-c", "x"}, "-c: bad value 'x'"},
+      {{"--model", "m", "-n", "1", "--rps", "-3"}, "--rps: bad value '-3'"},
+      {{"--model", "m", "-n", "1", "--call", "stream"}, "--call: predict or batch_predict"},
+      {{"--model", "m", "-n", "1", "-z", "1s"}, "-n and -z exclude each other"},
+      {{"--model", "m"}, "give -n N or -z DURATION"},
+      {{"-n", "1"}, "give --data FILE or --model NAME"},
+      {{"--model", "m", "-z", "soon"}, "-z: bad duration 'soon'"},
+  };
+  for (const auto& [args, message] : cases) {
+    auto o = ParseOptions(args);
+    ASSERT_FALSE(o.ok()) << message;
+    EXPECT_EQ(o.status().message(), message);
+  }
+}
+
+std::vector<int64_t> OneToHundred() {
+  std::vector<int64_t> v;
+  for (int64_t i = 1; i <= 100; ++i) v.push_back(i);
+  return v;
+}
+
+TEST(Percentile, NearestRank) {
+  const auto v = OneToHundred();
+  EXPECT_EQ(Percentile(v, 50), 50);
+  EXPECT_EQ(Percentile(v, 90), 90);
+  EXPECT_EQ(Percentile(v, 99), 99);
+  EXPECT_EQ(Percentile(v, 99.9), 100);
+  EXPECT_EQ(Percentile(v, 0), 1);
+  EXPECT_EQ(Percentile(v, 100), 100);
+  EXPECT_EQ(Percentile({}, 50), 0);
+  EXPECT_EQ(Percentile({42}, 99.9), 42);
+}
+
+google::protobuf::Struct ParseJson(const std::string& text) {
+  google::protobuf::Struct s;
+  const auto status = google::protobuf::util::JsonStringToMessage(text, &s);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << text;
+  return s;
+}
+
+RunResult SampleRun() {
+  RunResult r;
+  for (int64_t i = 1; i <= 100; ++i) r.latencies_ns.push_back((101 - i) * 1000);  // unsorted
+  r.codes[grpc::StatusCode::OK] = 97;
+  r.codes[grpc::StatusCode::RESOURCE_EXHAUSTED] = 3;
+  r.errors["rpc error: code = ResourceExhausted desc = queue \"full\"\n"] = 3;
+  r.total = std::chrono::milliseconds(50);
+  Finalize(r);
+  return r;
+}
+
+TEST(GhzJson, CarriesGhzFieldsThatAgreeWithTheLatencies) {
+  Options options;
+  options.concurrency = 4;
+  const auto json = ParseJson(GhzJson(SampleRun(), options));
+  const auto& f = json.fields();
+  EXPECT_EQ(f.at("count").number_value(), 100);
+  EXPECT_EQ(f.at("total").number_value(), 50e6);
+  EXPECT_EQ(f.at("fastest").number_value(), 1000);
+  EXPECT_EQ(f.at("slowest").number_value(), 100000);
+  EXPECT_EQ(f.at("average").number_value(), 50500);
+  EXPECT_NEAR(f.at("rps").number_value(), 2000, 1e-6);
+  EXPECT_EQ(f.at("options").struct_value().fields().at("concurrency").number_value(), 4);
+  const auto& dist = f.at("latencyDistribution").list_value().values();
+  ASSERT_EQ(dist.size(), 7);
+  EXPECT_EQ(dist[2].struct_value().fields().at("percentage").number_value(), 50);
+  EXPECT_EQ(dist[2].struct_value().fields().at("latency").number_value(), 50000);
+  double histogram_total = 0;
+  for (const auto& bucket : f.at("histogram").list_value().values()) {
+    histogram_total += bucket.struct_value().fields().at("count").number_value();
+  }
+  EXPECT_EQ(histogram_total, 100);
+  const auto& codes = f.at("statusCodeDistribution").struct_value().fields();
+  EXPECT_EQ(codes.at("OK").number_value(), 97);
+  EXPECT_EQ(codes.at("ResourceExhausted").number_value(), 3);
+  // The error text keeps its quotes and newline through JSON escaping.
+  const auto& errors = f.at("errorDistribution").struct_value().fields();
+  EXPECT_EQ(errors.at("rpc error: code = ResourceExhausted desc = queue \"full\"\n").number_value(), 3);
+}
+
+TEST(GhzJson, AnEmptyRunIsStillValidJson) {
+  RunResult empty;
+  const auto json = ParseJson(GhzJson(empty, Options{}));
+  EXPECT_EQ(json.fields().at("count").number_value(), 0);
+  EXPECT_EQ(json.fields().at("histogram").list_value().values_size(), 0);
+  EXPECT_EQ(json.fields().at("rps").number_value(), 0);
+}
+
+TEST(TextReport, PrintsPercentilesAndCodes) {
+  const std::string text = TextReport(SampleRun());
+  EXPECT_NE(text.find("count    100\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("p50      0.050 ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("p99.9    0.100 ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("ResourceExhausted  3"), std::string::npos) << text;
+}
+
+TEST(GoCodeName, MatchesGoNamesAndGuardsTheRange) {
+  EXPECT_STREQ(GoCodeName(0), "OK");
+  EXPECT_STREQ(GoCodeName(4), "DeadlineExceeded");
+  EXPECT_STREQ(GoCodeName(16), "Unauthenticated");
+  EXPECT_STREQ(GoCodeName(17), "Unknown");
+  EXPECT_STREQ(GoCodeName(-1), "Unknown");
+}
+
+}  // namespace
+}  // namespace kiln::load
