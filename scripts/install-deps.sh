@@ -22,7 +22,7 @@ build_pkgs=(
 test_pkgs=(
   python3 python3-numpy python3-onnx python3-protobuf python3-grpcio python3-grpc-tools
   python3-torch python3-torchvision
-  prometheus python3-yaml
+  prometheus python3-yaml openssl grpc-proto
 )
 # The shared libraries of `ldd build/server/kilnd`, by package (dpkg -S), plus curl for the
 # container health check. Keep in sync with the Dockerfile's runtime stage.

@@ -24,6 +24,25 @@ absl::Status Read(const YAML::Node& node, const std::string& key, T& out) {
   return absl::OkStatus();
 }
 
+absl::Status ApplyTlsSection(const YAML::Node& node, TlsConfig& t) {
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) return Bad("server.tls", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string full = "server.tls." + key;
+    if (key == "cert_file") {
+      RETURN_IF_ERROR(Read(kv.second, full, t.cert_file));
+    } else if (key == "key_file") {
+      RETURN_IF_ERROR(Read(kv.second, full, t.key_file));
+    } else if (key == "client_ca_file") {
+      RETURN_IF_ERROR(Read(kv.second, full, t.client_ca_file));
+    } else {
+      return Bad(full, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyServerSection(const YAML::Node& node, ServerConfig& c) {
   if (!node.IsMap()) return Bad("server", "expected a map");
   for (const auto& kv : node) {
@@ -42,6 +61,8 @@ absl::Status ApplyServerSection(const YAML::Node& node, ServerConfig& c) {
       RETURN_IF_ERROR(Read(v, full, c.drain_timeout_ms));
     } else if (key == "auth_token") {
       RETURN_IF_ERROR(Read(v, full, c.auth_token));
+    } else if (key == "tls") {
+      RETURN_IF_ERROR(ApplyTlsSection(v, c.tls));
     } else {
       return Bad(full, "unknown key");
     }
@@ -97,6 +118,12 @@ absl::Status Validate(const ServerConfig& c) {
   if (c.max_model_bytes < 1) return Bad("server.max_model_bytes", "must be >= 1");
   if (c.drain_timeout_ms < 0) return Bad("server.drain_timeout_ms", "must be >= 0");
   if (c.model_repository.empty()) return Bad("model_repository", "must not be empty");
+  if (c.tls.cert_file.empty() != c.tls.key_file.empty()) {
+    return Bad("server.tls", "cert_file and key_file go together");
+  }
+  if (!c.tls.client_ca_file.empty() && !c.tls.enabled()) {
+    return Bad("server.tls.client_ca_file", "needs cert_file and key_file");
+  }
   ModelConfig check = c.model_defaults;  // validated on a copy: see ServerConfig
   absl::Status s = FinalizeModelConfig(check);
   if (!s.ok()) return Bad("model_defaults", std::string(s.message()));

@@ -11,6 +11,14 @@
 
 namespace kiln::server {
 
+// TLS for the gRPC port: PEM files, read at start. Without cert_file the port is plaintext.
+struct TlsConfig {
+  std::string cert_file;       // the server's certificate chain
+  std::string key_file;        // its private key
+  std::string client_ca_file;  // set: clients must present a certificate this CA signed (mTLS)
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";
   std::string http_address = "0.0.0.0:8501";  // empty: no HTTP server
@@ -18,6 +26,7 @@ struct ServerConfig {
   int64_t max_model_bytes = int64_t{1} << 30;
   int64_t drain_timeout_ms = 10000;
   std::string auth_token;  // empty: LoadModel/UnloadModel are open
+  TlsConfig tls;
   std::string model_repository = "config/models";
   std::string engine_cache_dir;
   std::string log_level = "info";

@@ -17,6 +17,7 @@
 #include "base/openmp_env.h"
 #include "server/config.h"
 #include "server/engine_cache.h"
+#include "server/grpc_credentials.h"
 #include "server/grpc_services.h"
 #include "server/http.h"
 #include "server/model_registry.h"
@@ -44,19 +45,22 @@ sigset_t BlockStopSignals() {
   return set;
 }
 
-std::unique_ptr<grpc::Server> StartGrpc(const ServerConfig& c, ModelRegistry& registry,
-                                        std::vector<std::unique_ptr<grpc::Service>>& services) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
+    const ServerConfig& c, ModelRegistry& registry, std::vector<std::unique_ptr<grpc::Service>>& services) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, MakeServerCredentials(c.tls));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(c.grpc_address, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(c.grpc_address, credentials);
   builder.SetMaxReceiveMessageSize(static_cast<int>(c.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(c.max_message_bytes));
   services.push_back(std::make_unique<InferenceServiceImpl>(registry));
   services.push_back(std::make_unique<ModelServiceImpl>(
       registry, ModelServiceOptions{c.auth_token, c.max_model_bytes}));
   for (auto& s : services) builder.RegisterService(s.get());
-  return builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return absl::UnavailableError(absl::StrCat("cannot listen on grpc address ", c.grpc_address));
+  return server;
 }
 
 int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
@@ -69,11 +73,12 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
   // Always in memory (a reload of the same file is cheap); on disk too with engine_cache_dir.
   registry.SetEngineCache(std::make_shared<EngineCache>(c.engine_cache_dir));
   std::vector<std::unique_ptr<grpc::Service>> services;
-  std::unique_ptr<grpc::Server> grpc_server = StartGrpc(c, registry, services);
-  if (!grpc_server) {
-    spdlog::critical("cannot listen on grpc address {}", c.grpc_address);
+  auto started = StartGrpc(c, registry, services);
+  if (!started.ok()) {
+    spdlog::critical("{}", std::string(started.status().message()));
     return 1;
   }
+  std::unique_ptr<grpc::Server> grpc_server = std::move(*started);
   grpc::HealthCheckServiceInterface* health = grpc_server->GetHealthCheckService();
   registry.SetStateListener([health](const std::string& name, bool serving) {
     if (health) health->SetServingStatus(name, serving);
@@ -88,7 +93,8 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
     }
     http = std::move(*h);
   }
-  spdlog::info("kilnd: grpc on {}, http on {}, models from {}", c.grpc_address,
+  spdlog::info("kilnd: grpc{} on {}, http on {}, models from {}",
+               c.tls.enabled() ? (c.tls.client_ca_file.empty() ? " (tls)" : " (mutual tls)") : "", c.grpc_address,
                c.http_address.empty() ? "(off)" : c.http_address, c.model_repository);
   // Models load in the background so a stop signal is honoured even while compiling.
   std::thread loader([&registry] { registry.LoadRepository(); });

@@ -21,6 +21,7 @@
 #include "kiln/v1/model.grpc.pb.h"
 #include "server/tensor_codec.h"
 #include "tests/server/free_port.h"
+#include "tests/server/kilnd_process.h"
 
 namespace kiln::server {
 namespace {
@@ -39,16 +40,8 @@ class MetricsServer : public ::testing::Test {
         << "server: {grpc_address: '127.0.0.1:" << grpc_port_
         << "', http_address: '127.0.0.1:" << http_port_ << "'}\nmodel_repository: '"
         << (dir_ / "models").string() << "'\nlog: {level: warn}\n";
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string config = (dir_ / "server.yaml").string();
-      execl(std::getenv("KILND"), "kilnd", "--config", config.c_str(), nullptr);
-      _exit(127);
-    }
+    kilnd_.Start((dir_ / "server.yaml").string(), http_port_);
     http_ = std::make_unique<httplib::Client>("127.0.0.1", http_port_);
-    for (int i = 0; i < 500 && !http_->Get("/healthz"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
     // /readyz turns 200 once the example is READY (it is the only model).
     for (int i = 0; i < 1200; ++i) {
       auto r = http_->Get("/readyz");
@@ -59,10 +52,7 @@ class MetricsServer : public ::testing::Test {
         absl::StrCat("127.0.0.1:", grpc_port_), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-    }
+    kilnd_.Stop();
     fs::remove_all(dir_);
   }
 
@@ -109,7 +99,7 @@ class MetricsServer : public ::testing::Test {
 
   fs::path dir_ = fs::path(::testing::TempDir()) / absl::StrCat("kilnd_metrics_", getpid());
   int grpc_port_ = 0, http_port_ = 0;
-  pid_t pid_ = -1;
+  KilndProcess kilnd_;
   std::unique_ptr<httplib::Client> http_;
   std::unique_ptr<v1::InferenceService::Stub> stub_;
 };

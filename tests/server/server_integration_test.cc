@@ -27,6 +27,7 @@
 #include "runtime/reference/interpreter.h"
 #include "server/tensor_codec.h"
 #include "tests/server/free_port.h"
+#include "tests/server/kilnd_process.h"
 
 namespace kiln::server {
 namespace {
@@ -53,20 +54,7 @@ class Kilnd {
         << "server: {grpc_address: '127.0.0.1:" << grpc_port_ << "', http_address: '127.0.0.1:"
         << http_port_ << "', auth_token: '" << kToken << "', max_model_bytes: 100000}\n"
         << "model_repository: '" << (dir_ / "models").string() << "'\nlog: {level: warn}\n";
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string config = (dir_ / "server.yaml").string();
-      std::vector<const char*> argv = {"kilnd", "--config", config.c_str()};
-      for (const std::string& a : extra_args_) argv.push_back(a.c_str());
-      argv.push_back(nullptr);
-      execv(std::getenv("KILND"), const_cast<char* const*>(argv.data()));
-      _exit(127);
-    }
-    // Wait for HTTP first: a gRPC channel that fails its first connect backs off for seconds.
-    httplib::Client http("127.0.0.1", http_port_);
-    for (int i = 0; i < 500 && !http.Get("/healthz"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    process_.Start((dir_ / "server.yaml").string(), http_port_, extra_args_);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
                                    grpc::InsecureChannelCredentials());
     infer_ = v1::InferenceService::NewStub(channel_);
@@ -74,13 +62,7 @@ class Kilnd {
     WaitForModel("example");
   }
   // SIGTERM, and the exit status (0 when it drained and stopped cleanly).
-  int Stop() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
+  int Stop() { return process_.Stop(); }
   void WaitForModel(const std::string& name) {
     for (int i = 0; i < 600; ++i) {
       grpc::ClientContext ctx;
@@ -93,13 +75,13 @@ class Kilnd {
     FAIL() << "kilnd never loaded " << name;
   }
   ~Kilnd() {
-    if (pid_ > 0) Stop();
+    process_.Stop();
     fs::remove_all(dir_);
   }
 
   fs::path dir_ = fs::path(::testing::TempDir()) / absl::StrCat("kilnd_it_", getpid());
   int grpc_port_ = 0, http_port_ = 0;
-  pid_t pid_ = -1;
+  KilndProcess process_;
   std::vector<std::string> extra_args_;  // after --config on the next Start
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::InferenceService::Stub> infer_;
@@ -527,9 +509,9 @@ TEST(Kilnd, LoadUnloadCyclesUnderLoadLeakNoMemory) {
     ASSERT_TRUE(Unload("cycled", true).ok()) << "cycle " << i;
   };
   for (int i = 0; i < 5; ++i) cycle(i);  // allocator pools and caches reach their size
-  const int64_t before = VmRssKiB(Kilnd::Get().pid_);
+  const int64_t before = VmRssKiB(Kilnd::Get().process_.pid());
   for (int i = 0; i < 50; ++i) cycle(i);
-  const int64_t after = VmRssKiB(Kilnd::Get().pid_);
+  const int64_t after = VmRssKiB(Kilnd::Get().process_.pid());
   stop = true;
   load.join();
   std::printf("VmRSS over 50 load/unload cycles: %lld -> %lld KiB; %d predicts served\n",

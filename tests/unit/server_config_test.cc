@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "server/config.h"
+#include "server/grpc_credentials.h"
 #include "server/model_config.h"
 
 namespace kiln::server {
@@ -36,6 +37,38 @@ TEST(ServerConfig, BadValuesAreNamed) {
   EXPECT_NE(ParseServerConfig("model_defaults: {device: tpu}", "f").status().message().find("tpu"),
             std::string::npos);
   EXPECT_FALSE(ParseServerConfig("[1, 2", "f").ok());
+}
+
+TEST(ServerConfig, TlsKeysAndTheirRules) {
+  auto c = ParseServerConfig("server: {tls: {cert_file: c.pem, key_file: k.pem, client_ca_file: ca.pem}}", "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->tls.enabled());
+  EXPECT_EQ(c->tls.client_ca_file, "ca.pem");
+  EXPECT_FALSE(ParseServerConfig(EmbeddedDefaultConfig(), "embedded")->tls.enabled());
+  const std::pair<const char*, const char*> bad[] = {
+      {"server: {tls: {cert_file: c.pem}}", "'server.tls': cert_file and key_file go together"},
+      {"server: {tls: {key_file: k.pem}}", "'server.tls': cert_file and key_file go together"},
+      {"server: {tls: {client_ca_file: ca.pem}}", "'server.tls.client_ca_file': needs cert_file"},
+      {"server: {tls: {certfile: c.pem}}", "'server.tls.certfile': unknown key"},
+      {"server: {tls: [c.pem]}", "'server.tls': expected a map"},
+  };
+  for (const auto& [yaml, message] : bad) {
+    auto r = ParseServerConfig(yaml, "f");
+    ASSERT_FALSE(r.ok()) << yaml;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status();
+  }
+}
+
+TEST(ServerCredentials, NameTheFileThatIsMissingOrNotPem) {
+  EXPECT_NE(MakeServerCredentials(TlsConfig{}).value(), nullptr);  // plaintext
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/not.pem") << "hello";
+  auto missing = MakeServerCredentials(TlsConfig{dir + "/nope.pem", dir + "/not.pem", ""});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("server.tls.cert_file: cannot read"), std::string::npos);
+  auto garbage = MakeServerCredentials(TlsConfig{dir + "/not.pem", dir + "/not.pem", ""});
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(garbage.status().message().find("is not a PEM file"), std::string::npos);
 }
 
 TEST(ServerConfig, FlagsOverrideTheFile) {
