@@ -6,6 +6,7 @@
 // variable set. An explicit OMP_WAIT_POLICY in the environment is always respected.
 #pragma once
 
+#include <climits>
 #include <cstdlib>
 #include <unistd.h>
 
@@ -14,7 +15,13 @@ namespace kiln {
 inline void EnsurePassiveOpenMpWait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  // Exec the binary's real path, not /proc/self/exe: the kernel names a process after the
+  // file it executed, and "exe" would hide kilnd from ps, top and pkill.
+  char path[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) return;
+  path[n] = '\0';
+  execv(path, argv);
   // exec failed (no /proc): carry on with the default policy rather than not start at all.
 }
 

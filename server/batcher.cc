@@ -54,9 +54,12 @@ absl::StatusOr<Tensor> ConcatRows(const std::vector<const Tensor*>& parts, int64
   if (parts.empty()) return absl::InternalError("ConcatRows: no parts");
   const Tensor& first = *parts[0];
   if (first.rank() < 1) return absl::InternalError("ConcatRows: a batched tensor needs rank >= 1");
+  // A lone request that fills its bucket is passed through (the buffer is shared, not copied):
+  // the common case at low load, where a copy is pure latency.
+  if (parts.size() == 1 && first.dim(0) == rows) return first;
   std::vector<int64_t> shape = first.shape();
   shape[0] = rows;
-  Tensor out(first.dtype(), shape);  // zero-filled: the padding rows stay zero
+  Tensor out = Tensor::Uninitialized(first.dtype(), shape);
   size_t offset = 0;
   for (const Tensor* p : parts) {
     if (p->dtype() != first.dtype() || p->rank() != first.rank() ||
@@ -67,14 +70,18 @@ absl::StatusOr<Tensor> ConcatRows(const std::vector<const Tensor*>& parts, int64
     std::memcpy(static_cast<char*>(out.raw_mutable()) + offset, p->raw(), p->nbytes());
     offset += p->nbytes();
   }
+  // The padding rows are zeros.
+  std::memset(static_cast<char*>(out.raw_mutable()) + offset, 0, out.nbytes() - offset);
   return out;
 }
 
 Tensor SliceRows(const Tensor& t, int64_t begin, int64_t count) {
+  // All rows: share the buffer. Safe because RunBatch hands the engine fresh output tensors.
+  if (begin == 0 && t.rank() >= 1 && count == t.dim(0)) return t;
   std::vector<int64_t> shape = t.shape();
   const size_t row_bytes = t.dim(0) == 0 ? 0 : t.nbytes() / static_cast<size_t>(t.dim(0));
   shape[0] = count;
-  Tensor out(t.dtype(), shape);
+  Tensor out = Tensor::Uninitialized(t.dtype(), shape);
   std::memcpy(out.raw_mutable(), static_cast<const char*>(t.raw()) + begin * row_bytes,
               count * row_bytes);
   return out;

@@ -8,6 +8,10 @@ namespace kiln::server {
 
 Readiness CheckReadiness(const ModelRegistry& registry) {
   Readiness r;
+  if (!registry.repository_loaded()) {
+    r.ready = false;
+    r.body = "loading the model repository\n";
+  }
   for (const auto& mv : registry.List()) {
     if (mv->state() == ModelState::kReady) continue;
     r.ready = false;

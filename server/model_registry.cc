@@ -104,6 +104,7 @@ void ModelRegistry::LoadRepository() {
   for (const std::string& s : skipped) spdlog::warn("model repository: skipped: {}", s);
   if (!models.ok()) {
     spdlog::error("model repository: {}", std::string(models.status().message()));
+    repository_loaded_ = true;  // nothing more will come; an empty repository is ready
     return;
   }
   for (const RepositoryModel& m : *models) {
@@ -111,6 +112,7 @@ void ModelRegistry::LoadRepository() {
       (void)LoadVersion(m.name, v, m.config_yaml);  // logs its own outcome; FAILED stays visible
     }
   }
+  repository_loaded_ = true;
 }
 
 absl::Status ModelRegistry::LoadFromRepository(const std::string& name,

@@ -80,6 +80,9 @@ class ModelRegistry {
 
   // Loads every version of every model in the repository (failures stay visible as FAILED).
   void LoadRepository();
+  // True once LoadRepository has finished: until then models not yet reached are not in
+  // List(), so readiness must not be judged from List() alone.
+  bool repository_loaded() const { return repository_loaded_.load(); }
   // Loads one model's versions from the repository (all, or just `version`). Blocks until
   // the model is READY or FAILED; returns the first failure.
   absl::Status LoadFromRepository(const std::string& name, std::optional<int64_t> version);
@@ -108,6 +111,7 @@ class ModelRegistry {
   std::mutex load_mu_;  // one load at a time: compiling is CPU-bound, and it orders writes
   mutable std::mutex mu_;  // guards models_; never held while compiling
   std::map<std::string, std::map<int64_t, std::shared_ptr<ModelVersion>>> models_;
+  std::atomic<bool> repository_loaded_{false};
 };
 
 }  // namespace kiln::server

@@ -88,7 +88,8 @@ absl::StatusOr<Tensor> DecodeTensor(const v1::Tensor& p, const std::string& what
   }
   RETURN_IF_ERROR(CheckShape(p, what));
   std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
-  Tensor t(dtype, shape);
+  // Every byte is written below (typed fill or raw copy) or the call fails.
+  Tensor t = Tensor::Uninitialized(dtype, shape);
   ASSIGN_OR_RETURN(auto typed, TypedFieldOf(p, what));
   if (typed.first != Field::kNone && !p.raw_data().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": both raw_data and ",

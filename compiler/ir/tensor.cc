@@ -6,12 +6,12 @@
 namespace kiln {
 namespace {
 
-std::shared_ptr<void> AllocateAligned(size_t nbytes) {
+std::shared_ptr<void> AllocateAligned(size_t nbytes, bool zero) {
   size_t size = (nbytes + 63) / 64 * 64;
   if (size == 0) size = 64;
   void* p = std::aligned_alloc(64, size);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, size);
+  if (zero) std::memset(p, 0, size);
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
@@ -34,8 +34,18 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
 
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape)
     : dtype_(dtype), shape_(std::move(shape)), numel_(NumElements(shape_)) {
-  owner_ = AllocateAligned(nbytes());
+  owner_ = AllocateAligned(nbytes(), /*zero=*/true);
   data_ = owner_.get();
+}
+
+Tensor Tensor::Uninitialized(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = NumElements(t.shape_);
+  t.owner_ = AllocateAligned(t.nbytes(), /*zero=*/false);
+  t.data_ = t.owner_.get();
+  return t;
 }
 
 Tensor Tensor::View(DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> owner,

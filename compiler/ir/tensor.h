@@ -16,6 +16,9 @@ class Tensor {
   Tensor() = default;
   // Allocates a zero-filled buffer. dtype must have a nonzero DTypeSize.
   Tensor(DType dtype, std::vector<int64_t> shape);
+  // Allocates without zeroing, for a writer about to fill every byte (request decoding,
+  // batch concatenation): on a 600 KB image the memset is a measurable share of the copy.
+  static Tensor Uninitialized(DType dtype, std::vector<int64_t> shape);
   // Views `nbytes` bytes of an existing buffer starting at `data` (kept alive by `owner`).
   static Tensor View(DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> owner,
                      void* data);

@@ -156,6 +156,8 @@ TEST(Kilnd, StartsAndReportsHealth) {
   EXPECT_EQ(readyz->status, 503);
   EXPECT_NE(readyz->body.find("broken version 1: FAILED"), std::string::npos) << readyz->body;
   EXPECT_NE(readyz->body.find("tpu"), std::string::npos) << readyz->body;
+  // The OpenMP re-exec keeps the process's name, so ps, top and pkill find kilnd.
+  EXPECT_EQ(ReadFile(absl::StrCat("/proc/", Kilnd::Get().process_.pid(), "/comm")), "kilnd\n");
 }
 
 TEST(Kilnd, GrpcHealthPerModel) {

@@ -15,6 +15,17 @@ TEST(Dtype, HalfRoundTrip) {
   EXPECT_EQ(BFloat16ToFloat(FloatToBFloat16(3.0f)), 3.0f);
 }
 
+TEST(Tensor, UninitializedIsAlignedAndSizedLikeZeroed) {
+  const Tensor u = Tensor::Uninitialized(DType::kFloat32, {3, 5});
+  const Tensor z(DType::kFloat32, {3, 5});
+  EXPECT_EQ(u.nbytes(), z.nbytes());
+  EXPECT_EQ(u.shape(), z.shape());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(u.raw()) % 64, 0u);
+  for (int64_t i = 0; i < z.numel(); ++i) EXPECT_EQ(z.GetDouble(i), 0.0);  // the zeroed one is
+  EXPECT_FALSE(u.SharesBufferWith(z));
+  EXPECT_EQ(Tensor::Uninitialized(DType::kInt8, {0}).nbytes(), 0u);
+}
+
 TEST(Graph, CloneSharesConstantsAndVerifies) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {Dim::Symbol("N"), 4});

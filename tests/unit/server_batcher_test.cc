@@ -102,6 +102,23 @@ TEST(BatchTensors, ConcatPadsAndSliceCopies) {
   EXPECT_FALSE(ConcatRows({&a, &bad}, 2).ok());
 }
 
+TEST(BatchTensors, AFullLoneTensorIsSharedNotCopied) {
+  Tensor b = Tensor::FromFloat({3, 4, 5, 6}, {2, 2});
+  auto whole = ConcatRows({&b}, 2);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->raw(), b.raw());
+  EXPECT_EQ(SliceRows(b, 0, 2).raw(), b.raw());
+  // Negative: a lone tensor below its bucket is padded into a new buffer, and a part of the
+  // rows is copied out.
+  auto padded = ConcatRows({&b}, 4);
+  ASSERT_TRUE(padded.ok());
+  EXPECT_NE(padded->raw(), b.raw());
+  EXPECT_EQ(padded->ToDoubleVector(), (std::vector<double>{3, 4, 5, 6, 0, 0, 0, 0}));
+  const Tensor first = SliceRows(b, 0, 1);
+  EXPECT_NE(first.raw(), b.raw());
+  EXPECT_EQ(first.ToDoubleVector(), (std::vector<double>{3, 4}));
+}
+
 // Fake engine: output row = input row * 10 + the bucket it ran at (to see padding).
 absl::Status TimesTen(int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   Tensor t(DType::kFloat32, in[0].shape());

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "server/http.h"
+#include "server/model_registry.h"
 #include "server/model_repository.h"
 
 namespace kiln::server {
@@ -84,6 +86,33 @@ TEST(ModelName, Validation) {
   EXPECT_FALSE(ValidateModelName("a/b").ok());
   EXPECT_FALSE(ValidateModelName(".hidden").ok());
   EXPECT_FALSE(ValidateModelName(std::string(200, 'a')).ok());
+}
+
+// Strict readiness: before the startup scan has reached every model, the registry lists
+// only some of them (or none), and "all listed models READY" must not read as ready.
+TEST_F(RepositoryTest, NotReadyUntilTheRepositoryIsLoaded) {
+  fs::create_directories(root_);
+  auto repo = ModelRepository::Open(root_.string());
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  ModelRegistry registry(std::move(*repo), ModelConfig{});
+  Readiness before = CheckReadiness(registry);
+  EXPECT_FALSE(before.ready);
+  EXPECT_EQ(before.body, "loading the model repository\n");
+  registry.LoadRepository();  // empty: nothing to load
+  Readiness after = CheckReadiness(registry);
+  EXPECT_TRUE(after.ready) << after.body;
+  EXPECT_EQ(after.body, "ready\n");
+}
+
+TEST_F(RepositoryTest, AFailedModelKeepsTheServerNotReady) {
+  Touch(root_ / "broken" / "1" / "model.onnx", "not onnx");
+  auto repo = ModelRepository::Open(root_.string());
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  ModelRegistry registry(std::move(*repo), ModelConfig{});
+  registry.LoadRepository();
+  Readiness r = CheckReadiness(registry);
+  EXPECT_FALSE(r.ready);
+  EXPECT_NE(r.body.find("broken version 1: FAILED"), std::string::npos) << r.body;
 }
 
 }  // namespace
