@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(BatchPolicy policy, int
   if (workers < 1) return absl::InvalidArgumentError("batcher: need at least one worker");
   if (policy.max_queue_size < 1) return absl::InvalidArgumentError("batcher: empty queue");
   std::unique_ptr<Batcher> b(new Batcher(std::move(policy), std::move(run)));
+  b->busy_.assign(static_cast<size_t>(workers), 0);
   for (int w = 0; w < workers; ++w) b->workers_.emplace_back([raw = b.get(), w] { raw->WorkerLoop(w); });
   return b;
 }
@@ -113,8 +114,9 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
   r.inputs = std::move(inputs);
   std::future<Result> f = r.promise.get_future();
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
     if (stopping_) return absl::UnavailableError("the model is being unloaded");
+    if (TryRunInline(lk, r)) return f;
     if (queue_.size() >= policy_.max_queue_size) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the model's request queue is full (", policy_.max_queue_size, " waiting)"));
@@ -126,14 +128,38 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
   return f;
 }
 
+bool Batcher::TryRunInline(std::unique_lock<std::mutex>& lk, Request& r) {
+  if (!policy_.inline_when_idle || !queue_.empty()) return false;  // FIFO: the queue goes first
+  const auto idle = std::find(busy_.begin(), busy_.end(), 0);
+  if (idle == busy_.end()) return false;
+  const BatchDecision d = DecideBatch({r.item}, Clock::now(), policy_);
+  if (d.take.empty()) return false;  // it would wait for company (or has expired)
+  const int worker = static_cast<int>(idle - busy_.begin());
+  *idle = 1;
+  ++inline_runs_;
+  lk.unlock();
+  std::vector<Request> batch;
+  batch.push_back(std::move(r));
+  RecordTaken(batch, d.rows);
+  RunBatch(worker, batch, d.bucket);
+  lk.lock();
+  busy_[worker] = 0;
+  --inline_runs_;
+  // Requests may have queued meanwhile, and Stop may be waiting for this run.
+  cv_.notify_all();
+  return true;
+}
+
 void Batcher::Stop() {
   std::deque<Request> leftover;
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (stopping_ && workers_.empty()) return;
+    std::unique_lock<std::mutex> lk(mu_);
+    if (stopping_ && workers_.empty() && inline_runs_ == 0) return;
     stopping_ = true;
+    cv_.notify_all();
+    // Batches running on callers' threads use the engines too: they finish first.
+    cv_.wait(lk, [this] { return inline_runs_ == 0; });
   }
-  cv_.notify_all();
   for (std::thread& t : workers_) {
     if (t.joinable()) t.join();
   }
@@ -171,7 +197,7 @@ std::vector<Batcher::Request> Batcher::TakeLocked(const BatchDecision& d) {
 void Batcher::WorkerLoop(int worker) {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
-    if (queue_.empty()) {
+    if (queue_.empty() || busy_[worker]) {  // busy: a caller is running on this instance
       cv_.wait(lk);
       continue;
     }
@@ -181,6 +207,7 @@ void Batcher::WorkerLoop(int worker) {
     const BatchDecision d = DecideBatch(snapshot, Clock::now(), policy_);
     std::vector<Request> batch = TakeLocked(d);
     const bool more = !queue_.empty();
+    busy_[worker] = 1;
     lk.unlock();
     if (more && !d.take.empty()) cv_.notify_one();  // another worker may take the rest
     for (size_t i = d.take.size(); i < batch.size(); ++i) {
@@ -193,6 +220,7 @@ void Batcher::WorkerLoop(int worker) {
       RunBatch(worker, batch, d.bucket);
     }
     lk.lock();
+    busy_[worker] = 0;
     if (batch.empty() && d.wake_at && !stopping_) cv_.wait_until(lk, *d.wake_at);
   }
 }

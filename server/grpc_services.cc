@@ -47,6 +47,16 @@ void FillOutputs(const ModelSignature& sig, const std::vector<size_t>& selected,
   for (size_t i : selected) EncodeTensor(outputs[i], typed, &(*out)[sig.outputs[i].name]);
 }
 
+// The synchronous API hands the request over as const, yet it is this call's own message:
+// gRPC destroys it after the handler returns and nothing reads it before. Moving the input
+// bytes out of it saves a copy of every input (602 KB for one 224x224 image).
+ProtoTensorMap* MutableInputs(const v1::PredictRequest* req) {
+  return const_cast<v1::PredictRequest*>(req)->mutable_inputs();
+}
+ProtoTensorMap* MutableInputs(const v1::BatchPredictRequest* req, int sample) {
+  return const_cast<v1::BatchPredictRequest*>(req)->mutable_samples(sample)->mutable_inputs();
+}
+
 absl::Status CheckDeadline(std::optional<Clock::time_point> deadline) {
   if (deadline && *deadline <= Clock::now()) {
     return absl::DeadlineExceededError("the deadline expired before the request was queued");
@@ -79,7 +89,7 @@ grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::P
                                         VersionOf(req->version())));
     const ModelSignature& sig = mv->built().signature;
     ASSIGN_OR_RETURN(std::vector<size_t> selected, SelectOutputs(sig, req->output_filter()));
-    ASSIGN_OR_RETURN(ValidatedInputs in, ValidateInputs(sig, req->inputs()));
+    ASSIGN_OR_RETURN(ValidatedInputs in, ValidateInputs(sig, MutableInputs(req)));
     const auto deadline = DeadlineOf(*ctx);
     RETURN_IF_ERROR(CheckDeadline(deadline));
     ASSIGN_OR_RETURN(auto future, mv->Submit(std::move(in.tensors), in.rows, deadline));
@@ -105,7 +115,7 @@ grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
     if (req->samples_size() == 0) return absl::InvalidArgumentError("no samples");
     std::vector<ValidatedInputs> all;
     for (int i = 0; i < req->samples_size(); ++i) {
-      auto in = ValidateInputs(sig, req->samples(i).inputs());
+      auto in = ValidateInputs(sig, MutableInputs(req, i));
       if (!in.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("sample ", i, ": ", in.status().message()));
       }

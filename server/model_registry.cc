@@ -48,6 +48,8 @@ absl::Status ModelVersion::Start(BuiltModel built) {
   policy.max_queue_delay = std::chrono::microseconds(config_.max_queue_delay_us);
   policy.max_queue_size = static_cast<size_t>(config_.max_queue_size);
   policy.model = name_;
+  // gRPC handler threads wait for their result anyway: at low load they run it themselves.
+  policy.inline_when_idle = true;
   // Worker w owns instance w of every bucket's engines, so no engine runs two batches at once.
   auto run = [this](int worker, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const int64_t bucket = built_.signature.batchable ? in.at(0).dim(0) : built_.buckets[0];

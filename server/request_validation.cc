@@ -49,8 +49,8 @@ absl::Status CheckAgainstSpec(const ModelSignature& sig, const runtime::TensorSp
 
 }  // namespace
 
-absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig,
-                                               const ProtoTensorMap& inputs) {
+absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoTensorMap* inputs_ptr) {
+  ProtoTensorMap& inputs = *inputs_ptr;
   for (const auto& [name, tensor] : inputs) {
     bool known = false;
     for (const auto& s : sig.inputs) known |= s.name == name;
@@ -67,7 +67,7 @@ absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig,
       return absl::InvalidArgumentError(
           absl::StrCat("missing input '", spec.name, "' (", SpecText(spec), ")"));
     }
-    ASSIGN_OR_RETURN(Tensor t, DecodeTensor(it->second, absl::StrCat("input '", spec.name, "'")));
+    ASSIGN_OR_RETURN(Tensor t, TakeTensor(&it->second, absl::StrCat("input '", spec.name, "'")));
     RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, t, rows));
     out.tensors.push_back(std::move(t));
   }

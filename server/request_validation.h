@@ -24,8 +24,9 @@ struct ValidatedInputs {
 
 using ProtoTensorMap = google::protobuf::Map<std::string, v1::Tensor>;
 
-absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig,
-                                               const ProtoTensorMap& inputs);
+// Moves each input's raw bytes out of `inputs` into the tensors (no copy); typed fields are
+// converted. `inputs` is the request's own map, read by nothing afterwards.
+absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoTensorMap* inputs);
 // Indices into sig.outputs to return; every name in `filter` must exist (empty: all).
 absl::StatusOr<std::vector<size_t>> SelectOutputs(
     const ModelSignature& sig, const google::protobuf::RepeatedPtrField<std::string>& filter);

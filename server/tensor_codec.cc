@@ -81,15 +81,19 @@ absl::Status CheckShape(const v1::Tensor& p, const std::string& what) {
 
 }  // namespace
 
-absl::StatusOr<Tensor> DecodeTensor(const v1::Tensor& p, const std::string& what) {
+namespace {
+
+// The buffer is allocated only after every size is checked against the bytes actually sent:
+// a shape alone (up to 2^40 elements) must never make the server allocate.
+absl::StatusOr<Tensor> Decode(const v1::Tensor& p, const std::string& what, v1::Tensor* take) {
   const DType dtype = static_cast<DType>(p.dtype());
   if (!IsSupportedDType(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": unsupported dtype ", DTypeName(dtype)));
   }
   RETURN_IF_ERROR(CheckShape(p, what));
   std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
-  // Every byte is written below (typed fill or raw copy) or the call fails.
-  Tensor t = Tensor::Uninitialized(dtype, shape);
+  const int64_t numel = NumElements(shape);
+  const size_t nbytes = static_cast<size_t>(numel) * DTypeSize(dtype);
   ASSIGN_OR_RETURN(auto typed, TypedFieldOf(p, what));
   if (typed.first != Field::kNone && !p.raw_data().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": both raw_data and ",
@@ -101,21 +105,43 @@ absl::StatusOr<Tensor> DecodeTensor(const v1::Tensor& p, const std::string& what
                                                      " does not match dtype ", DTypeName(dtype),
                                                      " (use ", FieldName(FieldFor(dtype)), ")"));
     }
-    if (typed.second != t.numel()) {
+    if (typed.second != numel) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", FieldName(typed.first), " has ",
                                                      typed.second, " elements, shape ",
-                                                     ShapeToString(shape), " needs ", t.numel()));
+                                                     ShapeToString(shape), " needs ", numel));
     }
+    Tensor t = Tensor::Uninitialized(dtype, shape);  // FillFromTyped writes every element
     FillFromTyped(p, typed.first, t);
     return t;
   }
-  if (p.raw_data().size() != t.nbytes()) {
+  if (p.raw_data().size() != nbytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": raw_data has ", p.raw_data().size(), " bytes, ", DTypeName(dtype),
-        ShapeToString(shape), " needs ", t.nbytes()));
+        ShapeToString(shape), " needs ", nbytes));
   }
-  if (t.nbytes() > 0) std::memcpy(t.raw_mutable(), p.raw_data().data(), t.nbytes());
+  if (take != nullptr && nbytes > 0) {
+    // Moving the string keeps its heap buffer: the tensor views the request's own bytes.
+    auto owner = std::make_shared<std::string>(std::move(*take->mutable_raw_data()));
+    if (reinterpret_cast<uintptr_t>(owner->data()) % DTypeSize(dtype) == 0) {
+      return Tensor::View(dtype, std::move(shape), owner, owner->data());
+    }
+    Tensor t = Tensor::Uninitialized(dtype, shape);  // misaligned for the dtype: copy
+    std::memcpy(t.raw_mutable(), owner->data(), nbytes);
+    return t;
+  }
+  Tensor t = Tensor::Uninitialized(dtype, shape);
+  if (nbytes > 0) std::memcpy(t.raw_mutable(), p.raw_data().data(), nbytes);
   return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> DecodeTensor(const v1::Tensor& p, const std::string& what) {
+  return Decode(p, what, nullptr);
+}
+
+absl::StatusOr<Tensor> TakeTensor(v1::Tensor* p, const std::string& what) {
+  return Decode(*p, what, p);
 }
 
 void EncodeTensor(const Tensor& t, bool typed, v1::Tensor* out) {

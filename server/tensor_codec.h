@@ -13,6 +13,9 @@ namespace kiln::server {
 
 // `what` names the tensor in errors ("input 'x'").
 absl::StatusOr<Tensor> DecodeTensor(const v1::Tensor& proto, const std::string& what);
+// The same checks, but raw_data's bytes move into the tensor instead of being copied (the
+// proto's raw_data is left empty). For requests the server owns and reads no further.
+absl::StatusOr<Tensor> TakeTensor(v1::Tensor* proto, const std::string& what);
 // typed: fill the typed repeated field for the dtype (JSON-friendly) when there is one;
 // otherwise raw_data.
 void EncodeTensor(const Tensor& t, bool typed, v1::Tensor* out);

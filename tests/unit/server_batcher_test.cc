@@ -187,6 +187,84 @@ TEST(Batcher, ExpiredRequestNeverReachesTheEngine) {
   EXPECT_EQ(runs.load(), 0);
 }
 
+// Records which thread ran each batch.
+struct ThreadLog {
+  std::mutex mu;
+  std::vector<std::thread::id> ids;
+  BatchRunFn Fn() {
+    return [this](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+      std::lock_guard<std::mutex> lk(mu);
+      ids.push_back(std::this_thread::get_id());
+      out = {in[0]};
+      return absl::OkStatus();
+    };
+  }
+};
+
+TEST(Batcher, InlineWhenIdleRunsALoneReadyRequestOnTheCaller) {
+  ThreadLog log;
+  BatchPolicy p = Policy({1, 2}, 0);
+  p.inline_when_idle = true;
+  auto b = Batcher::Create(p, 1, log.Fn());
+  auto f = (*b)->Enqueue({Tensor::FromFloat({7}, {1, 1})}, 1, std::nullopt);
+  ASSERT_TRUE(f.ok());
+  // Done before Enqueue returned, on this thread.
+  EXPECT_EQ(f->wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ((*f->get())[0].ToDoubleVector(), (std::vector<double>{7}));
+  ASSERT_EQ(log.ids.size(), 1u);
+  EXPECT_EQ(log.ids[0], std::this_thread::get_id());
+}
+
+TEST(Batcher, InlineWhenIdleStillWaitsForCompanyAndForBusyInstances) {
+  ThreadLog log;
+  BatchPolicy p = Policy({1, 2}, 20000);  // a partial batch waits 20 ms for company
+  p.inline_when_idle = true;
+  auto b = Batcher::Create(p, 1, log.Fn());
+  auto f = (*b)->Enqueue({Tensor::FromFloat({1}, {1, 1})}, 1, std::nullopt);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  ASSERT_TRUE(f->get().ok());
+  ASSERT_EQ(log.ids.size(), 1u);
+  EXPECT_NE(log.ids[0], std::this_thread::get_id());  // the worker ran it
+  // The only instance is busy (a blocking batch on the worker): Enqueue queues, never blocks.
+  std::atomic<bool> release{false};
+  BatchPolicy q = Policy({1}, 0);
+  q.inline_when_idle = true;
+  auto blocking = Batcher::Create(q, 1, [&](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    out = {in[0]};
+    return absl::OkStatus();
+  });
+  std::thread first([&] { (void)(*blocking)->Enqueue({Tensor::FromFloat({1}, {1, 1})}, 1, std::nullopt); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // `first` now runs inline
+  auto second = (*blocking)->Enqueue({Tensor::FromFloat({2}, {1, 1})}, 1, std::nullopt);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  release = true;
+  first.join();
+  EXPECT_EQ((*second->get())[0].ToDoubleVector(), (std::vector<double>{2}));
+}
+
+TEST(Batcher, StopWaitsForInlineRuns) {
+  std::atomic<bool> release{false}, stopped{false};
+  BatchPolicy p = Policy({1}, 0);
+  p.inline_when_idle = true;
+  auto b = Batcher::Create(p, 1, [&](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    out = {in[0]};
+    return absl::OkStatus();
+  });
+  std::thread caller([&] { (void)(*b)->Enqueue({Tensor::FromFloat({1}, {1, 1})}, 1, std::nullopt); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::thread stopper([&] { (*b)->Stop(); stopped = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(stopped.load());  // the engine is still in use by the caller
+  release = true;
+  caller.join();
+  stopper.join();
+  EXPECT_TRUE(stopped.load());
+}
+
 TEST(Batcher, CreateValidatesThePolicy) {
   EXPECT_FALSE(Batcher::Create(Policy({}, 0), 1, TimesTen).ok());
   EXPECT_FALSE(Batcher::Create(Policy({4, 2}, 0), 1, TimesTen).ok());

@@ -35,8 +35,8 @@ v1::Tensor Ids(int n) {
   return t;
 }
 
-std::string Message(const ProtoTensorMap& m) {
-  auto r = ValidateInputs(Sig(), m);
+std::string Message(ProtoTensorMap m) {
+  auto r = ValidateInputs(Sig(), &m);
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   return std::string(r.status().message());
@@ -46,8 +46,12 @@ TEST(ValidateInputs, AcceptsRawAndTypedForms) {
   ProtoTensorMap m;
   m["x"] = Floats({2, 3}, 6);
   m["ids"] = Ids(2);
-  auto r = ValidateInputs(Sig(), m);
+  const void* id_bytes = m["ids"].raw_data().data();
+  auto r = ValidateInputs(Sig(), &m);
   ASSERT_TRUE(r.ok()) << r.status();
+  // raw_data moved into the tensor, not copied; the typed input was converted.
+  EXPECT_EQ(r->tensors[1].raw(), id_bytes);
+  EXPECT_TRUE(m["ids"].raw_data().empty());
   EXPECT_EQ(r->rows, 2);
   ASSERT_EQ(r->tensors.size(), 2u);
   EXPECT_EQ(r->tensors[0].ToDoubleVector(), (std::vector<double>{0, 1, 2, 3, 4, 5}));
@@ -74,6 +78,39 @@ TEST(ValidateInputs, PreciseMessages) {
   EXPECT_EQ(Message(m), "input 'ids': batch dim 2 differs from the other inputs' 1");
   m["ids"] = Floats({1}, 1);
   EXPECT_EQ(Message(m), "input 'ids': dtype FLOAT, the model takes INT64[batch]");
+}
+
+TEST(DecodeTensor, AHugeShapeWithoutBytesIsRejectedBeforeAnyAllocation) {
+  v1::Tensor t;
+  t.set_dtype(v1::DATA_TYPE_FLOAT);
+  t.add_shape(int64_t{1} << 39);  // 2 TiB of floats if it were believed
+  EXPECT_EQ(DecodeTensor(t, "t").status().message(),
+            "t: raw_data has 0 bytes, FLOAT[549755813888] needs 2199023255552");
+  EXPECT_FALSE(TakeTensor(&t, "t").ok());
+  // A shape past 2^40 elements is refused as such.
+  t.add_shape(4);
+  EXPECT_EQ(DecodeTensor(t, "t").status().message(), "t: shape too large");
+}
+
+TEST(DecodeTensor, TakeMovesAlignedBytesAndCopiesOtherwise) {
+  v1::Tensor t;
+  t.set_dtype(v1::DATA_TYPE_FLOAT);
+  t.add_shape(64);
+  std::string bytes(256, '\0');
+  for (int i = 0; i < 64; ++i) reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(i);
+  t.set_raw_data(bytes);
+  const v1::Tensor copy = t;
+  const void* where = t.raw_data().data();
+  auto taken = TakeTensor(&t, "t");
+  ASSERT_TRUE(taken.ok());
+  EXPECT_EQ(taken->raw(), where);
+  EXPECT_EQ(taken->GetDouble(63), 63.0);
+  // Decode leaves its source alone.
+  auto decoded = DecodeTensor(copy, "t");
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_NE(decoded->raw(), copy.raw_data().data());
+  EXPECT_EQ(copy.raw_data().size(), 256u);
+  EXPECT_EQ(decoded->ToDoubleVector(), taken->ToDoubleVector());
 }
 
 TEST(DecodeTensor, RejectsMismatchedData) {
