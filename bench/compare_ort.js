@@ -72,7 +72,7 @@ function timeKiln(o, kiln, model, batch) {
   const json = path.join(os.tmpdir(), `kiln_bench_${process.pid}.json`);
   // Both sides without spin-waiting (ORT: allow_spinning 0 below; OpenMP: passive): on a
   // shared machine spinning threads make either side collapse when a core is taken.
-  const env = Object.assign({}, process.env, {OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY || 'PASSIVE'});
+  const env = process.env;  // kiln sets its own OpenMP wait policy unless the caller does
   execFileSync(kiln, ['bench', model, '--batch', String(batch), '--threads', String(o.threads),
                         '--runs', String(o.runs), '--json', json], {stdio: ['ignore', 'ignore', 'inherit'], env});
   return JSON.parse(fs.readFileSync(json, 'utf8')).times_ms;

@@ -25,7 +25,6 @@ model_repository: '$work/models'
 engine_cache_dir: '$work/cache'
 log: {level: warn}
 YAML
-export OMP_WAIT_POLICY=PASSIVE
 
 # Starts kilnd, prints seconds until /readyz is 200, stops it with SIGTERM.
 time_to_ready() {

@@ -7,12 +7,11 @@
 #    1, 8 and 32 (bench/server_latency, one connection per client thread);
 #  - server-added latency = Predict p50 at c=1 (delay 0) minus the bare engine's b1 p50;
 #  - serving efficiency = throughput at c=32 / the bare engine's best throughput.
-# Writes bench/results/server.md. OMP_WAIT_POLICY=PASSIVE as scripts/serve.sh sets it.
+# Writes bench/results/server.md. kiln and kilnd run with their default OpenMP wait policy.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 seconds="${2:-3}"
-export OMP_WAIT_POLICY=PASSIVE
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/models/resnet18/1" "$work/models/example/1"
@@ -20,7 +19,7 @@ cp "$HOME/.cache/kiln/models/resnet18/model.onnx" "$work/models/resnet18/1/"
 cp "$root/config/models/example/1/model.onnx" "$work/models/example/1/"
 declare -A bare_p50 bare_best
 
-# The bare engine under kilnd's settings (PASSIVE) with an explicit team of every core: with
+# The bare engine under kilnd's settings (its OpenMP wait policy) with an explicit team of every core: with
 # the default team it measured ~1.8x slower on resnet18 b1 here, and spinning threads
 # collapse (10x) whenever another process takes a core.
 bare() {  # model path -> fills bare_p50[name], bare_best[name]
@@ -112,9 +111,9 @@ bare = {"resnet18": (float(sys.argv[3]), float(sys.argv[4])),
         "example": (float(sys.argv[5]), float(sys.argv[6]))}
 out = ["# kilnd: server-added latency and throughput", "",
        f"Measured by `bench/server_latency.sh` on {sys.argv[7]} cores, {sys.argv[8]} s per point "
-       "(resnet18: twice that; after 1 s of warm-up), one-row Predicts, closed loop, OMP_WAIT_POLICY=PASSIVE, "
+       "(resnet18: twice that; after 1 s of warm-up), one-row Predicts, closed loop, OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000 (the default), "
        "default buckets 1/2/4/8, 1 instance, cpu device. The bare engine: `kiln bench` "
-       "--threads <cores>, PASSIVE; best throughput over batches 1/2/4/8.", "",
+       "--threads <cores>, same policy; best throughput over batches 1/2/4/8.", "",
        "Server-added = Predict p50 seen by the client minus the bare engine's p50: it includes the "
        f"gRPC round trip, whose floor here (NOT_FOUND for an unknown model, kiln-load c=1) is "
        f"{floor_us:.0f} us p50, and moving the request's bytes. In kilnd = mean time inside the "

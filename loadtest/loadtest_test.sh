@@ -26,7 +26,7 @@ server: {grpc_address: '127.0.0.1:$grpc_port', http_address: '127.0.0.1:$http_po
 model_repository: '$work/models'
 log: {level: warn}
 YAML
-OMP_WAIT_POLICY=PASSIVE "$kilnd" --config "$work/server.yaml" &
+"$kilnd" --config "$work/server.yaml" &
 pid=$!
 
 # --wait-ready polls GetModel until the example is READY (bounded by ctest's TIMEOUT too).

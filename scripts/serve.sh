@@ -12,8 +12,6 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" --target kilnd
 # Relative paths in the config (model_repository) resolve against the working directory.
 cd "$root"
-# OpenMP (oneDNN's threading) spins idle threads by default, which starves a server sharing
-# its cores with the gRPC threads; the variable is read when the library loads, so it is set
-# here rather than by kilnd.
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# kilnd picks how OpenMP threads wait (base/openmp_env.h) unless OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT is set here.
 exec "$build/server/kilnd" "$@"

@@ -117,7 +117,7 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
 }  // namespace kiln::server
 
 int main(int argc, char** argv) {
-  kiln::EnsurePassiveOpenMpWait(argv);
+  kiln::EnsureOpenMpWaitPolicy(argv);
   const sigset_t stop_signals = kiln::server::BlockStopSignals();
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args) {

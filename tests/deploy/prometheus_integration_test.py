@@ -160,8 +160,7 @@ def run(tmp, procs):
                         "log": {"level": "warn"}}, f)
     kilnd_log = open(os.path.join(tmp, "kilnd.log"), "w")
     procs.append(subprocess.Popen([KILND, "--config", cfg], stdout=kilnd_log,
-                                  stderr=subprocess.STDOUT, env=dict(os.environ,
-                                                                     OMP_WAIT_POLICY="PASSIVE")))
+                                  stderr=subprocess.STDOUT))
     kilnd_http = f"http://127.0.0.1:{http_port}"
     try:
         wait_for("kilnd /readyz", lambda: http_get(kilnd_http + "/readyz")[0] == 200, 120)

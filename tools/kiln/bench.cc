@@ -109,10 +109,12 @@ absl::Status Bench(const BenchArgs& b) {
   for (const auto& t : info.fallback_op_types) types += (types.empty() ? "" : ",") + t;
   w.Field("fallback_op_types", types);
   w.Field("arena_bytes", info.arena_bytes);
-  // Spinning OpenMP threads (libgomp's default) collapse when another process takes a core;
-  // record the policy so numbers from shared machines can be read.
+  // How OpenMP threads wait changes latency a lot on shared machines (base/openmp_env.h):
+  // record it so numbers can be read.
   const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
   w.Field("omp_wait_policy", policy ? policy : "default");
+  w.Field("gomp_spincount", spin ? spin : "default");
   w.Field("weight_bytes", info.weight_bytes);
   std::printf("%s}\n", w.str().c_str());
   if (!b.json_path.empty()) {

@@ -30,7 +30,7 @@ void Usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kiln::EnsurePassiveOpenMpWait(argv);
+  kiln::EnsureOpenMpWaitPolicy(argv);
   if (argc < 2) {
     Usage();
     return 2;
