@@ -29,6 +29,8 @@ struct EngineInfo {
   int total_ops = 0;
   int fallback_ops = 0;        // ops running on reference kernels (correct, slow)
   std::vector<std::string> fallback_op_types;
+  std::string layout;          // backend-specific layout choice ("blocked", "primitive", ...)
+  double tune_ms = 0.0;        // time spent choosing it by measurement (0: not tuned)
 };
 
 class Engine {

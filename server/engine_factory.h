@@ -12,7 +12,9 @@
 namespace kiln::server {
 
 // device: "reference" (the interpreter) or "cpu" (oneDNN). INVALID_ARGUMENT otherwise.
+// cpu_layout (cpu device only): "tune", "primitive" or "blocked".
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
+                                                             const std::string& cpu_layout,
                                                              const CompiledGraph& compiled);
 
 }  // namespace kiln::server

@@ -86,7 +86,7 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
   BucketResult r;
   ASSIGN_OR_RETURN(r.compiled.graph, onnx_io::ImportModelBytes(e.graph_onnx, options));
   ASSIGN_OR_RETURN(r.compiled.plan, plan::PlanMemory(*r.compiled.graph, plan::PlanOptions{}));
-  ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, r.compiled));
+  ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout, r.compiled));
   r.report_json = e.report_json;
   if (!config.warmup.enabled) return r;
   if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
@@ -106,7 +106,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
   for (int attempt = 0;; ++attempt) {
     BucketResult r;
     ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, CompileOptions{batch, pipeline, {}}));
-    ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, r.compiled));
+    ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout, r.compiled));
     r.report_json = r.compiled.report.ToJson();
     if (!config.warmup.enabled) return r;
     check.ran = true;
@@ -247,8 +247,11 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& imported, const ModelConfig& 
     if (progress) progress(absl::StrCat("compiling and checking batch ", batch));
     ASSIGN_OR_RETURN(BucketResult r, BuildBucket(imported, batch, config, cache, pipeline, m.check));
     auto& instances = m.engines[batch];
+    // Further instances take the layout the first one settled on (tuned once, and alike).
+    const std::string& chosen = r.engine->info().layout;
+    const std::string layout = chosen.empty() ? config.cpu_layout : chosen;
     for (int i = 1; i < config.instances; ++i) {
-      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, r.compiled));
+      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, r.compiled));
       instances.push_back(std::move(extra));
     }
     instances.insert(instances.begin(), std::move(r.engine));

@@ -107,6 +107,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(Read(v, key, c.instances));
     } else if (key == "device") {
       RETURN_IF_ERROR(Read(v, key, c.device));
+    } else if (key == "cpu_layout") {
+      RETURN_IF_ERROR(Read(v, key, c.cpu_layout));
     } else if (key == "opt_level" || key == "disabled_passes") {
       RETURN_IF_ERROR(ApplyPipelineKey(key, v, c));
     } else if (key == "warmup") {
@@ -140,6 +142,9 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
   if (c.max_queue_delay_us < 0) return BadKey("max_queue_delay_us", "must be >= 0");
   if (c.max_queue_size < 1) return BadKey("max_queue_size", "must be >= 1");
   if (c.instances < 1 || c.instances > 64) return BadKey("instances", "must be in 1..64");
+  if (c.cpu_layout != "tune" && c.cpu_layout != "primitive" && c.cpu_layout != "blocked") {
+    return BadKey("cpu_layout", absl::StrCat("'", c.cpu_layout, "' is not one of: tune, primitive, blocked"));
+  }
   if (c.device != "reference" && c.device != "cpu") {
     return BadKey("device", absl::StrCat("'", c.device, "' is not one of: reference, cpu"));
   }

@@ -35,6 +35,9 @@ struct ModelConfig {
   int64_t max_queue_size = 256;
   int instances = 1;
   std::string device = "cpu";
+  // cpu device: the engines' activation layout: tune (measure both at load, keep the faster),
+  // primitive or blocked (runtime/cpu/cpu_engine.h).
+  std::string cpu_layout = "tune";
   OptLevel opt_level = OptLevel::kO2;
   std::set<std::string> disabled_passes;
   WarmupConfig warmup;

@@ -18,6 +18,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/plan/buffer_assign.h"
 #include "compiler/plan/memory_plan.h"
+#include "runtime/cpu/cpu_engine.h"
 
 namespace kiln::cpu {
 
@@ -64,6 +65,8 @@ struct BuildContext {
   std::vector<Slot> slots;
   std::unordered_map<std::string, int> slot_of;  // value name -> slot
   std::vector<plan::BufferRequest> requests;      // blocked arena
+  // kPrimitive or kBlocked (never kTune: the tuner builds one engine per concrete choice).
+  ActivationLayout layout = ActivationLayout::kPrimitive;
   int scratch_slot = -1;
   int64_t scratchpad_bytes = 0;
   int64_t weight_bytes = 0;

@@ -2,6 +2,7 @@
 // the plan's arena plus a second arena for blocked layouts and kernel temps, and one shared
 // oneDNN scratchpad. Run binds the caller's tensors into the slot table and runs the kernels.
 #include "runtime/cpu/cpu_engine.h"
+#include "runtime/cpu/tune.h"
 
 #include <omp.h>
 
@@ -32,6 +33,7 @@ class CpuEngine : public runtime::Engine {
  public:
   ~CpuEngine() override;
   absl::Status Build(const CompiledGraph& compiled, const CpuEngineOptions& options);
+  void NoteTuning(double ms) { info_.tune_ms = ms; }
   const runtime::EngineInfo& info() const override { return info_; }
   const std::vector<runtime::TensorSpec>& inputs() const override { return input_specs_; }
   const std::vector<runtime::TensorSpec>& outputs() const override { return output_specs_; }
@@ -125,6 +127,8 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
   auto t0 = std::chrono::steady_clock::now();
   threads_ = options.threads;
   if (threads_ > 0) omp_set_num_threads(threads_);
+  ctx_.layout = options.layout;
+  info_.layout = ActivationLayoutName(options.layout);
   graph_ = compiled.graph->Clone();
   stream_ = dnnl::stream(ctx_.engine);
   ASSIGN_OR_RETURN(bind_, BuildSlots(*graph_, compiled.plan, ctx_));
@@ -334,16 +338,53 @@ CpuEngine::~CpuEngine() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGraph& compiled,
-                                                                 const CpuEngineOptions& options) {
-  if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
+namespace {
+
+// One engine with a concrete layout (kPrimitive or kBlocked).
+absl::StatusOr<std::unique_ptr<CpuEngine>> BuildOne(const CompiledGraph& compiled,
+                                                    CpuEngineOptions options, ActivationLayout layout) {
+  options.layout = layout;
   auto engine = std::make_unique<CpuEngine>();
   try {
     RETURN_IF_ERROR(engine->Build(compiled, options));
   } catch (const dnnl::error& e) {
     return absl::InternalError(std::string("cpu engine: oneDNN: ") + e.what());
   }
-  return std::unique_ptr<runtime::Engine>(std::move(engine));
+  return engine;
+}
+
+}  // namespace
+
+std::optional<ActivationLayout> ParseActivationLayout(const std::string& name) {
+  if (name == "primitive") return ActivationLayout::kPrimitive;
+  if (name == "blocked") return ActivationLayout::kBlocked;
+  if (name == "tune") return ActivationLayout::kTune;
+  return std::nullopt;
+}
+
+const char* ActivationLayoutName(ActivationLayout layout) {
+  switch (layout) {
+    case ActivationLayout::kPrimitive: return "primitive";
+    case ActivationLayout::kBlocked: return "blocked";
+    case ActivationLayout::kTune: return "tune";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGraph& compiled,
+                                                                 const CpuEngineOptions& options) {
+  if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
+  if (options.layout != ActivationLayout::kTune) {
+    ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, options, options.layout));
+    return std::unique_ptr<runtime::Engine>(std::move(engine));
+  }
+  auto build = [&](ActivationLayout layout) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
+    ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, options, layout));
+    return std::unique_ptr<runtime::Engine>(std::move(engine));
+  };
+  ASSIGN_OR_RETURN(TuneResult tuned, TuneLayout(*compiled.graph, build));
+  static_cast<CpuEngine*>(tuned.engine.get())->NoteTuning(tuned.tune_ms);
+  return std::move(tuned.engine);
 }
 
 }  // namespace kiln::cpu

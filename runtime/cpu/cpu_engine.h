@@ -12,6 +12,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "base/status.h"
 #include "compiler/compile.h"
@@ -19,9 +21,21 @@
 
 namespace kiln::cpu {
 
+// How convolution-family primitives lay out activations.
+enum class ActivationLayout {
+  kPrimitive,  // each primitive's preferred layout (oneDNN's `format_tag::any`)
+  kBlocked,    // channels in blocks of 16 (nCw16c / nChw16c / nCdhw16c)
+  kTune,       // build both, time them on this machine, keep the faster (tune.cc)
+};
+
+// "primitive" | "blocked" | "tune" (nullopt for anything else), and back.
+std::optional<ActivationLayout> ParseActivationLayout(const std::string& name);
+const char* ActivationLayoutName(ActivationLayout layout);
+
 struct CpuEngineOptions {
   int threads = 0;  // 0: all cores (the OpenMP default)
   bool warm_up = true;
+  ActivationLayout layout = ActivationLayout::kTune;
 };
 
 // The engine keeps its own clone of the graph (constants shared), so `compiled` may go away.

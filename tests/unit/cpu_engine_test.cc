@@ -48,21 +48,17 @@ struct Outcome {
   std::unique_ptr<runtime::Engine> engine;
 };
 
-// Compiles (O0 by default: the nodes as built), builds the engine, runs it and the reference
-// on the same random inputs, and compares every output (rtol 1e-4, atol 1e-5).
-Outcome ExpectMatchesReference(std::unique_ptr<Graph> g, int max_fallbacks = 0,
-                               OptLevel level = OptLevel::kO0) {
-  Outcome o;
-  CompileOptions co;
-  co.pipeline.level = level;
-  absl::StatusOr<CompiledGraph> c = CompileGraph(*g, co);
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return o;
-  o.compiled = std::move(*c);
-  auto e = cpu::BuildCpuEngine(o.compiled, {});
+// Builds the engine in `layout`, runs it and the reference on the same random inputs, and
+// compares every output (rtol 1e-4, atol 1e-5).
+void ExpectEngineMatches(Outcome& o, cpu::ActivationLayout layout, int max_fallbacks) {
+  SCOPED_TRACE(cpu::ActivationLayoutName(layout));
+  cpu::CpuEngineOptions eo;
+  eo.layout = layout;
+  auto e = cpu::BuildCpuEngine(o.compiled, eo);
   EXPECT_TRUE(e.ok()) << e.status();
-  if (!e.ok()) return o;
+  if (!e.ok()) return;
   o.engine = std::move(*e);
+  EXPECT_EQ(o.engine->info().layout, cpu::ActivationLayoutName(layout));
   EXPECT_LE(o.engine->info().fallback_ops, max_fallbacks);
   auto feeds = check::RandomInputs(*o.compiled.graph, {});
   EXPECT_TRUE(feeds.ok()) << feeds.status();
@@ -72,7 +68,7 @@ Outcome ExpectMatchesReference(std::unique_ptr<Graph> g, int max_fallbacks = 0,
   for (const auto& spec : o.engine->inputs()) ins.push_back(feeds->at(spec.name));
   absl::Status st = o.engine->Run(ins, outs);
   EXPECT_TRUE(st.ok()) << st;
-  if (!st.ok() || !want.ok()) return o;
+  if (!st.ok() || !want.ok()) return;
   for (size_t k = 0; k < outs.size(); ++k) {
     const Tensor& w = want->at(o.engine->outputs()[k].name);
     EXPECT_EQ(outs[k].shape(), w.shape());
@@ -86,6 +82,21 @@ Outcome ExpectMatchesReference(std::unique_ptr<Graph> g, int max_fallbacks = 0,
                       << " reference " << b;
     }
   }
+}
+
+// Compiles (O0 by default: the nodes as built) and checks the engine in both activation
+// layouts against the reference; the returned engine is the primitive-layout one.
+Outcome ExpectMatchesReference(std::unique_ptr<Graph> g, int max_fallbacks = 0,
+                               OptLevel level = OptLevel::kO0) {
+  Outcome o;
+  CompileOptions co;
+  co.pipeline.level = level;
+  absl::StatusOr<CompiledGraph> c = CompileGraph(*g, co);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return o;
+  o.compiled = std::move(*c);
+  ExpectEngineMatches(o, cpu::ActivationLayout::kBlocked, max_fallbacks);
+  ExpectEngineMatches(o, cpu::ActivationLayout::kPrimitive, max_fallbacks);
   return o;
 }
 

@@ -25,6 +25,7 @@ struct BenchArgs {
   int threads = 0;
   int runs = 50;
   int warmup = 5;
+  cpu::ActivationLayout layout = cpu::ActivationLayout::kTune;
   std::string json_path;
 };
 
@@ -40,7 +41,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
-        a != "--threads" && a != "--runs" && a != "--warmup") {
+        a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -60,6 +61,11 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
     if (a == "--runs") {
       ASSIGN_OR_RETURN(b.runs, ParsePositive(a, v));
+    }
+    if (a == "--layout") {
+      auto l = cpu::ParseActivationLayout(v);
+      if (!l) return absl::InvalidArgumentError("--layout: primitive, blocked or tune (got " + v + ")");
+      b.layout = *l;
     }
     if (a == "--warmup") {
       ASSIGN_OR_RETURN(b.warmup, ParsePositive(a, v));
@@ -83,6 +89,7 @@ absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   cpu::CpuEngineOptions eo;
   eo.threads = b.threads;
+  eo.layout = b.layout;
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(compiled, eo));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));
   std::vector<Tensor> ins, outs;
@@ -109,6 +116,8 @@ absl::Status Bench(const BenchArgs& b) {
   for (const auto& t : info.fallback_op_types) types += (types.empty() ? "" : ",") + t;
   w.Field("fallback_op_types", types);
   w.Field("arena_bytes", info.arena_bytes);
+  w.Field("layout", info.layout);
+  w.Field("tune_ms", info.tune_ms);
   // How OpenMP threads wait changes latency a lot on shared machines (base/openmp_env.h):
   // record it so numbers can be read.
   const char* policy = std::getenv("OMP_WAIT_POLICY");

@@ -28,6 +28,9 @@ struct CheckOptions {
   bool quiet = false;
   std::optional<OptLevel> opt;  // run the optimized graph (--opt O2)
   bool bisect = false;          // replay the O2 pipeline pass by pass (--bisect)
+  // --backend cpu: the engines' activation layouts to check (--layout; default: both).
+  std::vector<cpu::ActivationLayout> layouts = {cpu::ActivationLayout::kPrimitive,
+                                                cpu::ActivationLayout::kBlocked};
   std::vector<std::string> paths;
 };
 
@@ -91,15 +94,20 @@ absl::Status RunDataSet(const std::string& model_path, const DataSet& ds,
   ASSIGN_OR_RETURN(ref::TensorMap feeds, BindInputs(*graph, ds));
   RETURN_IF_ERROR(BindShapes(*graph, feeds));
   if (opt.backend == "cpu") {
-    ASSIGN_OR_RETURN(CpuRun run, RunOnCpuEngine(*graph, feeds, opt.opt.value_or(OptLevel::kO2)));
-    if (ds.outputs.size() != run.outputs.size()) {
-      return absl::InvalidArgumentError("test data has " + std::to_string(ds.outputs.size()) +
-                                        " outputs, the engine " +
-                                        std::to_string(run.outputs.size()));
-    }
-    for (size_t k = 0; k < ds.outputs.size(); ++k) {
-      const Value* decl = run.compiled.graph->outputs[k];
-      CompareOutput(decl->name, decl, run.outputs[k], ds.outputs[k], opt, r);
+    ASSIGN_OR_RETURN(CpuRun run, RunOnCpuEngine(*graph, feeds, opt.opt.value_or(OptLevel::kO2),
+                                                opt.layouts));
+    for (const LayoutRun& lr : run.runs) {
+      if (ds.outputs.size() != lr.outputs.size()) {
+        return absl::InvalidArgumentError("test data has " + std::to_string(ds.outputs.size()) +
+                                          " outputs, the engine " +
+                                          std::to_string(lr.outputs.size()));
+      }
+      // Named by layout only when there were several engines, so messages stay as they were.
+      const std::string suffix = run.runs.size() > 1 ? " [" + lr.layout + " layout]" : "";
+      for (size_t k = 0; k < ds.outputs.size(); ++k) {
+        const Value* decl = run.compiled.graph->outputs[k];
+        CompareOutput(decl->name + suffix, decl, lr.outputs[k], ds.outputs[k], opt, r);
+      }
     }
     return absl::OkStatus();
   }
@@ -184,6 +192,15 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
         ASSIGN_OR_RETURN(level, next());
       }
       ASSIGN_OR_RETURN(o.opt, ParseOptLevel(level));
+    } else if (a == "--layout") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      if (v == "all") {
+        o.layouts = {cpu::ActivationLayout::kPrimitive, cpu::ActivationLayout::kBlocked};
+      } else if (auto l = cpu::ParseActivationLayout(v); l && *l != cpu::ActivationLayout::kTune) {
+        o.layouts = {*l};
+      } else {
+        return absl::InvalidArgumentError("--layout: primitive, blocked or all (got '" + v + "')");
+      }
     } else if (a == "--bisect") {
       o.bisect = true;
     } else if (a == "-q" || a == "--quiet") {

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 
 #include "runtime/cpu/cpu_engine.h"
+#include "runtime/cpu/tune.h"
 
 namespace kiln::tools {
 
@@ -50,7 +51,8 @@ bool NeedsStaticShapes(const absl::Status& st) {
 }
 
 absl::StatusOr<CpuRun> BuildAndRun(const Graph& graph, const ref::TensorMap& feeds,
-                                   OptLevel level) {
+                                   OptLevel level,
+                                   const std::vector<cpu::ActivationLayout>& layouts) {
   CompileOptions co;
   co.pipeline.level = level;
   // Specialize binds only symbolic dims, so with static inputs this just names the batch.
@@ -60,22 +62,30 @@ absl::StatusOr<CpuRun> BuildAndRun(const Graph& graph, const ref::TensorMap& fee
   }
   CpuRun run;
   ASSIGN_OR_RETURN(run.compiled, CompileGraph(graph, co));
-  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(run.compiled));
-  std::vector<Tensor> ins;
-  for (const auto& spec : engine->inputs()) {
-    auto it = feeds.find(spec.name);
-    if (it == feeds.end()) return absl::InvalidArgumentError("no feed for input " + spec.name);
-    ins.push_back(it->second);
+  for (const cpu::ActivationLayout layout : layouts) {
+    if (!run.runs.empty() && !cpu::HasLayoutChoice(*run.compiled.graph)) break;
+    cpu::CpuEngineOptions eo;
+    eo.layout = layout;
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(run.compiled, eo));
+    std::vector<Tensor> ins;
+    for (const auto& spec : engine->inputs()) {
+      auto it = feeds.find(spec.name);
+      if (it == feeds.end()) return absl::InvalidArgumentError("no feed for input " + spec.name);
+      ins.push_back(it->second);
+    }
+    LayoutRun& r = run.runs.emplace_back();
+    r.layout = cpu::ActivationLayoutName(layout);
+    RETURN_IF_ERROR(engine->Run(ins, r.outputs));
   }
-  RETURN_IF_ERROR(engine->Run(ins, run.outputs));
   return run;
 }
 
 }  // namespace
 
 absl::StatusOr<CpuRun> RunOnCpuEngine(const Graph& graph, const ref::TensorMap& feeds,
-                                      OptLevel level) {
-  absl::StatusOr<CpuRun> run = BuildAndRun(graph, feeds, level);
+                                      OptLevel level,
+                                      const std::vector<cpu::ActivationLayout>& layouts) {
+  absl::StatusOr<CpuRun> run = BuildAndRun(graph, feeds, level, layouts);
   if (run.ok() || !NeedsStaticShapes(run.status())) {
     if (!run.ok() && absl::StrContains(run.status().message(), "no dense size")) {
       return absl::UnimplementedError("cpu engine: " + std::string(run.status().message()));
@@ -84,7 +94,7 @@ absl::StatusOr<CpuRun> RunOnCpuEngine(const Graph& graph, const ref::TensorMap& 
   }
   // Shapes that depend on input values: retry with the shape-like inputs bound.
   std::unique_ptr<Graph> frozen = FreezeShapeInputs(graph, feeds);
-  run = BuildAndRun(*frozen, feeds, level);
+  run = BuildAndRun(*frozen, feeds, level, layouts);
   if (!run.ok() && NeedsStaticShapes(run.status())) {
     return absl::UnimplementedError("cpu engine: data-dependent shapes: " +
                                     std::string(run.status().message()));

@@ -14,16 +14,18 @@ void Usage() {
                "usage: kiln <command> [options]\n"
                "commands:\n"
                "  check [--backend reference|cpu] [--rtol R] [--atol A] [--json FILE] [-q]\n"
-               "        [--opt O0|O1|O2] [--bisect] PATH...\n"
+               "        [--opt O0|O1|O2] [--bisect] [--layout primitive|blocked|all] PATH...\n"
                "      run ONNX backend-test directories (model.onnx + test_data_set_*);\n"
                "      --opt runs the optimized graph, --bisect names the first pass that\n"
-               "      moves the answer\n"
+               "      moves the answer; --backend cpu checks the engine in every\n"
+               "      activation layout it can choose (--layout narrows that)\n"
                "  compile MODEL [--batch N] [-O0|-O1|-O2] [--disable PASS,...] [--report]\n"
                "        [--json FILE] [-o optimized.onnx]\n"
                "      optimize for one batch size, plan memory, print the compile report\n"
                "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
                "      run a model and write its outputs as TensorProto files\n"
                "  bench MODEL [--backend cpu] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
+               "        [--layout primitive|blocked|tune]\n"
                "      time the CPU engine on random inputs; prints p50/p99 latency\n");
 }
 

@@ -1,0 +1,44 @@
+// Choosing the activation layout by measurement (tactic selection, as TensorRT's builder
+// does): which of oneDNN's layouts is fastest depends on the CPU and the batch size, not
+// only on the model. Measured with bench/compare_ort.js on an AMD EPYC with AVX-512:
+// MobileNet-v2 b8 35.9 ms with the primitives' choice (channels-last) vs 29.4 ms blocked,
+// ResNet-50 b8 300 vs 287 ms, while at b1 the two are within noise.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "base/status.h"
+#include "compiler/ir/graph.h"
+#include "runtime/cpu/cpu_engine.h"
+#include "runtime/engine.h"
+
+namespace kiln::cpu {
+
+using EngineBuilder =
+    std::function<absl::StatusOr<std::unique_ptr<runtime::Engine>>(ActivationLayout layout)>;
+
+struct TuneResult {
+  ActivationLayout layout = ActivationLayout::kPrimitive;
+  double tune_ms = 0.0;  // building the candidates and timing them
+  std::unique_ptr<runtime::Engine> engine;
+};
+
+// Whether the layout can matter: the graph has a convolution (the primitives that take it).
+bool HasLayoutChoice(const Graph& graph);
+
+struct TunePolicy {
+  int min_rounds = 2;        // timed runs per candidate, at least
+  int max_rounds = 6;        // and at most
+  double budget_ms = 1500;   // stop adding rounds past this (after min_rounds)
+  double margin = 0.03;      // blocked must be this much faster to be chosen
+};
+
+// Graphs without a convolution have no layout to choose: kPrimitive, built once, untimed.
+// Otherwise builds both candidates, runs them alternately on zero inputs and keeps the one
+// with the lower best time (the run least disturbed by anything else on the machine). A
+// candidate that fails to build or run loses; if both fail, the primitive build's error.
+absl::StatusOr<TuneResult> TuneLayout(const Graph& graph, const EngineBuilder& build,
+                                      const TunePolicy& policy = {});
+
+}  // namespace kiln::cpu

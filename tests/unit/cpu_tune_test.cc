@@ -1,0 +1,141 @@
+// Layout tuning (runtime/cpu/tune.h): the faster candidate wins by its best run, only by a
+// margin, never a broken one; graphs without a convolution are not tuned at all.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "compiler/ir/builder.h"
+#include "runtime/cpu/tune.h"
+
+namespace kiln::cpu {
+namespace {
+
+using std::chrono::microseconds;
+
+// An engine whose Run sleeps a fixed time (or fails), standing in for a built CPU engine.
+class FakeEngine : public runtime::Engine {
+ public:
+  FakeEngine(microseconds run_time, bool fails) : run_time_(run_time), fails_(fails) {
+    inputs_.push_back({"x", DType::kFloat32, {1, 4}});
+  }
+  const runtime::EngineInfo& info() const override { return info_; }
+  const std::vector<runtime::TensorSpec>& inputs() const override { return inputs_; }
+  const std::vector<runtime::TensorSpec>& outputs() const override { return outputs_; }
+  absl::Status Run(const std::vector<Tensor>& in, std::vector<Tensor>&) override {
+    ++runs;
+    EXPECT_EQ(in.size(), 1u);
+    std::this_thread::sleep_for(run_time_);
+    return fails_ ? absl::InternalError("refused") : absl::OkStatus();
+  }
+  int runs = 0;
+
+ private:
+  microseconds run_time_;
+  bool fails_;
+  runtime::EngineInfo info_;
+  std::vector<runtime::TensorSpec> inputs_, outputs_;
+};
+
+struct Candidate {
+  microseconds run_time{1000};
+  bool build_fails = false;
+  bool run_fails = false;
+};
+
+// A builder over two fake candidates; counts builds per layout.
+struct FakeBuilder {
+  Candidate primitive, blocked;
+  int builds = 0;
+  EngineBuilder Fn() {
+    return [this](ActivationLayout l) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
+      ++builds;
+      const Candidate& c = l == ActivationLayout::kBlocked ? blocked : primitive;
+      if (c.build_fails) return absl::UnimplementedError("no primitive");
+      return std::unique_ptr<runtime::Engine>(new FakeEngine(c.run_time, c.run_fails));
+    };
+  }
+};
+
+std::unique_ptr<Graph> ConvGraph() {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 4, 8, 8});
+  b.Output(b.Op("Conv", {x, b.Constant("w", Tensor(DType::kFloat32, {4, 4, 1, 1}))}));
+  return b.Build();
+}
+
+std::unique_ptr<Graph> MatMulGraph() {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 4});
+  b.Output(b.Op("MatMul", {x, b.Constant("w", Tensor(DType::kFloat32, {4, 4}))}));
+  return b.Build();
+}
+
+TEST(TuneLayout, TheClearlyFasterCandidateWins) {
+  auto g = ConvGraph();
+  FakeBuilder slow_blocked{{microseconds(500)}, {microseconds(3000)}};
+  auto r = TuneLayout(*g, slow_blocked.Fn());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
+  EXPECT_GT(r->tune_ms, 0);
+  FakeBuilder fast_blocked{{microseconds(3000)}, {microseconds(500)}};
+  r = TuneLayout(*g, fast_blocked.Fn());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->layout, ActivationLayout::kBlocked);
+  // The winner is one of the timed engines, handed over.
+  EXPECT_GE(static_cast<FakeEngine*>(r->engine.get())->runs, TunePolicy{}.min_rounds);
+}
+
+TEST(TuneLayout, ATieKeepsThePrimitivesChoice) {
+  auto g = ConvGraph();
+  FakeBuilder tie{{microseconds(2000)}, {microseconds(2000)}};
+  auto r = TuneLayout(*g, tie.Fn());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);  // blocked is not 3% faster
+}
+
+TEST(TuneLayout, NoConvolutionMeansNoTuning) {
+  auto g = MatMulGraph();
+  FakeBuilder b{{microseconds(3000)}, {microseconds(10)}};
+  auto r = TuneLayout(*g, b.Fn());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
+  EXPECT_EQ(b.builds, 1);
+  EXPECT_EQ(r->tune_ms, 0);
+  EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, 0);
+}
+
+TEST(TuneLayout, ABrokenCandidateNeverWins) {
+  auto g = ConvGraph();
+  FakeBuilder blocked_fails_to_run{{microseconds(3000)}, {microseconds(10), false, true}};
+  auto r = TuneLayout(*g, blocked_fails_to_run.Fn());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
+  FakeBuilder primitive_fails_to_build{{microseconds(10), true}, {microseconds(3000)}};
+  r = TuneLayout(*g, primitive_fails_to_build.Fn());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->layout, ActivationLayout::kBlocked);
+  FakeBuilder both_fail{{microseconds(10), true}, {microseconds(10), true}};
+  r = TuneLayout(*g, both_fail.Fn());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(TuneLayout, StopsAtTheBudgetAfterTheMinimumRounds) {
+  auto g = ConvGraph();
+  FakeBuilder slow{{microseconds(20000)}, {microseconds(20000)}};
+  TunePolicy p;
+  p.budget_ms = 1;  // spent by the first round
+  auto r = TuneLayout(*g, slow.Fn(), p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, p.min_rounds);
+}
+
+TEST(ActivationLayoutNames, RoundTripAndRejectUnknown) {
+  for (auto l : {ActivationLayout::kPrimitive, ActivationLayout::kBlocked, ActivationLayout::kTune}) {
+    EXPECT_EQ(ParseActivationLayout(ActivationLayoutName(l)), l);
+  }
+  EXPECT_FALSE(ParseActivationLayout("nchw").has_value());
+}
+
+}  // namespace
+}  // namespace kiln::cpu
