@@ -3,14 +3,16 @@
 // interleaved so both see the same machine state.
 //
 //   node bench/compare_ort.js --kiln build/tools/kiln[,other/kiln] [--models DIR] [--batches 1,8]
-//                             [--threads 2] [--rounds 4] [--runs 10] [--only m1,m2]
+//                             [--threads 2] [--rounds 4] [--runs 10] [--only m1,m2] [--with-o0]
 //
 // For every model folder under DIR (default ~/.cache/kiln/models) and batch: `rounds`
 // rounds, each running `kiln bench --runs R` (its own warm-up) and then R timed ORT runs
 // (after one warm-up session run), pooling the per-run times of all rounds. Prints p50/p99
 // per side and the ratio Kiln/ORT. ORT: graphOptimizationLevel 'all', intraOpNumThreads T.
 // Several comma-separated kiln binaries (a baseline and a change) run in the same rounds, one
-// after another, so their ratios share the machine state: one row per binary.
+// after another, so their ratios share the machine state: one row per binary. An entry may
+// carry extra `kiln bench` flags after a space ("build/tools/kiln --layout blocked").
+// --with-o0 adds, for every entry, a row at -O0: what the optimizer's passes buy.
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -22,6 +24,7 @@ function parseArgs(argv) {
              rounds: 4, runs: 10, only: null};
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i], v = argv[i + 1];
+    if (a === '--with-o0') { o.withO0 = true; continue; }
     if (a === '--kiln') o.kiln = v.split(',');
     else if (a === '--models') o.models = v;
     else if (a === '--batches') o.batches = v.split(',').map(Number);
@@ -33,6 +36,7 @@ function parseArgs(argv) {
     ++i;
   }
   if (!o.kiln) { process.stderr.write('--kiln is required\n'); process.exit(2); }
+  if (o.withO0) o.kiln = o.kiln.flatMap((k) => [k, `${k} --opt O0`]);
   return o;
 }
 
@@ -70,11 +74,12 @@ async function timeOrt(session, feeds, runs) {
 
 function timeKiln(o, kiln, model, batch) {
   const json = path.join(os.tmpdir(), `kiln_bench_${process.pid}.json`);
-  // Both sides without spin-waiting (ORT: allow_spinning 0 below; OpenMP: passive): on a
-  // shared machine spinning threads make either side collapse when a core is taken.
-  const env = process.env;  // kiln sets its own OpenMP wait policy unless the caller does
-  execFileSync(kiln, ['bench', model, '--batch', String(batch), '--threads', String(o.threads),
-                        '--runs', String(o.runs), '--json', json], {stdio: ['ignore', 'ignore', 'inherit'], env});
+  // Each side waits the way it does by default: kiln's bounded OpenMP spin
+  // (base/openmp_env.h), ORT's intra-op spinning (allow_spinning 1, its default).
+  const [bin, ...extra] = kiln.split(' ');
+  execFileSync(bin, ['bench', model, '--batch', String(batch), '--threads', String(o.threads),
+                     '--runs', String(o.runs), '--json', json, ...extra],
+               {stdio: ['ignore', 'ignore', 'inherit']});
   return JSON.parse(fs.readFileSync(json, 'utf8')).times_ms;
 }
 
@@ -88,10 +93,7 @@ async function main() {
     const model = path.join(o.models, m, 'model.onnx');
     const session = await ort.InferenceSession.create(model, {
       graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1,
-      executionMode: 'sequential',
-      // No spin-waiting between runs: ORT's idle threads would otherwise steal the cores
-      // from the kiln process that runs next.
-      extra: {session: {intra_op: {allow_spinning: '0'}, inter_op: {allow_spinning: '0'}}}});
+      executionMode: 'sequential'});
     for (const batch of o.batches) {
       const feeds = makeFeeds(ort, session, batch);
       await timeOrt(session, feeds, 3);  // warm-up

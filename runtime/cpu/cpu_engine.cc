@@ -95,28 +95,28 @@ class SerialKernel : public CpuKernel {
   std::unique_ptr<CpuKernel> inner_;
 };
 
-// Multiply-adds (or elements) a node computes, roughly: below ~256K a second thread's
-// wake-up and barrier cost about what it saves. MatMuls and convolutions stay serial up to
-// 4M: with passive waiting every parallel region pays a futex wake-up, and the small-M
-// products of a transformer (M = batch x sequence) and the depthwise/7x7 convolutions of a
-// mobile net split too poorly to win it back (measured, 2 threads: bert_tiny b8 p50 -25%,
-// mobilenet_v2 b1 -3%, against 256K).
+// Multiply-adds (or elements) a node computes, roughly: below 64K a second thread's wake-up
+// and barrier cost about what it saves. The threshold follows how OpenMP waits: while the
+// team slept after every region (PASSIVE alone, ~45 us per wake-up here) products stayed
+// serial up to 4M; with the bounded spin of base/openmp_env.h a wake-up is ~1 us, and
+// splitting from 64K on measured (2 threads, compare_ort.js, against 4M): mobilenet_v2 b1
+// 4.27 -> 3.48 ms (its 1280x1000 classifier and 7x7 convolutions), bert_tiny b8 0.45 ->
+// 0.42 ms, resnet18/50 unchanged.
 bool IsSmallWork(const BuildContext& ctx, const Node& node) {
-  constexpr int64_t kSerialWork = 1 << 18;
-  constexpr int64_t kSerialProductWork = 1 << 22;
+  constexpr int64_t kSerialWork = 1 << 16;
   const int y = ctx.SlotOf(node.output(0));
   if (y < 0) return false;
   int64_t work = NumElements(ctx.slots[y].shape);
   const int a = ctx.SlotOf(node.input(0)), w = ctx.SlotOf(node.input(1));
   if (node.op_type.find("MatMul") != std::string::npos || node.op_type == "Gemm") {
     if (a >= 0 && !ctx.slots[a].shape.empty()) work *= ctx.slots[a].shape.back();
-    return work < kSerialProductWork;
+    return work < kSerialWork;
   }
   if (node.op_type.find("Conv") != std::string::npos) {
     if (w >= 0 && !ctx.slots[w].shape.empty() && ctx.slots[w].shape[0] > 0) {
       work *= NumElements(ctx.slots[w].shape) / ctx.slots[w].shape[0];
     }
-    return work < kSerialProductWork;
+    return work < kSerialWork;
   }
   return work < kSerialWork;
 }

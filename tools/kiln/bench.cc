@@ -26,6 +26,7 @@ struct BenchArgs {
   int runs = 50;
   int warmup = 5;
   cpu::ActivationLayout layout = cpu::ActivationLayout::kTune;
+  OptLevel opt = OptLevel::kO2;
   std::string json_path;
 };
 
@@ -41,7 +42,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
-        a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout") {
+        a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" &&
+        a != "--opt") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -61,6 +63,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
     if (a == "--runs") {
       ASSIGN_OR_RETURN(b.runs, ParsePositive(a, v));
+    }
+    if (a == "--opt") {
+      ASSIGN_OR_RETURN(b.opt, ParseOptLevel(v));
     }
     if (a == "--layout") {
       auto l = cpu::ParseActivationLayout(v);
@@ -86,6 +91,7 @@ absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(b.model));
   CompileOptions co;
   co.batch = b.batch;
+  co.pipeline.level = b.opt;
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   cpu::CpuEngineOptions eo;
   eo.threads = b.threads;

@@ -25,7 +25,7 @@ void Usage() {
                "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
                "      run a model and write its outputs as TensorProto files\n"
                "  bench MODEL [--backend cpu] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
-               "        [--layout primitive|blocked|tune]\n"
+               "        [--layout primitive|blocked|tune] [--opt O0|O1|O2]\n"
                "      time the CPU engine on random inputs; prints p50/p99 latency\n");
 }
 
