@@ -53,7 +53,7 @@ WORKDIR /opt/kiln
 USER 10001
 # How oneDNN's OpenMP threads wait: a ~50 us spin between kernels, then sleep (kilnd's own
 # default, spelled out so operators see the knob; see docs/cpu-engine.md).
-ENV OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000
+ENV OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000
 # gRPC (server.grpc_address) and HTTP (/healthz, /readyz, /metrics; server.http_address).
 EXPOSE 8500 8501
 VOLUME ["/opt/kiln/config/models", "/var/cache/kiln"]

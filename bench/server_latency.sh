@@ -111,7 +111,7 @@ bare = {"resnet18": (float(sys.argv[3]), float(sys.argv[4])),
         "example": (float(sys.argv[5]), float(sys.argv[6]))}
 out = ["# kilnd: server-added latency and throughput", "",
        f"Measured by `bench/server_latency.sh` on {sys.argv[7]} cores, {sys.argv[8]} s per point "
-       "(resnet18: twice that; after 1 s of warm-up), one-row Predicts, closed loop, OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000 (the default), "
+       "(resnet18: twice that; after 1 s of warm-up), one-row Predicts, closed loop, OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 (the default), "
        "default buckets 1/2/4/8, 1 instance, cpu device. The bare engine: `kiln bench` "
        "--threads <cores>, same policy; best throughput over batches 1/2/4/8.", "",
        "Server-added = Predict p50 seen by the client minus the bare engine's p50: it includes the "

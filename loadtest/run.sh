@@ -75,7 +75,7 @@ work, out, seconds, cores, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.a
 ms = lambda ns: f"{ns / 1e6:.2f}"
 lines = ["# kilnd load test (loadtest/run.sh)", "",
          f"{datetime.date.today()}, {cores} cores, kilnd and kiln-load on the same machine (loopback), "
-         f"kilnd's default OpenMP wait policy (PASSIVE, GOMP_SPINCOUNT=3000), closed loop, {seconds} s per row after warm-up, one-row random "
+         f"kilnd's default OpenMP wait policy (PASSIVE, GOMP_SPINCOUNT=1000), closed loop, {seconds} s per row after warm-up, one-row random "
          "Predicts (kiln-load --model). Latencies in ms.", "",
          "| model | batching | c | count | rps | p50 | p90 | p95 | p99 | p99.9 | max | errors |",
          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

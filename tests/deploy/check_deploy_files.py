@@ -160,8 +160,8 @@ for w, rest in runtime:
         expose |= {int(p.split("/")[0]) for p in rest.split()}
 check(expose == {GRPC, HTTP}, f"Dockerfile EXPOSE {expose} != config ports {{{GRPC}, {HTTP}}}")
 envs = " ".join(r for w, r in runtime if w == "ENV")
-check("OMP_WAIT_POLICY=PASSIVE" in envs and "GOMP_SPINCOUNT=3000" in envs,
-      "Dockerfile: no ENV OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000 (kilnd's default)")
+check("OMP_WAIT_POLICY=PASSIVE" in envs and "GOMP_SPINCOUNT=1000" in envs,
+      "Dockerfile: no ENV OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 (kilnd's default)")
 health = " ".join(r for w, r in runtime if w == "HEALTHCHECK")
 check(f"127.0.0.1:{HTTP}/healthz" in health, "Dockerfile HEALTHCHECK is not /healthz on HTTP")
 workdir = [r for w, r in runtime if w == "WORKDIR"][-1]
@@ -241,7 +241,7 @@ for name, svc in services.items():
         hc = " ".join(svc["healthcheck"]["test"])
         check(f":{HTTP}/healthz" in hc, f"compose {name}: healthcheck not /healthz")
         check(svc.get("environment", {}).get("OMP_WAIT_POLICY") == "PASSIVE" and
-              str(svc.get("environment", {}).get("GOMP_SPINCOUNT")) == "3000",
+              str(svc.get("environment", {}).get("GOMP_SPINCOUNT")) == "1000",
               f"compose {name}: OMP_WAIT_POLICY / GOMP_SPINCOUNT")
 gpu = services.get("kiln-gpu", {})
 check(gpu.get("profiles") == ["gpu"], "compose kiln-gpu is not in the gpu profile")
@@ -329,7 +329,7 @@ for f, d in deps:
     check(c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"},
           f"{f}: liveness probe")
     check({"name": "OMP_WAIT_POLICY", "value": "PASSIVE"} in c["env"] and
-          {"name": "GOMP_SPINCOUNT", "value": "3000"} in c["env"], f"{f}: OMP_WAIT_POLICY / GOMP_SPINCOUNT")
+          {"name": "GOMP_SPINCOUNT", "value": "1000"} in c["env"], f"{f}: OMP_WAIT_POLICY / GOMP_SPINCOUNT")
     check("resources" in c and "requests" in c["resources"], f"{f}: resources")
     for vm in c.get("volumeMounts", []):
         check(vm["mountPath"] in volumes, f"{f}: mount {vm['mountPath']} is no image VOLUME")
