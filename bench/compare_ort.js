@@ -21,7 +21,7 @@ const {execFileSync} = require('child_process');
 
 function parseArgs(argv) {
   const o = {models: path.join(os.homedir(), '.cache/kiln/models'), batches: [1, 8], threads: 2,
-             rounds: 4, runs: 10, only: null};
+             rounds: 4, runs: 10, only: null, settleMs: 300};
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i], v = argv[i + 1];
     if (a === '--with-o0') { o.withO0 = true; continue; }
@@ -101,6 +101,9 @@ async function main() {
       for (let r = 0; r < o.rounds; ++r) {
         o.kiln.forEach((bin, i) => kiln[i].push(...timeKiln(o, bin, model, batch)));
         ortTimes.push(...(await timeOrt(session, feeds, o.runs)));
+        // ORT's pool spins for a while after a run: let it park before kiln's next turn, or
+        // kiln would be timed beside a busy core.
+        await new Promise((resolve) => setTimeout(resolve, o.settleMs));
       }
       const o50 = percentile(ortTimes, 0.5);
       kiln.forEach((times, i) => {
