@@ -15,7 +15,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'C', '\0', '\1'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;  // 2: the engine's layout
 constexpr size_t kChecksumBytes = 32;  // the hex ContentHash of everything before it
 
 // The splitmix64 finalizer: every input bit affects every output bit.
@@ -142,7 +142,7 @@ std::string EngineCacheKey::ToString() const {
 }
 
 size_t EngineCacheEntry::ApproxBytes() const {
-  size_t n = graph_onnx.size() + report_json.size() + check_message.size();
+  size_t n = graph_onnx.size() + report_json.size() + check_message.size() + engine_layout.size();
   for (const auto& [name, t] : outputs) n += name.size() + t.nbytes();
   return n;
 }
@@ -162,6 +162,7 @@ std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& e) {
   w.U32(e.checked ? 1 : 0);
   w.U32(static_cast<uint32_t>(e.outputs.size()));
   for (const auto& [name, t] : e.outputs) WriteTensor(w, name, t);
+  w.Str(e.engine_layout);
   w.out += ContentHash(w.out);
   return std::move(w.out);
 }
@@ -198,6 +199,7 @@ absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
     if (!ReadTensor(r, name, t)) return Corrupt("bad output tensor");
     e.outputs.emplace_back(std::move(name), std::move(t));
   }
+  if (!r.Str(e.engine_layout)) return Corrupt("truncated engine layout");
   if (!r.done()) return Corrupt("trailing bytes");
   return e;
 }

@@ -6,7 +6,8 @@
 // level's pass list, disabled passes), the device with a fingerprint of the CPU's ISA, and the
 // batch size. An entry holds the optimized graph (an ONNX ModelProto written by the exporter,
 // ai.kiln ops included), the compile report, the warm-up outcome (passes the bisection
-// disabled, errors) and the reference interpreter's outputs on the seeded warm-up inputs.
+// disabled, errors), the reference interpreter's outputs on the seeded warm-up inputs and the
+// engine's tuned layout.
 // The caller re-verifies a hit by running the rebuilt engine once on those inputs against the
 // stored outputs, so a hit is never trusted blindly.
 //
@@ -61,6 +62,9 @@ struct EngineCacheEntry {
   double max_abs_err = 0.0, max_rel_err = 0.0;
   bool checked = false;  // the warm-up check ran; `outputs` hold the reference's answers
   std::vector<std::pair<std::string, Tensor>> outputs;
+  // The engine's layout choice ("blocked", "primitive"; empty: none), so a warm start builds
+  // the tuned engine directly instead of tuning again.
+  std::string engine_layout;
 
   size_t ApproxBytes() const;
 };

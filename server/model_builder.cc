@@ -86,7 +86,10 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
   BucketResult r;
   ASSIGN_OR_RETURN(r.compiled.graph, onnx_io::ImportModelBytes(e.graph_onnx, options));
   ASSIGN_OR_RETURN(r.compiled.plan, plan::PlanMemory(*r.compiled.graph, plan::PlanOptions{}));
-  ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout, r.compiled));
+  // A tuned layout is reused (the measurement was made for this model, batch and CPU).
+  const bool reuse = config.cpu_layout == "tune" && !e.engine_layout.empty();
+  ASSIGN_OR_RETURN(r.engine,
+                   BuildEngine(config.device, reuse ? e.engine_layout : config.cpu_layout, r.compiled));
   r.report_json = e.report_json;
   if (!config.warmup.enabled) return r;
   if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
@@ -144,6 +147,7 @@ std::optional<EngineCacheEntry> EntryFor(const BucketResult& r, const CheckSumma
   e.max_abs_err = check.max_abs_err;
   e.max_rel_err = check.max_rel_err;
   e.checked = config.warmup.enabled;
+  e.engine_layout = r.engine->info().layout;
   for (const auto& [name, t] : want) {
     if (t.dtype() == DType::kString) return std::nullopt;
     e.outputs.emplace_back(name, t);

@@ -33,6 +33,7 @@ EngineCacheEntry Entry() {
   e.max_abs_err = 1e-6;
   e.checked = true;
   e.outputs.emplace_back("y", Tensor::FromFloat({1.5f, -2.0f, 3.25f}, {3}));
+  e.engine_layout = "blocked";
   return e;
 }
 
@@ -76,6 +77,7 @@ TEST(EngineCacheFormat, RoundTrips) {
   ASSERT_EQ(e->outputs.size(), 1u);
   EXPECT_EQ(e->outputs[0].second.shape(), std::vector<int64_t>{3});
   EXPECT_EQ(e->outputs[0].second.data<float>()[2], 3.25f);
+  EXPECT_EQ(e->engine_layout, "blocked");
 }
 
 TEST(EngineCacheFormat, RejectsCorruptionTruncationAndOtherKeys) {
