@@ -52,3 +52,44 @@ assert sum(b["count"] for b in r["histogram"]) == 200, r["histogram"]
 assert abs(sum(b["frequency"] for b in r["histogram"]) - 1) < 1e-3
 print("ghz report OK:", r["count"], "calls,", round(r["rps"]), "rps")
 PY
+
+# The ghz configs (loadtest/ghz/*.json) as ghz would use them, without ghz (not packaged for
+# Debian): the proto and the call they name exist, inline `data` is a request kilnd accepts
+# (sent by kiln-load, which parses the same proto3 JSON form), and make_data.py writes a
+# request file kilnd accepts (shown on the example; resnet18's is the same form, bigger).
+python3 - "$src" "$work" <<'PY'
+import json, os, re, sys
+src, work = sys.argv[1], sys.argv[2]
+ghz = os.path.join(src, "loadtest", "ghz")
+configs = sorted(f for f in os.listdir(ghz) if f.endswith(".json"))
+assert configs, "no ghz configs"
+for name in configs:
+    c = json.load(open(os.path.join(ghz, name)))
+    proto = os.path.join(src, c["proto"])
+    assert os.path.isfile(proto), f"{name}: proto {c['proto']} missing"
+    for p in c.get("import-paths", []):
+        assert os.path.isdir(os.path.join(src, p)), f"{name}: import path {p} missing"
+    package, service, method = c["call"].rsplit(".", 2)
+    text = open(proto).read()
+    assert re.search(rf"^package {re.escape(package)};", text, re.M), f"{name}: package"
+    assert re.search(rf"service {service}\s*{{[^}}]*rpc {method}\s*\(", text, re.S), \
+        f"{name}: {c['call']} is not an rpc of {c['proto']}"
+    assert ("data" in c) != ("data-file" in c), f"{name}: data or data-file"
+    if "data" in c:
+        json.dump(c["data"], open(os.path.join(work, f"inline_{name}"), "w"))
+    else:
+        make = open(os.path.join(ghz, "make_data.py")).read()
+        assert c["data-file"] in make, f"{name}: {c['data-file']} is not what make_data.py writes"
+print("ghz configs OK:", ", ".join(configs))
+PY
+for f in "$work"/inline_*.json; do
+  "$load" --target "127.0.0.1:$grpc_port" --data "$f" -n 20 --json "$work/inline.json" >/dev/null
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['statusCodeDistribution']=={'OK':20}, r" "$work/inline.json"
+done
+# Debian's python3 (with numpy), not whatever python3 comes first on the PATH.
+debian_python=/usr/bin/python3
+[ -x "$debian_python" ] || debian_python=python3
+"$debian_python" "$src/loadtest/ghz/make_data.py" --model example --input x --shape 1,8 -o "$work/made.json" >/dev/null
+"$load" --target "127.0.0.1:$grpc_port" --data "$work/made.json" -n 20 --json "$work/made_report.json" >/dev/null
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['statusCodeDistribution']=={'OK':20}, r" "$work/made_report.json"
+echo "ghz data OK"
