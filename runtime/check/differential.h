@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "compiler/ir/graph.h"
 #include "compiler/pipeline.h"
+#include "runtime/check/compare.h"
 #include "runtime/reference/interpreter.h"
 
 namespace kiln::check {
@@ -28,18 +29,6 @@ struct InputRanges {
 
 // One tensor per graph input (shapes must be static: Specialize first).
 absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRanges& ranges);
-
-struct Tolerance {
-  double rtol = 1e-3;
-  double atol = 1e-4;
-};
-
-struct Divergence {
-  bool ok = true;
-  double max_abs_err = 0.0;
-  double max_rel_err = 0.0;
-  std::string message;  // the first output that failed, and where
-};
 
 Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
                           const Tolerance& tol);

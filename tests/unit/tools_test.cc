@@ -2,7 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tools/kiln/compare.h"
+#include "runtime/check/compare.h"
+#include "runtime/check/differential.h"
 #include "tools/kiln/json_writer.h"
 
 namespace kiln::tools {
@@ -11,7 +12,7 @@ namespace {
 TEST(Compare, WithinToleranceIsOk) {
   Tensor a = Tensor::FromFloat({1.0f, 2.0f, 3.0f});
   Tensor e = Tensor::FromFloat({1.0f, 2.001f, 3.0f});
-  Comparison c = CompareTensors(a, e, 1e-3, 1e-7);
+  check::Divergence c = check::CompareTensors(a, e, {1e-3, 1e-7});
   EXPECT_TRUE(c.ok) << c.message;
   EXPECT_NEAR(c.max_abs_err, 0.001, 1e-6);
 }
@@ -19,28 +20,45 @@ TEST(Compare, WithinToleranceIsOk) {
 TEST(Compare, BeyondToleranceFailsAndNamesElement) {
   Tensor a = Tensor::FromFloat({1.0f, 2.1f});
   Tensor e = Tensor::FromFloat({1.0f, 2.0f});
-  Comparison c = CompareTensors(a, e, 1e-3, 1e-7);
+  check::Divergence c = check::CompareTensors(a, e, {1e-3, 1e-7});
   EXPECT_FALSE(c.ok);
   EXPECT_NE(c.message.find("element 1"), std::string::npos) << c.message;
 }
 
 TEST(Compare, NanMatchesNanOnly) {
   Tensor a = Tensor::FromFloat({NAN, 1.0f});
-  EXPECT_TRUE(CompareTensors(a, Tensor::FromFloat({NAN, 1.0f}), 0, 0).ok);
-  EXPECT_FALSE(CompareTensors(a, Tensor::FromFloat({0.0f, 1.0f}), 0, 0).ok);
-  EXPECT_FALSE(CompareTensors(Tensor::FromFloat({INFINITY}), Tensor::FromFloat({-INFINITY}), 1, 1).ok);
+  EXPECT_TRUE(check::CompareTensors(a, Tensor::FromFloat({NAN, 1.0f}), {0, 0}).ok);
+  EXPECT_FALSE(check::CompareTensors(a, Tensor::FromFloat({0.0f, 1.0f}), {0, 0}).ok);
+  EXPECT_FALSE(check::CompareTensors(Tensor::FromFloat({INFINITY}), Tensor::FromFloat({-INFINITY}), {1, 1}).ok);
 }
 
 TEST(Compare, DtypeAndShapeMismatchFail) {
   Tensor f = Tensor::FromFloat({1.0f, 2.0f});
-  EXPECT_FALSE(CompareTensors(f, Tensor::FromInt64({1, 2}), 1, 1).ok);
-  EXPECT_FALSE(CompareTensors(f, f.Reshaped({2, 1}), 1, 1).ok);
+  EXPECT_FALSE(check::CompareTensors(f, Tensor::FromInt64({1, 2}), {1, 1}).ok);
+  EXPECT_FALSE(check::CompareTensors(f, f.Reshaped({2, 1}), {1, 1}).ok);
 }
 
 TEST(Compare, Int64IsExactBeyondDoublePrecision) {
   Tensor a = Tensor::FromInt64({(int64_t{1} << 60) + 1});
   Tensor e = Tensor::FromInt64({int64_t{1} << 60});
-  EXPECT_FALSE(CompareTensors(a, e, 0, 0).ok);
+  EXPECT_FALSE(check::CompareTensors(a, e, {0, 0}).ok);
+}
+
+TEST(CompareOutputs, NamesTheFirstBadOutputAndKeepsTheMaxima) {
+  ref::TensorMap want = {{"a", Tensor::FromFloat({1.0f, 2.0f})},
+                         {"ids", Tensor::FromInt64({int64_t{1} << 40})}};
+  ref::TensorMap got = {{"a", Tensor::FromFloat({1.0f, 2.0005f})},
+                        {"ids", Tensor::FromInt64({(int64_t{1} << 40) + 1})}};
+  check::Divergence d = check::CompareOutputs(want, got, {1e-3, 1e-4});
+  EXPECT_FALSE(d.ok);  // the id is off by one: integers compare exactly
+  EXPECT_EQ(d.message.rfind("output 'ids': element 0", 0), 0u) << d.message;
+  EXPECT_NEAR(d.max_abs_err, 1.0, 1e-9);
+  got["ids"] = want["ids"];
+  d = check::CompareOutputs(want, got, {1e-3, 1e-4});
+  EXPECT_TRUE(d.ok) << d.message;
+  EXPECT_NEAR(d.max_rel_err, 0.00025, 1e-6);
+  got.erase("a");
+  EXPECT_EQ(check::CompareOutputs(want, got, {}).message, "output 'a' missing");
 }
 
 TEST(JsonWriter, WritesNestedStructuresWithEscaping) {

@@ -12,7 +12,6 @@
 #include "compiler/shape/infer.h"
 #include "runtime/check/differential.h"
 #include "tools/kiln/commands.h"
-#include "tools/kiln/compare.h"
 #include "tools/kiln/cpu_run.h"
 #include "tools/kiln/json_writer.h"
 #include "tools/kiln/model_io.h"
@@ -53,7 +52,7 @@ CheckResult FromStatus(const std::string& test, const absl::Status& st) {
 // Compares one output, folding it into the running result.
 void CompareOutput(const std::string& name, const Value* decl, const Tensor& got,
                    const Tensor& want, const CheckOptions& opt, CheckResult& r) {
-  Comparison c = CompareTensors(got, want, opt.rtol, opt.atol);
+  const check::Divergence c = check::CompareTensors(got, want, check::Tolerance{opt.rtol, opt.atol});
   r.max_abs_err = std::max(r.max_abs_err, c.max_abs_err);
   r.max_rel_err = std::max(r.max_rel_err, c.max_rel_err);
   if (!c.ok && r.status == "pass") {

@@ -1,13 +1,13 @@
-#include "tools/kiln/compare.h"
+#include "runtime/check/compare.h"
 
 #include <cmath>
 #include <sstream>
 
-namespace kiln::tools {
+namespace kiln::check {
 
-Comparison CompareTensors(const Tensor& actual, const Tensor& expected, double rtol,
-                          double atol) {
-  Comparison c;
+Divergence CompareTensors(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
+  const double rtol = tol.rtol, atol = tol.atol;
+  Divergence c;
   if (actual.dtype() != expected.dtype()) {
     c.ok = false;
     c.message = "dtype " + DTypeName(actual.dtype()) + ", expected " + DTypeName(expected.dtype());
@@ -70,4 +70,4 @@ Comparison CompareTensors(const Tensor& actual, const Tensor& expected, double r
   return c;
 }
 
-}  // namespace kiln::tools
+}  // namespace kiln::check
