@@ -36,6 +36,8 @@ void FillEngines(const ModelVersion& mv, v1::ModelInfo* out) {
     e->set_build_ms(info.build_ms);
     e->set_total_ops(info.total_ops);
     e->set_fallback_ops(info.fallback_ops);
+    e->set_layout(info.layout);
+    e->set_tune_ms(info.tune_ms);
   }
 }
 
