@@ -5,7 +5,7 @@
 #
 #   tests/robustness/run_fuzz.sh [--seconds N] [--out DIR] [--jobs N]
 #
-# Only compiler/onnx/*.cc and compiler/ir/*.cc are compiled (a dozen files), with ccache when
+# Only compiler/onnx/**.cc and compiler/ir/*.cc are compiled (a dozen files), with ccache when
 # present, so a rebuild on a 2-core CI machine is quick. Exit status: 0 when the time ran out
 # without findings, non-zero on a crash (the reproducer is left in DIR/artifacts).
 set -euo pipefail
@@ -38,7 +38,7 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
 libs=(-lonnx_proto $(pkg-config --libs protobuf absl_status absl_statusor absl_strings))
 
 mkdir -p "$out/obj" "$out/corpus" "$out/artifacts"
-sources=("$src"/compiler/onnx/*.cc "$src"/compiler/ir/*.cc "$src"/tests/robustness/fuzz_importer.cc)
+sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/compiler/ir/*.cc "$src"/tests/robustness/fuzz_importer.cc)
 
 # Compile in parallel, at most $jobs at a time; ccache makes a rebuild nearly free.
 rm -f "$out"/obj/*.o
