@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "compiler/ir/builder.h"
 #include "compiler/onnx/importer.h"
 #include "server/engine_cache.h"
 #include "server/model_builder.h"
@@ -231,6 +232,62 @@ TEST_F(BuildThroughCacheTest, EntryThatFailsReverificationIsRebuilt) {
   ASSERT_TRUE(Build(again).ok());
   EXPECT_EQ(again.stats().disk_hits, 2);
   EXPECT_TRUE(second->check.disabled_passes.empty());
+}
+
+// A small convolution chain (so the cpu engine has a layout to choose), two instances.
+class TunedLayoutTest : public EngineCacheTest {
+ protected:
+  void SetUp() override {
+    EngineCacheTest::SetUp();
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {1, 16, 12, 12});
+    Tensor w(DType::kFloat32, {16, 16, 3, 3});
+    for (int64_t i = 0; i < w.numel(); ++i) w.mutable_data<float>()[i] = 0.01f * (i % 7 - 3);
+    Value* y = b.Op("Relu", {b.Op("Conv", {x, b.Constant("w1", w)},
+                                  {{"pads", Attribute::Ints({1, 1, 1, 1})}})});
+    b.Output(b.Op("Conv", {y, b.Constant("w2", w)}, {{"pads", Attribute::Ints({1, 1, 1, 1})}}));
+    graph_ = b.Build();
+    config_.instances = 2;
+    ASSERT_TRUE(FinalizeModelConfig(config_).ok());
+  }
+  absl::StatusOr<BuiltModel> Build(EngineCache& cache) {
+    return BuildModel(*graph_, config_, nullptr, CacheContext{&cache, ContentHash("conv chain")});
+  }
+  std::unique_ptr<Graph> graph_;
+  ModelConfig config_;
+};
+
+TEST_F(TunedLayoutTest, InstancesShareTheTunedLayoutAndAWarmStartReusesIt) {
+  EngineCache cold(dir_.string());
+  auto first = Build(cold);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->engines.size(), 1u);  // a fixed batch: one bucket
+  const auto& instances = first->engines.begin()->second;
+  ASSERT_EQ(instances.size(), 2u);
+  const std::string layout = instances[0]->info().layout;
+  EXPECT_TRUE(layout == "primitive" || layout == "blocked") << layout;
+  EXPECT_GT(instances[0]->info().tune_ms, 0.0);  // measured once...
+  EXPECT_EQ(instances[1]->info().layout, layout);
+  EXPECT_EQ(instances[1]->info().tune_ms, 0.0);  // ...and the second instance took the result
+  EngineCache warm(dir_.string());
+  auto second = Build(warm);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(warm.stats().disk_hits, 1);
+  const auto& again = second->engines.begin()->second;
+  EXPECT_EQ(again[0]->info().layout, layout);
+  EXPECT_EQ(again[0]->info().tune_ms, 0.0);  // the cache's choice, not a new measurement
+}
+
+TEST_F(TunedLayoutTest, AFixedLayoutIsNeverTuned) {
+  config_.cpu_layout = "blocked";
+  EngineCache cache("");
+  auto built = Build(cache);
+  ASSERT_TRUE(built.ok()) << built.status();
+  for (const auto& engine : built->engines.begin()->second) {
+    EXPECT_EQ(engine->info().layout, "blocked");
+    EXPECT_EQ(engine->info().tune_ms, 0.0);
+  }
+  EXPECT_TRUE(built->check.ok);
 }
 
 }  // namespace
