@@ -9,13 +9,13 @@ namespace kiln::server {
 
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
+                                                             int cpu_threads,
                                                              const CompiledGraph& compiled) {
   if (device == "reference") return runtime::BuildReferenceEngine(compiled);
   if (device == "cpu") {
 #ifdef KILN_HAVE_CPU_ENGINE
-    // OpenMP on all cores, right for the common single-instance case (several instances of
-    // one model share the cores; a per-instance thread count is future work).
     cpu::CpuEngineOptions options;
+    options.threads = cpu_threads;
     const auto layout = cpu::ParseActivationLayout(cpu_layout);
     if (!layout) return absl::InvalidArgumentError(absl::StrCat("unknown cpu layout '", cpu_layout, "'"));
     options.layout = *layout;

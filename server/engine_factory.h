@@ -12,9 +12,11 @@
 namespace kiln::server {
 
 // device: "reference" (the interpreter) or "cpu" (oneDNN). INVALID_ARGUMENT otherwise.
-// cpu_layout (cpu device only): "tune", "primitive" or "blocked".
+// cpu_layout (cpu device only): "tune", "primitive" or "blocked"; cpu_threads: OpenMP threads
+// of the engine (0: all cores).
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
+                                                             int cpu_threads,
                                                              const CompiledGraph& compiled);
 
 }  // namespace kiln::server

@@ -89,7 +89,8 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
   // A tuned layout is reused (the measurement was made for this model, batch and CPU).
   const bool reuse = config.cpu_layout == "tune" && !e.engine_layout.empty();
   ASSIGN_OR_RETURN(r.engine,
-                   BuildEngine(config.device, reuse ? e.engine_layout : config.cpu_layout, r.compiled));
+                   BuildEngine(config.device, reuse ? e.engine_layout : config.cpu_layout,
+                               CpuThreadsPerInstance(config), r.compiled));
   r.report_json = e.report_json;
   if (!config.warmup.enabled) return r;
   if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
@@ -109,7 +110,8 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
   for (int attempt = 0;; ++attempt) {
     BucketResult r;
     ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, CompileOptions{batch, pipeline, {}}));
-    ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout, r.compiled));
+    ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout,
+                                           CpuThreadsPerInstance(config), r.compiled));
     r.report_json = r.compiled.report.ToJson();
     if (!config.warmup.enabled) return r;
     check.ran = true;
@@ -255,7 +257,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& imported, const ModelConfig& 
     const std::string& chosen = r.engine->info().layout;
     const std::string layout = chosen.empty() ? config.cpu_layout : chosen;
     for (int i = 1; i < config.instances; ++i) {
-      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, r.compiled));
+      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, CpuThreadsPerInstance(config),
+                                               r.compiled));
       instances.push_back(std::move(extra));
     }
     instances.insert(instances.begin(), std::move(r.engine));

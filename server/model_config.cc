@@ -1,6 +1,9 @@
 #include "server/model_config.h"
 
 #include <algorithm>
+#include <thread>
+
+#include <algorithm>
 
 #include <yaml-cpp/yaml.h>
 
@@ -109,6 +112,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(Read(v, key, c.device));
     } else if (key == "cpu_layout") {
       RETURN_IF_ERROR(Read(v, key, c.cpu_layout));
+    } else if (key == "cpu_threads") {
+      RETURN_IF_ERROR(Read(v, key, c.cpu_threads));
     } else if (key == "opt_level" || key == "disabled_passes") {
       RETURN_IF_ERROR(ApplyPipelineKey(key, v, c));
     } else if (key == "warmup") {
@@ -142,6 +147,7 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
   if (c.max_queue_delay_us < 0) return BadKey("max_queue_delay_us", "must be >= 0");
   if (c.max_queue_size < 1) return BadKey("max_queue_size", "must be >= 1");
   if (c.instances < 1 || c.instances > 64) return BadKey("instances", "must be in 1..64");
+  if (c.cpu_threads < 0 || c.cpu_threads > 1024) return BadKey("cpu_threads", "must be in 0..1024");
   if (c.cpu_layout != "tune" && c.cpu_layout != "primitive" && c.cpu_layout != "blocked") {
     return BadKey("cpu_layout", absl::StrCat("'", c.cpu_layout, "' is not one of: tune, primitive, blocked"));
   }
@@ -165,6 +171,12 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
     return BadKey("warmup", "rtol and atol must be >= 0");
   }
   return absl::OkStatus();
+}
+
+int CpuThreadsPerInstance(const ModelConfig& config, unsigned cores) {
+  if (config.cpu_threads > 0) return config.cpu_threads;
+  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, static_cast<int>(cores) / std::max(1, config.instances));
 }
 
 }  // namespace kiln::server

@@ -38,6 +38,9 @@ struct ModelConfig {
   // cpu device: the engines' activation layout: tune (measure both at load, keep the faster),
   // primitive or blocked (runtime/cpu/cpu_engine.h).
   std::string cpu_layout = "tune";
+  // cpu device: OpenMP threads per engine instance; 0: the cores divided among the instances
+  // (at least 1), so instances running at once do not oversubscribe the machine.
+  int cpu_threads = 0;
   OptLevel opt_level = OptLevel::kO2;
   std::set<std::string> disabled_passes;
   WarmupConfig warmup;
@@ -51,5 +54,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml, const Mode
                                              const std::string& where);
 // Checks ranges and fills the default buckets (powers of two up to max_batch_size).
 absl::Status FinalizeModelConfig(ModelConfig& config);
+// cpu_threads, or the cores (`cores`, 0: this machine's) divided among the instances.
+int CpuThreadsPerInstance(const ModelConfig& config, unsigned cores = 0);
 
 }  // namespace kiln::server

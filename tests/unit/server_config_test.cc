@@ -118,6 +118,21 @@ TEST(ModelConfig, ReadsEveryKey) {
   EXPECT_EQ(c->warmup.input_ranges.at("ids").second, 100.0);
 }
 
+TEST(ModelConfig, CpuThreadsSplitTheCoresAmongInstances) {
+  ModelConfig c;
+  EXPECT_EQ(CpuThreadsPerInstance(c, 8), 8);
+  c.instances = 3;
+  EXPECT_EQ(CpuThreadsPerInstance(c, 8), 2);
+  c.instances = 16;
+  EXPECT_EQ(CpuThreadsPerInstance(c, 8), 1);  // never zero
+  c.cpu_threads = 5;
+  EXPECT_EQ(CpuThreadsPerInstance(c, 8), 5);  // explicit wins
+  EXPECT_GE(CpuThreadsPerInstance(ModelConfig{}), 1);
+  auto parsed = ParseModelConfig("cpu_threads: 3\n", ModelConfig{}, "m");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->cpu_threads, 3);
+}
+
 TEST(ModelConfig, Errors) {
   auto msg = [](const std::string& yaml) {
     return std::string(ParseModelConfig(yaml, ModelConfig{}, "m/config.yaml").status().message());
@@ -130,6 +145,7 @@ TEST(ModelConfig, Errors) {
   EXPECT_NE(msg("instances: 0").find("instances"), std::string::npos);
   EXPECT_NE(msg("warmup: {float_range: [2, 1]}").find("warmup.float_range"), std::string::npos);
   EXPECT_NE(msg("colour: red").find("'colour': unknown key"), std::string::npos);
+  EXPECT_NE(msg("cpu_threads: -1").find("'cpu_threads': must be in 0..1024"), std::string::npos);
   EXPECT_NE(msg("cpu_layout: nhwc").find("'cpu_layout': 'nhwc' is not one of: tune, primitive, blocked"),
             std::string::npos);
   EXPECT_EQ(msg("opt_level: O9").find("m/config.yaml: "), 0u);
