@@ -1,13 +1,12 @@
 #include "loadtest/requests.h"
 
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include <google/protobuf/util/json_util.h>
 
+#include "base/file.h"
 #include "absl/strings/str_cat.h"
 
 namespace kiln::load {
@@ -18,11 +17,9 @@ namespace {
 constexpr int kRandomPoolSize = 8;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::optional<std::string> text = ReadWholeFile(path);
+  if (!text) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  return *std::move(text);
 }
 
 size_t ElementSize(v1::DataType dtype) {

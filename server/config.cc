@@ -1,11 +1,11 @@
 #include "server/config.h"
 
 #include <cstdlib>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
+
+#include "base/file.h"
 
 namespace kiln::server {
 namespace {
@@ -131,11 +131,9 @@ absl::Status Validate(const ServerConfig& c) {
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  std::optional<std::string> text = ReadWholeFile(path);
+  if (!text) return absl::NotFoundError(absl::StrCat("cannot read config file '", path, "'"));
+  return *std::move(text);
 }
 
 // Flags that take a value, mapped to the field they override.

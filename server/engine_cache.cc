@@ -9,6 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/file.h"
+
 namespace kiln::server {
 namespace {
 
@@ -262,9 +264,8 @@ std::shared_ptr<const EngineCacheEntry> EngineCache::Lookup(const EngineCacheKey
     ++stats_.misses;
     return nullptr;
   }
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  auto entry = DecodeEntry(bytes, key);
+  // An unreadable file decodes as empty: rejected and removed like any corrupt one.
+  auto entry = DecodeEntry(ReadWholeFile(path).value_or(""), key);
   std::lock_guard<std::mutex> lk(mu_);
   if (!entry.ok()) {
     spdlog::warn("engine cache: rejected {}: {}", path, std::string(entry.status().message()));

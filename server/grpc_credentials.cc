@@ -1,9 +1,8 @@
 #include "server/grpc_credentials.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <grpcpp/security/server_credentials.h>
+
+#include "base/file.h"
 
 namespace kiln::server {
 namespace {
@@ -11,16 +10,13 @@ namespace {
 // grpc accepts any bytes here and fails later, on the first handshake, with a log line the
 // operator may never see; checking for a PEM block up front turns that into a start error.
 absl::StatusOr<std::string> ReadPem(const std::string& key, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("server.tls.", key, ": cannot read '", path, "'"));
-  std::ostringstream os;
-  os << in.rdbuf();
-  std::string text = os.str();
-  if (text.find("-----BEGIN ") == std::string::npos) {
+  std::optional<std::string> text = ReadWholeFile(path);
+  if (!text) return absl::NotFoundError(absl::StrCat("server.tls.", key, ": cannot read '", path, "'"));
+  if (text->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("server.tls.", key, ": '", path, "' is not a PEM file"));
   }
-  return text;
+  return *std::move(text);
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <thread>
 
-#include <algorithm>
-
 #include <yaml-cpp/yaml.h>
 
 namespace kiln::server {

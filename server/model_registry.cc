@@ -3,10 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <fstream>
-#include <iterator>
 #include <thread>
 
+#include "base/file.h"
 #include "compiler/onnx/importer.h"
 #include "server/metrics/kiln_metrics.h"
 
@@ -80,10 +79,9 @@ namespace {
 // only.)
 CacheContext CacheFor(EngineCache* cache, const std::string& path) {
   if (!cache) return {};
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  if (!in.good() && !in.eof()) return {};
-  return CacheContext{cache, ContentHash(bytes)};
+  const std::optional<std::string> bytes = ReadWholeFile(path);
+  if (!bytes) return {};
+  return CacheContext{cache, ContentHash(*bytes)};
 }
 
 }  // namespace

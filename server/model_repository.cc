@@ -5,9 +5,10 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <system_error>
 #include <unistd.h>
+
+#include "base/file.h"
 
 namespace kiln::server {
 namespace fs = std::filesystem;
@@ -21,11 +22,9 @@ std::optional<int64_t> ParseVersion(const std::string& s) {
 }
 
 absl::StatusOr<std::string> ReadText(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return absl::InternalError(absl::StrCat("cannot read ", p.string()));
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  std::optional<std::string> text = ReadWholeFile(p.string());
+  if (!text) return absl::InternalError(absl::StrCat("cannot read ", p.string()));
+  return *std::move(text);
 }
 
 // Writes to a unique temporary name in the same folder, flushes, then renames over `dest`

@@ -79,10 +79,6 @@ absl::Status CheckShape(const v1::Tensor& p, const std::string& what) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-namespace {
-
 // The buffer is allocated only after every size is checked against the bytes actually sent:
 // a shape alone (up to 2^40 elements) must never make the server allocate.
 absl::StatusOr<Tensor> Decode(const v1::Tensor& p, const std::string& what, v1::Tensor* take) {

@@ -1,10 +1,9 @@
 #include "compiler/onnx/importer.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <unordered_set>
 
+#include "base/file.h"
 #include "compiler/onnx/normalize.h"
 #include "compiler/onnx/tensor_proto.h"
 
@@ -323,14 +322,12 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportModelBytes(std::string_view bytes,
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportModelFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError("cannot open model " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
+  std::optional<std::string> bytes = ReadWholeFile(path);
+  if (!bytes) return absl::NotFoundError("cannot open model " + path);
   ImportOptions options;
   options.model_dir = std::filesystem::path(path).parent_path().string();
   if (options.model_dir.empty()) options.model_dir = ".";
-  return ImportModelBytes(ss.str(), options);
+  return ImportModelBytes(*bytes, options);
 }
 
 }  // namespace kiln::onnx_io
