@@ -2,7 +2,6 @@
 // the plan's arena plus a second arena for blocked layouts and kernel temps, and one shared
 // oneDNN scratchpad. Run binds the caller's tensors into the slot table and runs the kernels.
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/cpu/tune.h"
 
 #include <omp.h>
 
@@ -14,6 +13,7 @@
 #include <set>
 
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/tune.h"
 #include "runtime/cpu/slot_table.h"
 
 namespace kiln::cpu {
@@ -110,13 +110,10 @@ bool IsSmallWork(const BuildContext& ctx, const Node& node) {
   const int a = ctx.SlotOf(node.input(0)), w = ctx.SlotOf(node.input(1));
   if (node.op_type.find("MatMul") != std::string::npos || node.op_type == "Gemm") {
     if (a >= 0 && !ctx.slots[a].shape.empty()) work *= ctx.slots[a].shape.back();
-    return work < kSerialWork;
-  }
-  if (node.op_type.find("Conv") != std::string::npos) {
+  } else if (node.op_type.find("Conv") != std::string::npos) {
     if (w >= 0 && !ctx.slots[w].shape.empty() && ctx.slots[w].shape[0] > 0) {
       work *= NumElements(ctx.slots[w].shape) / ctx.slots[w].shape[0];
     }
-    return work < kSerialWork;
   }
   return work < kSerialWork;
 }
@@ -374,14 +371,11 @@ const char* ActivationLayoutName(ActivationLayout layout) {
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGraph& compiled,
                                                                  const CpuEngineOptions& options) {
   if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
-  if (options.layout != ActivationLayout::kTune) {
-    ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, options, options.layout));
-    return std::unique_ptr<runtime::Engine>(std::move(engine));
-  }
   auto build = [&](ActivationLayout layout) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
     ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, options, layout));
     return std::unique_ptr<runtime::Engine>(std::move(engine));
   };
+  if (options.layout != ActivationLayout::kTune) return build(options.layout);
   ASSIGN_OR_RETURN(TuneResult tuned, TuneLayout(*compiled.graph, build));
   static_cast<CpuEngine*>(tuned.engine.get())->NoteTuning(tuned.tune_ms);
   return std::move(tuned.engine);
