@@ -15,6 +15,12 @@ std::optional<Shape> InferContext::input_shape(size_t i) const {
   return v->shape;
 }
 
+std::optional<Shape> InferContext::input_shape_or_unknown_output(size_t i) {
+  std::optional<Shape> s = input_shape(i);
+  if (!s) set_output(0, input_dtype(i), std::nullopt);
+  return s;
+}
+
 const Tensor* InferContext::input_constant(size_t i) const {
   Value* v = node_.input(i);
   return v && v->constant ? &*v->constant : nullptr;

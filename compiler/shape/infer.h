@@ -29,6 +29,9 @@ class InferContext {
   DType input_dtype(size_t i) const;
   // nullopt when the input is absent or its rank is unknown.
   std::optional<Shape> input_shape(size_t i) const;
+  // input_shape(i); when that is unknown, output 0 is set to input i's dtype with an unknown
+  // shape (all a shape-preserving rule can say) before nullopt is returned.
+  std::optional<Shape> input_shape_or_unknown_output(size_t i);
   // The input's value when it is a constant, else nullptr.
   const Tensor* input_constant(size_t i) const;
   // Sets output i (ignored when that output is omitted). shape nullopt = unknown rank.

@@ -15,11 +15,8 @@ namespace {
 
 absl::Status TransposeRule(InferContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
-  std::optional<Shape> s = ctx.input_shape(0);
-  if (!s) {
-    ctx.set_output(0, dtype, std::nullopt);
-    return absl::OkStatus();
-  }
+  std::optional<Shape> s = ctx.input_shape_or_unknown_output(0);
+  if (!s) return absl::OkStatus();
   const int64_t rank = static_cast<int64_t>(s->size());
   std::vector<int64_t> perm(rank);
   std::iota(perm.rbegin(), perm.rend(), 0);
@@ -150,11 +147,8 @@ Dim SliceDim(const Dim& dim, int64_t start, int64_t end, int64_t step) {
 
 absl::Status SliceRule(InferContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
-  std::optional<Shape> s = ctx.input_shape(0);
-  if (!s) {
-    ctx.set_output(0, dtype, std::nullopt);
-    return absl::OkStatus();
-  }
+  std::optional<Shape> s = ctx.input_shape_or_unknown_output(0);
+  if (!s) return absl::OkStatus();
   const int64_t rank = static_cast<int64_t>(s->size());
   auto starts = ConstantInts(ctx, 1), ends = ConstantInts(ctx, 2);
   auto axes = OptionalConstInts(ctx, 3), steps = OptionalConstInts(ctx, 4);
@@ -183,11 +177,8 @@ absl::Status SliceRule(InferContext& ctx) {
 
 absl::Status PadRule(InferContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
-  std::optional<Shape> s = ctx.input_shape(0);
-  if (!s) {
-    ctx.set_output(0, dtype, std::nullopt);
-    return absl::OkStatus();
-  }
+  std::optional<Shape> s = ctx.input_shape_or_unknown_output(0);
+  if (!s) return absl::OkStatus();
   const int64_t rank = static_cast<int64_t>(s->size());
   auto pads = ConstantInts(ctx, 1);
   auto axes = OptionalConstInts(ctx, 3);
@@ -304,11 +295,8 @@ absl::Status DimsFromScales(const InferContext& ctx, const std::vector<int64_t>&
 
 absl::Status ResizeRule(InferContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
-  std::optional<Shape> s = ctx.input_shape(0);
-  if (!s) {
-    ctx.set_output(0, dtype, std::nullopt);
-    return absl::OkStatus();
-  }
+  std::optional<Shape> s = ctx.input_shape_or_unknown_output(0);
+  if (!s) return absl::OkStatus();
   const int64_t rank = static_cast<int64_t>(s->size());
   std::vector<int64_t> axes(rank);
   std::iota(axes.begin(), axes.end(), 0);
@@ -335,11 +323,8 @@ absl::Status ResizeRule(InferContext& ctx) {
 
 absl::Status UpsampleRule(InferContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
-  std::optional<Shape> s = ctx.input_shape(0);
-  if (!s) {
-    ctx.set_output(0, dtype, std::nullopt);
-    return absl::OkStatus();
-  }
+  std::optional<Shape> s = ctx.input_shape_or_unknown_output(0);
+  if (!s) return absl::OkStatus();
   std::vector<double> scales;
   if (ctx.has_input(1)) {
     const Tensor* t = ctx.input_constant(1);
