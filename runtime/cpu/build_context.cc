@@ -1,6 +1,9 @@
 #include "runtime/cpu/build_context.h"
 
 #include <cstring>
+#include <optional>
+
+#include "runtime/cpu/strided_copy.h"
 
 namespace kiln::cpu {
 
@@ -135,6 +138,46 @@ class CopyKernel : public CpuKernel {
   size_t bytes_;
 };
 
+// Between two plain strided layouts (NCHW <-> NHWC): see strided_copy.h for why not oneDNN.
+class StridedCopyKernel : public CpuKernel {
+ public:
+  StridedCopyKernel(int src, int dst, StridedCopy plan) : src_(src), dst_(dst), plan_(plan) {}
+  absl::Status Run(const ExecContext& ctx) override {
+    plan_.Run(ctx.ptrs[src_], ctx.ptrs[dst_]);
+    return absl::OkStatus();
+  }
+
+ private:
+  int src_, dst_;
+  StridedCopy plan_;
+};
+
+// The dims and element strides of a desc without blocking, padding or offset.
+std::optional<std::vector<int64_t>> PlainStrides(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 ||
+      d.offset0 != 0) {
+    return std::nullopt;
+  }
+  for (int i = 0; i < d.ndims; ++i) {
+    if (d.padded_dims[i] != d.dims[i]) return std::nullopt;
+  }
+  return std::vector<int64_t>(d.format_desc.blocking.strides,
+                              d.format_desc.blocking.strides + d.ndims);
+}
+
+std::optional<StridedCopy> PlanStridedCopy(const memory::desc& src_md,
+                                           const memory::desc& dst_md) {
+  auto src = PlainStrides(src_md), dst = PlainStrides(dst_md);
+  if (!src || !dst || src_md.dims() != dst_md.dims() ||
+      src_md.data_type() != dst_md.data_type()) {
+    return std::nullopt;
+  }
+  const memory::dims dims = src_md.dims();
+  return StridedCopy::Plan(std::vector<int64_t>(dims.begin(), dims.end()), *src, *dst,
+                           memory::data_type_size(src_md.data_type()));
+}
+
 class ReorderKernel : public CpuKernel {
  public:
   explicit ReorderKernel(DnnlCall call) : call_(std::move(call)) {}
@@ -155,6 +198,9 @@ dnnl::primitive_attr UserScratchpad() {
 std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const memory::desc& src_md,
                                        int dst, const memory::desc& dst_md) {
   if (src_md == dst_md) return std::make_unique<CopyKernel>(src, dst, src_md.get_size());
+  if (auto plan = PlanStridedCopy(src_md, dst_md)) {
+    return std::make_unique<StridedCopyKernel>(src, dst, *plan);
+  }
   dnnl::reorder::primitive_desc pd(ctx.engine, src_md, ctx.engine, dst_md, UserScratchpad());
   ctx.NoteScratchpad(pd.scratchpad_desc());
   DnnlCall call{dnnl::reorder(pd)};

@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "runtime/cpu/build_context.h"
-#include "runtime/cpu/tune.h"
 #include "runtime/cpu/slot_table.h"
+#include "runtime/cpu/transient_heap.h"
+#include "runtime/cpu/tune.h"
 
 namespace kiln::cpu {
 namespace {
@@ -65,6 +67,10 @@ class CpuEngine : public runtime::Engine {
   runtime::EngineInfo info_;
   std::vector<runtime::TensorSpec> input_specs_, output_specs_;
   int threads_ = 0;
+  // oneDNN's per-execute argument maps land here instead of the process heap, from the
+  // second Run on (anything a library creates lazily on the first call stays on the heap).
+  TransientHeap heap_;
+  int64_t runs_ = 0;
 };
 
 // KILN_CPU_TRACE=1: names each node that falls back to the reference, with its operands.
@@ -284,7 +290,12 @@ absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tenso
   }
   for (const auto& [view, root] : bind_.views) ptrs_[view] = ptrs_[root];
   ExecContext ec{ptrs_.data(), &stream_};
-  RETURN_IF_ERROR(RunKernels(ec));
+  {
+    // Only the kernels run in the scope: output tensors outlive Run and belong on the heap.
+    std::optional<TransientHeap::Scope> scope;
+    if (runs_++ > 0) scope.emplace(heap_);
+    RETURN_IF_ERROR(RunKernels(ec));
+  }
   // Outputs that are graph inputs, constants, or a repeat of an earlier output.
   for (size_t k = 0; k < outputs.size(); ++k) {
     void* src = ptrs_[bind_.outputs[k]];

@@ -43,8 +43,8 @@ class LayerNormKernel : public CpuKernel {
     float* y = static_cast<float*>(ctx.ptrs[y_]);
     const int64_t rows = rows_, n = n_;
     const float eps = eps_;
-#pragma omp parallel for if (rows * n >= kParallelElements && rows > 1)
-    for (int64_t r = 0; r < rows; ++r) NormalizeRow(x + r * n, g, b, y + r * n, n, eps);
+    ForEachIndex(rows, rows * n >= kParallelElements,
+                 [&](int64_t r) { NormalizeRow(x + r * n, g, b, y + r * n, n, eps); });
     return absl::OkStatus();
   }
 

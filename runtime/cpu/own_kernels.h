@@ -22,6 +22,19 @@ namespace kiln::cpu {
 // sleeping thread's wake-up costs more than its half of the work saves.
 constexpr int64_t kParallelElements = 1 << 16;
 
+// body(i) for i in [0, n), split over the OpenMP team only when `parallel`. A region whose
+// `if` clause is false is not free: libgomp still builds a one-thread team, on the heap, and
+// frees it at the region's end; below the threshold the loop runs here instead.
+template <typename Body>
+void ForEachIndex(int64_t n, bool parallel, Body&& body) {
+  if (!parallel || n < 2) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
 std::unique_ptr<CpuKernel> MakeViewKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeSoftmaxKernel(BuildContext& ctx, const Node& node);

@@ -37,11 +37,10 @@ class SoftmaxKernel : public CpuKernel {
     const float* x = static_cast<const float*>(ctx.ptrs[in_]);
     float* y = static_cast<float*>(ctx.ptrs[out_]);
     const int64_t lines = outer_ * inner_, n = n_, inner = inner_;
-#pragma omp parallel for if (lines * n >= kParallelElements && lines > 1)
-    for (int64_t l = 0; l < lines; ++l) {
+    ForEachIndex(lines, lines * n >= kParallelElements, [&](int64_t l) {
       const int64_t base = (l / inner) * n * inner + l % inner;
       SoftmaxLine(x + base, y + base, n, inner);
-    }
+    });
     return absl::OkStatus();
   }
 
