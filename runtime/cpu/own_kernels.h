@@ -2,6 +2,8 @@
 // Each returns nullptr for nodes outside what it handles.
 #pragma once
 
+#include <omp.h>
+
 #include <memory>
 
 #include "runtime/cpu/build_context.h"
@@ -22,12 +24,13 @@ namespace kiln::cpu {
 // sleeping thread's wake-up costs more than its half of the work saves.
 constexpr int64_t kParallelElements = 1 << 16;
 
-// body(i) for i in [0, n), split over the OpenMP team only when `parallel`. A region whose
-// `if` clause is false is not free: libgomp still builds a one-thread team, on the heap, and
-// frees it at the region's end; below the threshold the loop runs here instead.
+// body(i) for i in [0, n), split over the OpenMP team only when `parallel` and the team has
+// more than one thread. A region whose `if` clause is false (or whose team is one thread) is
+// not free: libgomp still builds that team, on the heap, and frees it at the region's end;
+// the loop runs here instead.
 template <typename Body>
 void ForEachIndex(int64_t n, bool parallel, Body&& body) {
-  if (!parallel || n < 2) {
+  if (!parallel || n < 2 || omp_get_max_threads() == 1) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;
   }
