@@ -49,7 +49,9 @@ absl::StatusOr<CompiledGraph> CompileGraph(const Graph& imported, const CompileO
   out.report.ops_before = imported.nodes().size();
   out.report.op_types_before = CountOpTypes(imported);
   auto t_spec = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(shape::BindInputDims(*out.graph, options.dims));
   RETURN_IF_ERROR(shape::Specialize(*out.graph, options.batch));
+  RETURN_IF_ERROR(shape::CheckStaticInputs(*out.graph, /*allow_symbolic_batch=*/false));
   out.report.specialize_ms = MsSince(t_spec);
   out.report.ops_specialized = out.graph->nodes().size();
   ASSIGN_OR_RETURN(out.report.passes, RunPipeline(*out.graph, options.pipeline));

@@ -12,6 +12,7 @@
 #include "compiler/ir/graph.h"
 #include "compiler/pipeline.h"
 #include "compiler/plan/memory_plan.h"
+#include "compiler/shape/bind_dims.h"
 
 namespace kiln {
 
@@ -22,6 +23,8 @@ inline constexpr int kCompilerVersion = 1;
 
 struct CompileOptions {
   int64_t batch = 1;
+  // Values for symbolic input dims other than the batch (compiler/shape/bind_dims.h).
+  shape::InputDims dims;
   PipelineOptions pipeline;
   plan::PlanOptions plan;
 };

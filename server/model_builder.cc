@@ -68,7 +68,8 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
   // The level's pass list, not just its number: a registered test pass changes it.
   key.options = absl::StrCat("O", static_cast<int>(pipeline.level), ";passes=",
                              absl::StrJoin(PipelinePasses(pipeline.level), ","), ";disabled=",
-                             absl::StrJoin(pipeline.disabled, ","), ";warmup=", warmup);
+                             absl::StrJoin(pipeline.disabled, ","), ";warmup=", warmup,
+                             ";inputs=", InputDimsOf(config).ToString());
   key.device = DeviceFingerprint(config.device);
   key.batch = batch;
   return key;
@@ -109,7 +110,10 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
   const check::Tolerance tol{config.warmup.rtol, config.warmup.atol};
   for (int attempt = 0;; ++attempt) {
     BucketResult r;
-    ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, CompileOptions{batch, pipeline, {}}));
+    CompileOptions options;
+    options.batch = batch;
+    options.pipeline = pipeline;
+    ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, options));
     ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout,
                                            CpuThreadsPerInstance(config), r.compiled));
     r.report_json = r.compiled.report.ToJson();
@@ -212,6 +216,12 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
 
 }  // namespace
 
+shape::InputDims InputDimsOf(const ModelConfig& config) {
+  shape::InputDims dims;
+  dims.shapes = config.input_shapes;
+  return dims;
+}
+
 absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelConfig& config) {
   ModelSignature sig;
   sig.batchable = !imported.inputs.empty();
@@ -229,7 +239,10 @@ absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelCon
         s.shape.push_back(-1);
       } else if (!d.known()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "input '", v->name, "' dim ", i, " is symbolic; only dim 0 (the batch) may be"));
+            "input '", v->name, "' dim ", i,
+            d.param.empty() ? "" : absl::StrCat(" ('", d.param, "')"),
+            " is symbolic; only dim 0 (the batch) may be: give its size in the model config's "
+            "input_shapes (e.g. input_shapes: {", v->name, ": [-1, 128]})"));
       } else {
         s.shape.push_back(d.value);
       }
@@ -240,9 +253,14 @@ absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelCon
   return sig;
 }
 
-absl::StatusOr<BuiltModel> BuildModel(const Graph& imported, const ModelConfig& config,
+absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& config,
                                       const ProgressFn& progress, const CacheContext& cache) {
   BuiltModel m;
+  // The config's input_shapes fix symbolic dims other than the batch (a sequence length):
+  // from here on the model is the one with those sizes.
+  std::unique_ptr<Graph> bound = model.Clone();
+  RETURN_IF_ERROR(shape::BindInputDims(*bound, InputDimsOf(config)));
+  const Graph& imported = *bound;
   ASSIGN_OR_RETURN(m.signature, SignatureOf(imported, config));
   m.buckets = m.signature.batchable ? config.batch_buckets : std::vector<int64_t>{1};
   PipelineOptions pipeline;

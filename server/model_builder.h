@@ -14,6 +14,7 @@
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"
+#include "compiler/shape/bind_dims.h"
 #include "runtime/engine.h"
 #include "server/engine_cache.h"
 #include "server/model_config.h"
@@ -53,13 +54,18 @@ struct CacheContext {
 EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
                            const PipelineOptions& pipeline, int64_t batch);
 
-// `config` must be finalized. FAILED_PRECONDITION when the warm-up check still fails after
-// the bisection (the message says why); other errors pass through from the compiler/engine.
-absl::StatusOr<BuiltModel> BuildModel(const Graph& imported, const ModelConfig& config,
+// `config` must be finalized. Its input_shapes are applied to (a copy of) `model` first.
+// FAILED_PRECONDITION when the warm-up check still fails after the bisection (the message
+// says why); other errors pass through from the compiler/engine.
+absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& config,
                                       const ProgressFn& progress,
                                       const CacheContext& cache = {});
 
-// Inputs of a model by name, dim 0 -1 when batchable (before any engine exists).
+// Inputs of a model by name, dim 0 -1 when batchable (before any engine exists). `imported`
+// has the config's input_shapes applied already (BuildModel does that).
 absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelConfig& config);
+
+// The config's input_shapes as compiler input dims (also part of the engine cache key).
+shape::InputDims InputDimsOf(const ModelConfig& config);
 
 }  // namespace kiln::server

@@ -88,6 +88,25 @@ absl::Status ApplyPipelineKey(const std::string& key, const YAML::Node& v, Model
   return absl::OkStatus();
 }
 
+// input_shapes: {name: [d0, d1, ...]}, each dim -1 (keep the model's) or a size >= 1.
+absl::Status ReadInputShapes(const YAML::Node& v, ModelConfig& c) {
+  const std::string key = "input_shapes";
+  if (!v.IsMap()) return BadKey(key, "expected a map of input name -> [dims] (-1 keeps a dim)");
+  c.input_shapes.clear();
+  for (const auto& kv : v) {
+    const std::string name = kv.first.as<std::string>();
+    std::vector<int64_t> dims;
+    RETURN_IF_ERROR(Read(kv.second, key + "." + name, dims));
+    for (int64_t d : dims) {
+      if (d < 1 && d != -1) {
+        return BadKey(key + "." + name, absl::StrCat(d, " is not a size (>= 1) or -1"));
+      }
+    }
+    c.input_shapes[name] = std::move(dims);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
@@ -116,6 +135,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(ApplyPipelineKey(key, v, c));
     } else if (key == "warmup") {
       RETURN_IF_ERROR(ApplyWarmup(v, c.warmup));
+    } else if (key == "input_shapes") {
+      RETURN_IF_ERROR(ReadInputShapes(v, c));
     } else {
       return BadKey(key, "unknown key");
     }

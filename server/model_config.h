@@ -44,6 +44,10 @@ struct ModelConfig {
   OptLevel opt_level = OptLevel::kO2;
   std::set<std::string> disabled_passes;
   WarmupConfig warmup;
+  // Sizes for symbolic input dims other than the batch (a sequence length): input name ->
+  // its whole shape, -1 keeping a dim as the model declares it. A size given for a named dim
+  // applies to every input carrying that name (compiler/shape/bind_dims.h).
+  std::map<std::string, std::vector<int64_t>> input_shapes;
 };
 
 // Overrides the fields of `config` present in `node` (a YAML map). Unknown keys and bad

@@ -21,6 +21,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "compiler/ir/builder.h"
+#include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
@@ -351,6 +353,81 @@ TEST(Kilnd, CpuEngineServesTheExample) {
   v1::PredictResponse out;
   ASSERT_TRUE(Predict(ExampleRequest(x, "example_cpu"), &out).ok());
   ExpectNear(out.outputs().at("probs"), Expected(x).at("probs"));
+}
+
+// Token ids and a mask, both [batch, sequence] with `sequence` symbolic, pooled by a masked
+// mean over the sequence and projected: what a text model's export looks like at its inputs.
+std::string SequenceModelOnnx() {
+  GraphBuilder b;
+  const Shape dyn = {Dim::Symbol("batch"), Dim::Symbol("sequence")};
+  Value* ids = b.Input("ids", DType::kInt64, dyn);
+  Value* mask = b.Input("mask", DType::kInt64, dyn);
+  Tensor emb(DType::kFloat32, {12, 3});  // the warm-up draws ids from 0..10
+  for (int64_t i = 0; i < emb.numel(); ++i) emb.mutable_data<float>()[i] = 0.1f * i - 1.f;
+  Value* e = b.Op("Gather", {b.Constant("emb", emb), ids});
+  Value* m = b.Op("Unsqueeze", {b.Op("Cast", {mask}, {{"to", Attribute::Int(1)}}),
+                                b.Constant("ax", Tensor::FromInt64({2}, {1}))});
+  Value* pooled = b.Op("ReduceMean", {b.Op("Mul", {e, m}), b.Constant("axes", Tensor::FromInt64({1}, {1}))},
+                       {{"keepdims", Attribute::Int(0)}});
+  b.Output(b.Op("MatMul", {pooled, b.Constant("w", Tensor::FromFloat({1, -1, 0.5f, 2, 0, 1}, {3, 2}))}));
+  auto g = b.Build();
+  auto proto = onnx_io::ExportModel(*g);
+  return proto.ok() ? proto->SerializeAsString() : std::string();
+}
+
+TEST(Kilnd, InputShapesFixASymbolicSequenceDim) {
+  const std::string onnx = SequenceModelOnnx();
+  ASSERT_FALSE(onnx.empty());
+  v1::LoadModelResponse resp;
+  // Without a size for `sequence` the model cannot be compiled: the answer says what to set.
+  grpc::Status s = Upload("seq_unbound", onnx, kToken, "max_batch_size: 2\n", &resp);
+  const std::string why = s.error_message() + resp.model().reason();
+  EXPECT_NE(why.find("input_shapes"), std::string::npos) << why;
+  EXPECT_NE(why.find("sequence"), std::string::npos) << why;
+  // An input the model does not have is refused, naming the inputs it does have.
+  s = Upload("seq_typo", onnx, kToken, "input_shapes: {idz: [-1, 6]}\n", &resp);
+  EXPECT_NE((s.error_message() + resp.model().reason()).find("inputs: ids, mask"),
+            std::string::npos);
+  // A rejected upload leaves nothing behind: no FAILED entry holding /readyz, no files.
+  for (const char* name : {"seq_unbound", "seq_typo"}) {
+    grpc::ClientContext ctx;
+    v1::GetModelRequest get;
+    get.set_name(name);
+    v1::ModelInfo info;
+    EXPECT_EQ(Kilnd::Get().models_->GetModel(&ctx, get, &info).error_code(),
+              grpc::StatusCode::NOT_FOUND) << name;
+    EXPECT_FALSE(fs::exists(Kilnd::Get().dir_ / "models" / name)) << name;
+  }
+  // A size on `ids` binds `sequence`, so `mask` (same symbol) follows.
+  s = Upload("seq6", onnx, kToken, "max_batch_size: 2\ninput_shapes: {ids: [-1, 6]}\n", &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.model().state(), v1::MODEL_STATE_READY) << resp.model().reason();
+  ASSERT_EQ(resp.model().inputs_size(), 2);
+  for (const auto& in : resp.model().inputs()) {
+    EXPECT_EQ(std::vector<int64_t>(in.shape().begin(), in.shape().end()),
+              (std::vector<int64_t>{-1, 6})) << in.name();
+  }
+  Tensor ids(DType::kInt64, {2, 6}), mask(DType::kInt64, {2, 6});
+  for (int64_t i = 0; i < 12; ++i) {
+    ids.mutable_data<int64_t>()[i] = (i * 7) % 10;
+    mask.mutable_data<int64_t>()[i] = i % 6 < 4 ? 1 : 0;
+  }
+  v1::PredictRequest req;
+  req.set_model("seq6");
+  EncodeTensor(ids, false, &(*req.mutable_inputs())["ids"]);
+  EncodeTensor(mask, false, &(*req.mutable_inputs())["mask"]);
+  v1::PredictResponse out;
+  s = Predict(req, &out);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto graph = onnx_io::ImportModelBytes(onnx);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto want = ref::Run(**graph, {{"ids", ids}, {"mask", mask}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  ExpectNear(out.outputs().begin()->second, want->begin()->second);
+  // Another sequence length is not what the engines were built for.
+  Tensor short_ids(DType::kInt64, {2, 5});
+  EncodeTensor(short_ids, false, &(*req.mutable_inputs())["ids"]);
+  EXPECT_EQ(Predict(req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST(Kilnd, PredictLatency) {

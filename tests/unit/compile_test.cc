@@ -76,6 +76,81 @@ class BreakBiasPass : public passes::Pass {
   }
 };
 
+// ids/mask [batch, sequence] and a third input whose second dim is unnamed.
+std::unique_ptr<Graph> SequenceInputs() {
+  GraphBuilder b;
+  const Shape dyn = {Dim::Symbol("batch"), Dim::Symbol("sequence")};
+  Value* ids = b.Input("ids", DType::kFloat32, dyn);
+  Value* mask = b.Input("mask", DType::kFloat32, dyn);
+  Value* extra = b.Input("extra", DType::kFloat32, {Dim::Symbol("batch"), Dim(), 4});
+  b.Output(b.Op("Add", {ids, mask}));
+  b.Output(b.Op("Relu", {extra}));
+  return b.Build();
+}
+
+std::string Dims(const Graph& g, size_t input) { return ShapeToString(*g.inputs[input]->shape); }
+
+TEST(BindInputDims, ANamedDimBindsEveryInputThatCarriesIt) {
+  auto g = SequenceInputs();
+  shape::InputDims d;
+  d.shapes["ids"] = {-1, 16};
+  d.shapes["extra"] = {-1, 3, 4};
+  ASSERT_TRUE(shape::BindInputDims(*g, d).ok());
+  EXPECT_EQ(Dims(*g, 0), "[batch,16]");
+  EXPECT_EQ(Dims(*g, 1), "[batch,16]");  // mask follows through `sequence`
+  EXPECT_EQ(Dims(*g, 2), "[batch,3,4]");
+  EXPECT_TRUE(shape::CheckStaticInputs(*g, /*allow_symbolic_batch=*/true).ok());
+  EXPECT_FALSE(shape::CheckStaticInputs(*g, /*allow_symbolic_batch=*/false).ok());
+  auto s = SequenceInputs();
+  shape::InputDims by_name;
+  by_name.symbols["sequence"] = 8;
+  ASSERT_TRUE(shape::BindInputDims(*s, by_name).ok());
+  EXPECT_EQ(Dims(*s, 1), "[batch,8]");
+}
+
+TEST(BindInputDims, ErrorsNameTheInputDimAndSymbol) {
+  auto msg = [](shape::InputDims d) {
+    auto g = SequenceInputs();
+    return std::string(shape::BindInputDims(*g, d).message());
+  };
+  shape::InputDims d;
+  d.shapes["idz"] = {-1, 4};
+  EXPECT_NE(msg(d).find("'idz', which is not an input (inputs: ids, mask, extra)"), std::string::npos);
+  d = {};
+  d.shapes["ids"] = {-1, 4, 1};
+  EXPECT_NE(msg(d).find("3 dims given, the model's input has 2"), std::string::npos);
+  d = {};
+  d.shapes["extra"] = {-1, 2, 5};
+  EXPECT_NE(msg(d).find("the model fixes it at 4"), std::string::npos);
+  d = {};
+  d.shapes["ids"] = {-1, 4};
+  d.shapes["mask"] = {-1, 5};
+  EXPECT_NE(msg(d).find("dim 'sequence' is given"), std::string::npos);
+  d = {};
+  d.shapes["ids"] = {-1, 0};
+  EXPECT_NE(msg(d).find("a size is at least 1"), std::string::npos);
+  d = {};
+  d.symbols["seq"] = 4;
+  EXPECT_NE(msg(d).find("no input has a dim named 'seq' (symbolic dims: batch, sequence)"),
+            std::string::npos);
+}
+
+TEST(CompileGraph, ASymbolicDimBesidesTheBatchNeedsAValue) {
+  auto g = SequenceInputs();
+  auto unbound = CompileGraph(*g, {});
+  ASSERT_FALSE(unbound.ok());
+  EXPECT_NE(unbound.status().message().find("input 'ids' dim 1 ('sequence') is symbolic"),
+            std::string::npos) << unbound.status();
+  CompileOptions o;
+  o.batch = 2;
+  o.dims.symbols["sequence"] = 5;
+  o.dims.shapes["extra"] = {-1, 3, 4};
+  auto bound = CompileGraph(*g, o);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ(Dims(*bound->graph, 0), "[2,5]");
+  EXPECT_EQ(Dims(*bound->graph, 2), "[2,3,4]");
+}
+
 TEST(Differential, BisectionNamesTheBrokenPass) {
   auto g = SmallModel();
   ASSERT_TRUE(shape::Specialize(*g, 2).ok());

@@ -133,6 +133,22 @@ TEST(ModelConfig, CpuThreadsSplitTheCoresAmongInstances) {
   EXPECT_EQ(parsed->cpu_threads, 3);
 }
 
+TEST(ModelConfig, InputShapes) {
+  auto c = ParseModelConfig("input_shapes: {input_ids: [-1, 128], pixel: [1, 3, 224, 224]}\n",
+                            ModelConfig{}, "m");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->input_shapes.at("input_ids"), (std::vector<int64_t>{-1, 128}));
+  EXPECT_EQ(c->input_shapes.at("pixel").size(), 4u);
+  auto msg = [](const std::string& yaml) {
+    return std::string(ParseModelConfig(yaml, ModelConfig{}, "m").status().message());
+  };
+  EXPECT_NE(msg("input_shapes: [1, 2]").find("'input_shapes': expected a map"), std::string::npos);
+  EXPECT_NE(msg("input_shapes: {x: [-1, 0]}").find("'input_shapes.x': 0 is not a size"),
+            std::string::npos);
+  EXPECT_NE(msg("input_shapes: {x: seven}").find("'input_shapes.x': cannot read"),
+            std::string::npos);
+}
+
 TEST(ModelConfig, Errors) {
   auto msg = [](const std::string& yaml) {
     return std::string(ParseModelConfig(yaml, ModelConfig{}, "m/config.yaml").status().message());

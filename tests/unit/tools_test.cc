@@ -4,6 +4,7 @@
 
 #include "runtime/check/compare.h"
 #include "runtime/check/differential.h"
+#include "tools/kiln/dim_flag.h"
 #include "tools/kiln/json_writer.h"
 
 namespace kiln::tools {
@@ -59,6 +60,16 @@ TEST(CompareOutputs, NamesTheFirstBadOutputAndKeepsTheMaxima) {
   EXPECT_NEAR(d.max_rel_err, 0.00025, 1e-6);
   got.erase("a");
   EXPECT_EQ(check::CompareOutputs(want, got, {}).message, "output 'a' missing");
+}
+
+TEST(DimFlag, ParsesNameEqualsSizeAndRejectsTheRest) {
+  shape::InputDims d;
+  ASSERT_TRUE(AddDimFlag("sequence=128", d).ok());
+  EXPECT_EQ(d.symbols.at("sequence"), 128);
+  EXPECT_FALSE(AddDimFlag("sequence=64", d).ok());  // given twice
+  for (const char* bad : {"sequence", "=4", "h=0", "h=-3", "h=4x", "h="}) {
+    EXPECT_FALSE(AddDimFlag(bad, d).ok()) << bad;
+  }
 }
 
 TEST(JsonWriter, WritesNestedStructuresWithEscaping) {

@@ -13,6 +13,7 @@
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/dim_flag.h"
 #include "tools/kiln/json_writer.h"
 
 namespace kiln::tools {
@@ -28,6 +29,7 @@ struct BenchArgs {
   cpu::ActivationLayout layout = cpu::ActivationLayout::kTune;
   OptLevel opt = OptLevel::kO2;
   std::string json_path;
+  shape::InputDims dims;
 };
 
 absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& v) {
@@ -43,7 +45,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
         a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" &&
-        a != "--opt") {
+        a != "--opt" && a != "--dim") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -67,6 +69,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     if (a == "--opt") {
       ASSIGN_OR_RETURN(b.opt, ParseOptLevel(v));
     }
+    if (a == "--dim") RETURN_IF_ERROR(AddDimFlag(v, b.dims));
     if (a == "--layout") {
       auto l = cpu::ParseActivationLayout(v);
       if (!l) return absl::InvalidArgumentError("--layout: primitive, blocked or tune (got " + v + ")");
@@ -91,6 +94,7 @@ absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(b.model));
   CompileOptions co;
   co.batch = b.batch;
+  co.dims = b.dims;
   co.pipeline.level = b.opt;
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   cpu::CpuEngineOptions eo;

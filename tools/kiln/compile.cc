@@ -11,6 +11,7 @@
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/dim_flag.h"
 
 namespace kiln::tools {
 namespace {
@@ -46,6 +47,9 @@ absl::StatusOr<CompileArgs> ParseCompileArgs(const std::vector<std::string>& arg
       char* end = nullptr;
       c.options.batch = std::strtoll(v.c_str(), &end, 10);
       if (*end || c.options.batch <= 0) return absl::InvalidArgumentError("bad --batch " + v);
+    } else if (a == "--dim") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      RETURN_IF_ERROR(AddDimFlag(v, c.options.dims));
     } else if (a == "-O0" || a == "-O1" || a == "-O2") {
       ASSIGN_OR_RETURN(c.options.pipeline.level, ParseOptLevel(a));
     } else if (a == "--disable") {

@@ -20,12 +20,13 @@ void Usage() {
                "      moves the answer; --backend cpu checks the engine in every\n"
                "      activation layout it can choose (--layout narrows that)\n"
                "  compile MODEL [--batch N] [-O0|-O1|-O2] [--disable PASS,...] [--report]\n"
-               "        [--json FILE] [-o optimized.onnx]\n"
+               "        [--json FILE] [-o optimized.onnx] [--dim NAME=N ...]\n"
                "      optimize for one batch size, plan memory, print the compile report\n"
+               "      (--dim: a value for a symbolic input dim other than the batch)\n"
                "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
                "      run a model and write its outputs as TensorProto files\n"
                "  bench MODEL [--backend cpu] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
-               "        [--layout primitive|blocked|tune] [--opt O0|O1|O2]\n"
+               "        [--layout primitive|blocked|tune] [--opt O0|O1|O2] [--dim NAME=N ...]\n"
                "      time the CPU engine on random inputs; prints p50/p99 latency\n");
 }
 
