@@ -298,7 +298,7 @@ TEST(CpuEngineFallback, UnfastOpsRunOnTheReference) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {3, 4, 5});
   Value* t = b.Op("Transpose", {x}, {{"perm", Ints({2, 0, 1})}});
-  b.Output(b.Op("ReduceSum", {t}, {{"keepdims", Attribute::Int(0)}}));
+  b.Output(b.Op("ReduceLogSumExp", {t}, {{"keepdims", Attribute::Int(0)}}));
   Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/2);
   ASSERT_TRUE(o.engine);
   EXPECT_GE(o.engine->info().fallback_ops, 1);
@@ -344,6 +344,51 @@ TEST(CpuEngineOwnKernels, SoftmaxLayerNormTransposeGather) {
   b.Output(b.Op("Gather", {b.Constant("tab", Random({3, 12, 2}, 32)), ids},
                 {{"axis", Attribute::Int(1)}}));
   ExpectMatchesReference(b.Build());
+}
+
+TEST(CpuEngineOwnKernels, ReductionsOverAnyAxesKeptOrNot) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {3, 4, 5, 6});
+  Value* big = b.Input("big", DType::kFloat32, {64, 32, 40});  // splits across threads
+  int n = 0;
+  auto reduce = [&](const char* op, Value* in, std::vector<int64_t> axes, int keepdims) {
+    const int64_t count = static_cast<int64_t>(axes.size());
+    Value* a = b.Constant("axes" + std::to_string(n++), Tensor::FromInt64(axes, {count}));
+    b.Output(b.Op(op, {in, a}, {{"keepdims", Attribute::Int(keepdims)}}));
+  };
+  reduce("ReduceSum", x, {1}, 1);
+  reduce("ReduceMean", x, {2, 3}, 0);
+  reduce("ReduceMax", x, {0, 2}, 1);
+  reduce("ReduceMin", x, {-1}, 0);
+  reduce("ReduceProd", x, {1, 3}, 1);
+  reduce("ReduceSumSquare", x, {0, 1, 2, 3}, 0);
+  reduce("ReduceL1", x, {0, 3}, 1);
+  reduce("ReduceL2", x, {0}, 0);
+  reduce("ReduceLogSum", b.Op("Exp", {x}), {2}, 1);
+  reduce("ReduceMean", big, {2}, 1);
+  reduce("ReduceSum", big, {1}, 0);
+  reduce("ReduceMax", big, {0}, 0);
+  // No axes: everything, unless noop_with_empty_axes (then each element alone: squared).
+  b.Output(b.Op("ReduceMean", {x}, {{"keepdims", Attribute::Int(0)}}));
+  b.Output(b.Op("ReduceSumSquare", {x}, {{"noop_with_empty_axes", Attribute::Int(1)}}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
+TEST(CpuEngineOwnKernels, ReductionsTheKernelLeavesToTheReference) {
+  // LogSumExp (wants a max pass) and integer inputs.
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {3, 4});
+  Value* ids = b.Input("ids", DType::kInt64, {3, 4});
+  Value* axes = b.Constant("a", Tensor::FromInt64({1}, {1}));
+  b.Output(b.Op("ReduceLogSumExp", {x, axes}));
+  b.Output(b.Op("ReduceSum", {ids, axes}));
+  auto g = b.Build();
+  CompiledGraph keep = std::move(*CompileGraph(*g, {}));
+  auto engine = cpu::BuildCpuEngine(keep, {});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->info().fallback_ops, 2);
 }
 
 TEST(CpuEngineOwnKernels, GatherIndexOutOfRangeIsAnError) {
