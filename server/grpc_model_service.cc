@@ -114,13 +114,24 @@ grpc::Status ModelServiceImpl::LoadModel(grpc::ServerContext* ctx,
     }
     // Rejects garbage before it reaches the repository (where a restart would meet it again).
     RETURN_IF_ERROR(onnx_io::ImportModelBytes(bytes).status());
+    const absl::StatusOr<RepositoryModel> before = registry_.repository().Find(head.name());
     ASSIGN_OR_RETURN(int64_t version,
                      registry_.repository().Store(head.name(),
                                                   VersionOf(head.version()),
                                                   bytes, head.config_yaml()));
     absl::Status loaded = registry_.LoadFromRepository(head.name(), version);
     if (!loaded.ok()) {
-      (void)registry_.repository().Remove(head.name(), version);  // keep only servable uploads
+      // A rejected upload leaves the server as it was: no FAILED entry (it would hold /readyz
+      // at 503 until unloaded), no files, and the model's previous config.yaml if it had one.
+      (void)registry_.Unload(head.name(), version);
+      if (!before.ok()) {
+        (void)registry_.repository().Remove(head.name(), std::nullopt);
+      } else {
+        (void)registry_.repository().Remove(head.name(), version);
+        if (!head.config_yaml().empty()) {
+          (void)registry_.repository().SetConfig(head.name(), before->config_yaml);
+        }
+      }
       return loaded;
     }
     ASSIGN_OR_RETURN(auto mv, registry_.Find(head.name(), version));

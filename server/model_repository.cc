@@ -154,4 +154,14 @@ absl::Status ModelRepository::Remove(const std::string& name, std::optional<int6
   return absl::OkStatus();
 }
 
+absl::Status ModelRepository::SetConfig(const std::string& name, const std::string& yaml) {
+  RETURN_IF_ERROR(ValidateModelName(name));
+  const fs::path p = fs::path(root_) / name / "config.yaml";
+  if (!yaml.empty()) return WriteAtomically(p, yaml);
+  std::error_code ec;
+  fs::remove(p, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", p.string()));
+  return absl::OkStatus();
+}
+
 }  // namespace kiln::server

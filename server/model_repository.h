@@ -42,6 +42,8 @@ class ModelRepository {
                                 const std::string& onnx_bytes, const std::string& config_yaml);
   // Deletes one version's folder, or the whole model when `version` is absent.
   absl::Status Remove(const std::string& name, std::optional<int64_t> version);
+  // Replaces the model's config.yaml atomically (removes it when `yaml` is empty).
+  absl::Status SetConfig(const std::string& name, const std::string& yaml);
 
  private:
   explicit ModelRepository(std::string root) : root_(std::move(root)) {}
