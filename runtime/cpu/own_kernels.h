@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "runtime/cpu/build_context.h"
@@ -36,6 +37,23 @@ void ForEachIndex(int64_t n, bool parallel, Body&& body) {
   }
 #pragma omp parallel for
   for (int64_t i = 0; i < n; ++i) body(i);
+}
+
+// body(thread, begin, end) over [0, n) cut into one contiguous range per thread, for kernels
+// that keep per-thread state (at most `max_threads` ranges; thread < max_threads). Serial
+// (body(0, 0, n)) under the same conditions as ForEachIndex.
+template <typename Body>
+void ForEachChunk(int64_t n, bool parallel, int max_threads, Body&& body) {
+  const int64_t team = std::min<int64_t>({omp_get_max_threads(), max_threads, n});
+  if (!parallel || team < 2) {
+    body(0, int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(team))
+  {
+    const int64_t t = omp_get_thread_num(), parts = omp_get_num_threads();
+    body(static_cast<int>(t), n * t / parts, n * (t + 1) / parts);
+  }
 }
 
 std::unique_ptr<CpuKernel> MakeViewKernel(BuildContext& ctx, const Node& node);

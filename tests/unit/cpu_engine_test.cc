@@ -328,6 +328,22 @@ TEST(CpuEngineOwnKernels, ElementwiseBroadcastClipAndStrides) {
   ExpectMatchesReference(b.Build());
 }
 
+TEST(CpuEngineOwnKernels, ElementwiseSplitsLargeOutputsAcrossThreads) {
+  // Above the parallel threshold in both walks: packed short rows ([2048, 40]) and long rows
+  // ([3, 40000]), with broadcast operands and a fused program (O2) that runs in place.
+  GraphBuilder b;
+  Value* s = b.Input("s", DType::kFloat32, {2048, 40});
+  Value* col = b.Input("col", DType::kFloat32, {2048, 1});
+  Value* l = b.Input("l", DType::kFloat32, {3, 40000});
+  Value* row = b.Input("row", DType::kFloat32, {40000});
+  b.Output(b.Op("Tanh", {b.Op("Mul", {b.Op("Add", {s, col}), s})}));
+  b.Output(b.Op("Sigmoid", {b.Op("Sub", {l, row})}));
+  b.Output(b.Op("Mul", {col, b.Op("Transpose", {b.Op("Reshape", {s, b.Constant("sh", Tensor::FromInt64({40, 2048}, {2}))})})}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0, OptLevel::kO2);
+  ASSERT_TRUE(o.engine);
+  EXPECT_GE(o.compiled.report.op_types_after.count("ai.kiln.FusedElementwise"), 1u);
+}
+
 TEST(CpuEngineOwnKernels, SoftmaxLayerNormTransposeGather) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 5, 6});

@@ -1,0 +1,49 @@
+// Internal to runtime/cpu: the float32 operations of the element-wise kernel (one ai.onnx
+// element-wise op, or one instruction of an ai.kiln.FusedElementwise program), each run over
+// a tile of contiguous operands. Formulas follow the reference kernels (and so ONNX's
+// NumPy definitions), computed in float.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::cpu::ew {
+
+enum class Op {
+  // two operands
+  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kMean, kPRelu,
+  // one operand
+  kNeg, kAbs, kExp, kLog, kSqrt, kRecip, kRelu, kSigmoid, kTanh, kErf, kLeakyRelu,
+  kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kElu, kCelu, kSelu, kSoftplus, kSoftsign, kMish,
+  kThresholdedRelu, kShrink, kCeil, kFloor, kRound, kSign, kSin, kCos, kTan, kAsin, kAcos,
+  kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh,
+  // one to three operands (min and max optional)
+  kClip,
+};
+
+struct Instr {
+  Op op;
+  std::vector<int> args;  // register numbers (inputs first, then instruction results)
+  float alpha = 0.f, beta = 0.f;  // the op's parameters (see MakeInstr)
+};
+
+// Reads an attribute: (name, default) -> value.
+using FloatAttr = std::function<float(const char*, float)>;
+using StringAttr = std::function<std::string(const char*, const char*)>;
+
+// The instruction for ONNX op `op` with `arity` operands, its parameters read through the
+// getters; nullopt when the kernel does not have the op (or not with that many operands).
+std::optional<Instr> MakeInstr(const std::string& op, size_t arity, const FloatAttr& f,
+                               const StringAttr& s);
+
+// y[i] = op(a[i]) for n elements (a and y may be the same buffer).
+void Unary(const Instr& ins, const float* a, float* y, int64_t n);
+// y[i] = op(a[i], b[i]).
+void Binary(Op op, const float* a, const float* b, float* y, int64_t n);
+// Clip with optional lower (lo) and upper (hi) bounds per element; NaN passes through.
+void ClipTile(const float* x, const float* lo, const float* hi, float* y, int64_t n);
+
+}  // namespace kiln::cpu::ew
