@@ -5,6 +5,7 @@
 #include <map>
 
 #include "runtime/cpu/own_kernels.h"
+#include "runtime/cpu/vector_math.h"
 
 namespace kiln::cpu::ew {
 namespace {
@@ -77,15 +78,15 @@ KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_
   switch (ins.op) {
     case Op::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
     case Op::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(a[i]); break;
-    case Op::kExp: for (int64_t i = 0; i < n; ++i) y[i] = std::exp(a[i]); break;
+    case Op::kExp: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Exp(a[i]); break;
     case Op::kLog: for (int64_t i = 0; i < n; ++i) y[i] = std::log(a[i]); break;
     case Op::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(a[i]); break;
     case Op::kRecip: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / a[i]; break;
     // NaN stays NaN, as in the reference (numpy's maximum).
     case Op::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? 0.f : a[i]; break;
-    case Op::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + std::exp(-a[i])); break;
-    case Op::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(a[i]); break;
-    case Op::kErf: for (int64_t i = 0; i < n; ++i) y[i] = std::erf(a[i]); break;
+    case Op::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + vmath::Exp(-a[i])); break;
+    case Op::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Tanh(a[i]); break;
+    case Op::kErf: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Erf(a[i]); break;
     case Op::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? al * a[i] : a[i]; break;
     case Op::kHardSigmoid:
       for (int64_t i = 0; i < n; ++i) y[i] = std::fmin(1.f, std::fmax(0.f, al * a[i] + be));
@@ -94,12 +95,12 @@ KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_
       for (int64_t i = 0; i < n; ++i) y[i] = a[i] * std::fmin(1.f, std::fmax(0.f, a[i] / 6.f + 0.5f));
       break;
     case Op::kGelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * a[i] * (1.f + std::erf(a[i] * 0.70710678118654752f));
+      for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * a[i] * (1.f + vmath::Erf(a[i] * 0.70710678118654752f));
       break;
     case Op::kGeluTanh:
       for (int64_t i = 0; i < n; ++i) {
         const float v = a[i];
-        y[i] = 0.5f * v * (1.f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+        y[i] = 0.5f * v * (1.f + vmath::Tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
       }
       break;
     case Op::kElu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? al * std::expm1(a[i]) : a[i]; break;

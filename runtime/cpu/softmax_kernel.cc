@@ -4,26 +4,22 @@
 #include <cmath>
 
 #include "runtime/cpu/own_kernels.h"
+#include "runtime/cpu/vector_math.h"
 
 namespace kiln::cpu {
 namespace {
 
-// Below this expf returns +0 (round to nearest), but glibc takes a slow path to say so
-// (errno, flags); masked attention scores land here by the thousand. Same result, directly.
-constexpr float kExpUnderflow = -104.f;
-
-inline float ExpOrZero(float d) { return d < kExpUnderflow ? 0.f : std::exp(d); }
-
 // One line of `n` elements `s` apart; `x` may equal `y`. The max is a compare, not fmaxf
-// (a libm call): both skip NaN the same way, m starting at -inf.
+// (a libm call): both skip NaN the same way, m starting at -inf. The exponentials are one
+// vectorized loop and the sum another (a SIMD reduction: its lanes reassociate the sum).
 KILN_VECTOR_CLONES void SoftmaxLine(const float* x, float* y, int64_t n, int64_t s) {
   float m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) m = x[j * s] > m ? x[j * s] : m;
+  // vmath::Exp vectorizes; masked scores (-inf, -1e9) come out as 0.
+  for (int64_t j = 0; j < n; ++j) y[j * s] = vmath::Exp(x[j * s] - m);
   float sum = 0.f;
-  for (int64_t j = 0; j < n; ++j) {
-    y[j * s] = ExpOrZero(x[j * s] - m);
-    sum += y[j * s];
-  }
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) sum += y[j * s];
   const float inv = 1.f / sum;
   for (int64_t j = 0; j < n; ++j) y[j * s] *= inv;
 }
