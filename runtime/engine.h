@@ -31,6 +31,7 @@ struct EngineInfo {
   std::vector<std::string> fallback_op_types;
   std::string layout;          // backend-specific layout choice ("blocked", "primitive", ...)
   double tune_ms = 0.0;        // time spent choosing it by measurement (0: not tuned)
+  int threads = 0;             // intra-op threads a run uses (0: not applicable)
 };
 
 class Engine {

@@ -9,18 +9,20 @@ namespace kiln::server {
 
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
-                                                             int cpu_threads,
+                                                             int cpu_threads, bool tune_threads,
                                                              const CompiledGraph& compiled) {
   if (device == "reference") return runtime::BuildReferenceEngine(compiled);
   if (device == "cpu") {
 #ifdef KILN_HAVE_CPU_ENGINE
     cpu::CpuEngineOptions options;
     options.threads = cpu_threads;
+    options.tune_threads = tune_threads;
     const auto layout = cpu::ParseActivationLayout(cpu_layout);
     if (!layout) return absl::InvalidArgumentError(absl::StrCat("unknown cpu layout '", cpu_layout, "'"));
     options.layout = *layout;
     return cpu::BuildCpuEngine(compiled, options);
 #else
+    (void)tune_threads;
     // HOOK: runtime/ did not build kiln_cpu (the oneDNN engine); see server/CMakeLists.txt.
     return absl::UnimplementedError("the cpu device is not built into this kilnd");
 #endif

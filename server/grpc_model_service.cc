@@ -38,6 +38,7 @@ void FillEngines(const ModelVersion& mv, v1::ModelInfo* out) {
     e->set_fallback_ops(info.fallback_ops);
     e->set_layout(info.layout);
     e->set_tune_ms(info.tune_ms);
+    e->set_threads(info.threads);
   }
 }
 

@@ -91,7 +91,8 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
   const bool reuse = config.cpu_layout == "tune" && !e.engine_layout.empty();
   ASSIGN_OR_RETURN(r.engine,
                    BuildEngine(config.device, reuse ? e.engine_layout : config.cpu_layout,
-                               CpuThreadsPerInstance(config), r.compiled));
+                               CpuThreadsPerInstance(config), config.cpu_threads == 0,
+                               r.compiled));
   r.report_json = e.report_json;
   if (!config.warmup.enabled) return r;
   if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
@@ -114,8 +115,10 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     options.batch = batch;
     options.pipeline = pipeline;
     ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, options));
+    // cpu_threads set explicitly is taken as given; the default may settle on one thread.
     ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout,
-                                           CpuThreadsPerInstance(config), r.compiled));
+                                           CpuThreadsPerInstance(config),
+                                           config.cpu_threads == 0, r.compiled));
     r.report_json = r.compiled.report.ToJson();
     if (!config.warmup.enabled) return r;
     check.ran = true;
@@ -271,11 +274,14 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
     if (progress) progress(absl::StrCat("compiling and checking batch ", batch));
     ASSIGN_OR_RETURN(BucketResult r, BuildBucket(imported, batch, config, cache, pipeline, m.check));
     auto& instances = m.engines[batch];
-    // Further instances take the layout the first one settled on (tuned once, and alike).
+    // Further instances take the layout and thread count the first one settled on (tuned
+    // once, and alike).
     const std::string& chosen = r.engine->info().layout;
     const std::string layout = chosen.empty() ? config.cpu_layout : chosen;
+    const int threads = r.engine->info().threads > 0 ? r.engine->info().threads
+                                                     : CpuThreadsPerInstance(config);
     for (int i = 1; i < config.instances; ++i) {
-      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, CpuThreadsPerInstance(config),
+      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, threads, false,
                                                r.compiled));
       instances.push_back(std::move(extra));
     }

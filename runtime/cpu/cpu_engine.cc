@@ -128,8 +128,11 @@ runtime::TensorSpec SpecOf(const Slot& s) { return {s.name, s.dtype, s.shape}; }
 
 absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
-  threads_ = options.threads;
-  if (threads_ > 0) omp_set_num_threads(threads_);
+  // A concrete team size, set before every build step and run: an engine must not inherit
+  // whatever the calling thread's OpenMP setting was left at by another engine.
+  threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
+  omp_set_num_threads(threads_);
+  info_.threads = threads_;
   ctx_.layout = options.layout;
   info_.layout = ActivationLayoutName(options.layout);
   graph_ = compiled.graph->Clone();
@@ -273,7 +276,7 @@ absl::Status CpuEngine::CheckInputs(const std::vector<Tensor>& inputs) const {
 absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
   RETURN_IF_ERROR(CheckInputs(inputs));
   // OpenMP's thread count is a per-thread setting: Run may come from another thread than Build.
-  if (threads_ > 0) omp_set_num_threads(threads_);
+  omp_set_num_threads(threads_);
   outputs.resize(output_specs_.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     const auto& spec = output_specs_[k];
@@ -349,6 +352,31 @@ CpuEngine::~CpuEngine() {
 namespace {
 
 // One engine with a concrete layout (kPrimitive or kBlocked).
+// Multiply-adds (or elements) of the whole graph, as IsSmallWork counts them per node. Only
+// graphs below kThreadTuningWork (~1 ms on one core here) are timed on one thread: larger
+// ones always gain from the team, and timing them would cost a run of each at load.
+int64_t EstimatedWork(const Graph& graph) {
+  int64_t total = 0;
+  for (const auto& n : graph.nodes()) {
+    const Value* y = n->output(0);
+    if (!y || !y->shape || !IsStatic(*y->shape)) continue;
+    int64_t work = NumElements(StaticDims(*y->shape));
+    const Value* a = n->input(0);
+    const Value* w = n->input(1);
+    if (n->op_type.find("MatMul") != std::string::npos || n->op_type == "Gemm") {
+      if (a && a->shape && !a->shape->empty() && (*a->shape).back().known()) {
+        work *= (*a->shape).back().value;
+      }
+    } else if (n->op_type.find("Conv") != std::string::npos && w && w->shape &&
+               IsStatic(*w->shape) && !w->shape->empty() && (*w->shape)[0].value > 0) {
+      work *= NumElements(StaticDims(*w->shape)) / (*w->shape)[0].value;
+    }
+    total += work;
+  }
+  return total;
+}
+constexpr int64_t kThreadTuningWork = int64_t{32} << 20;
+
 absl::StatusOr<std::unique_ptr<CpuEngine>> BuildOne(const CompiledGraph& compiled,
                                                     CpuEngineOptions options, ActivationLayout layout) {
   options.layout = layout;
@@ -386,9 +414,28 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGr
     ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, options, layout));
     return std::unique_ptr<runtime::Engine>(std::move(engine));
   };
-  if (options.layout != ActivationLayout::kTune) return build(options.layout);
-  ASSIGN_OR_RETURN(TuneResult tuned, TuneLayout(*compiled.graph, build));
-  static_cast<CpuEngine*>(tuned.engine.get())->NoteTuning(tuned.tune_ms);
+  TuneResult tuned;
+  if (options.layout == ActivationLayout::kTune) {
+    ASSIGN_OR_RETURN(tuned, TuneLayout(*compiled.graph, build));
+  } else {
+    tuned.layout = options.layout;
+    ASSIGN_OR_RETURN(tuned.engine, build(options.layout));
+  }
+  const int team = omp_get_max_threads();
+  if (options.tune_threads && tuned.engine->info().threads > 1 &&
+      EstimatedWork(*compiled.graph) < kThreadTuningWork) {
+    ThreadResult t = TuneThreads(std::move(tuned.engine), [&]() {
+      CpuEngineOptions one = options;
+      one.threads = 1;
+      auto e = BuildOne(compiled, one, tuned.layout);
+      omp_set_num_threads(team);  // the candidate's build set this thread's team to 1
+      return e.ok() ? absl::StatusOr<std::unique_ptr<runtime::Engine>>(std::move(*e))
+                    : absl::StatusOr<std::unique_ptr<runtime::Engine>>(e.status());
+    });
+    tuned.engine = std::move(t.engine);
+    tuned.tune_ms += t.tune_ms;
+  }
+  if (tuned.tune_ms > 0) static_cast<CpuEngine*>(tuned.engine.get())->NoteTuning(tuned.tune_ms);
   return std::move(tuned.engine);
 }
 

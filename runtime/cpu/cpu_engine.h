@@ -33,7 +33,10 @@ std::optional<ActivationLayout> ParseActivationLayout(const std::string& name);
 const char* ActivationLayoutName(ActivationLayout layout);
 
 struct CpuEngineOptions {
-  int threads = 0;  // 0: all cores (the OpenMP default)
+  int threads = 0;  // 0: all cores (the OpenMP default at build)
+  // With more than one thread: also time a one-thread build of small engines and keep it
+  // when faster (tune.h, TuneThreads).
+  bool tune_threads = true;
   bool warm_up = true;
   ActivationLayout layout = ActivationLayout::kTune;
 };

@@ -26,7 +26,57 @@ double TimeRun(runtime::Engine& e, const std::vector<Tensor>& in, std::vector<Te
   return MsSince(t0);
 }
 
+// Median of `runs` timed runs of each engine, in blocks of five after an untimed run, the
+// blocks alternating. Not run by run: a one-thread run leaves the team's workers idle long
+// enough to fall asleep, which would charge the team a wake-up that back-to-back serving
+// does not pay.
+std::pair<double, double> BlockMedians(runtime::Engine& a, runtime::Engine& b, int runs) {
+  constexpr int kBlock = 5;
+  const std::vector<Tensor> in = ZeroInputs(a);
+  std::vector<Tensor> out;
+  std::vector<double> ta, tb;
+  while (static_cast<int>(ta.size()) < runs) {
+    for (auto [e, t] : {std::pair{&a, &ta}, std::pair{&b, &tb}}) {
+      TimeRun(*e, in, out);
+      for (int i = 0; i < kBlock; ++i) t->push_back(TimeRun(*e, in, out));
+    }
+  }
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  return {median(ta), median(tb)};
+}
+
 }  // namespace
+
+ThreadResult TuneThreads(std::unique_ptr<runtime::Engine> team, const SerialBuilder& serial,
+                         const ThreadPolicy& policy) {
+  const Clock::time_point t0 = Clock::now();
+  ThreadResult r;
+  const std::vector<Tensor> in = ZeroInputs(*team);
+  std::vector<Tensor> out;
+  // Five probe runs, stopping at the first that is not small (large engines cost one run).
+  std::vector<double> probe;
+  for (int i = 0; i < 5; ++i) {
+    probe.push_back(TimeRun(*team, in, out));
+    if (probe.back() >= policy.small_ms) break;
+  }
+  std::nth_element(probe.begin(), probe.begin() + probe.size() / 2, probe.end());
+  if (probe.size() < 5 || probe[probe.size() / 2] >= policy.small_ms) {
+    r.engine = std::move(team);
+    r.tune_ms = 0.0;
+    return r;
+  }
+  auto one = serial();
+  if (one.ok()) {
+    auto [team_ms, one_ms] = BlockMedians(*team, **one, std::max(1, policy.runs));
+    r.serial = one_ms < team_ms * (1.0 - policy.margin);
+  }
+  r.engine = std::move(r.serial ? *one : team);
+  r.tune_ms = MsSince(t0);
+  return r;
+}
 
 bool HasLayoutChoice(const Graph& graph) {
   for (const auto& n : graph.nodes()) {

@@ -41,4 +41,30 @@ struct TunePolicy {
 absl::StatusOr<TuneResult> TuneLayout(const Graph& graph, const EngineBuilder& build,
                                       const TunePolicy& policy = {});
 
+// One thread or the whole team. A small engine spends much of its time between kernels, and
+// what the team costs there depends on the host: workers spinning on a vCPU that shares a
+// core with the one running the serial kernels slow them down, and workers asleep take a
+// futex wake-up (tens of microseconds on a VM) at every parallel kernel. Measured on this
+// project's 2-vCPU VM: bert_tiny b1 0.17 ms on 2 threads, 0.054 ms on one.
+struct ThreadPolicy {
+  double small_ms = 2.0;  // engines slower than this on the team keep the team, untimed
+  int runs = 15;          // timed runs per candidate (in alternating blocks of five)
+  double margin = 0.05;   // one thread must be this much faster (median) to be chosen
+};
+
+struct ThreadResult {
+  bool serial = false;     // the one-thread build was kept
+  double tune_ms = 0.0;
+  std::unique_ptr<runtime::Engine> engine;
+};
+
+using SerialBuilder = std::function<absl::StatusOr<std::unique_ptr<runtime::Engine>>()>;
+
+// Times `team` (its median over a few runs on zero inputs); when that is under
+// policy.small_ms, builds the one-thread candidate and times the two in alternating blocks,
+// keeping the one-thread build if its median is lower by the margin. A candidate that fails to build or
+// run loses.
+ThreadResult TuneThreads(std::unique_ptr<runtime::Engine> team, const SerialBuilder& serial,
+                         const ThreadPolicy& policy = {});
+
 }  // namespace kiln::cpu

@@ -345,9 +345,10 @@ TEST(Kilnd, CpuEngineServesTheExample) {
   if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) GTEST_SKIP() << s.error_message();
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.model().engines(0).device(), "cpu");
-  // An MLP has no convolution: nothing to tune, oneDNN's own layout.
+  // An MLP has no convolution: no layout to tune, oneDNN's own. Its team size was measured
+  // (a small engine may run faster on one thread) and is reported.
   EXPECT_EQ(resp.model().engines(0).layout(), "primitive");
-  EXPECT_EQ(resp.model().engines(0).tune_ms(), 0.0);
+  EXPECT_GE(resp.model().engines(0).threads(), 1);
   EXPECT_TRUE(resp.model().check().ok());
   const Tensor x = RandomInput(3, 5);
   v1::PredictResponse out;

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <omp.h>
+
 #include "compiler/compile.h"
 #include "compiler/ir/builder.h"
 #include "compiler/ir/kiln_ops.h"
@@ -480,6 +482,24 @@ std::unique_ptr<Graph> OneDnnMixGraph() {
   return b.Build();
 }
 
+TEST(CpuEngineThreads, TheTeamSizeIsFixedAtBuildAndReported) {
+  CompiledGraph keep;
+  auto g = OneDnnMixGraph();
+  keep = std::move(*CompileGraph(*g, {}));
+  cpu::CpuEngineOptions eo;
+  eo.threads = 1;
+  EXPECT_EQ((*cpu::BuildCpuEngine(keep, eo))->info().threads, 1);
+  eo.threads = 2;
+  eo.tune_threads = false;  // no one-thread candidate: the team as asked
+  auto two = std::move(*cpu::BuildCpuEngine(keep, eo));
+  EXPECT_EQ(two->info().threads, 2);
+  // Running another engine on this thread does not change this one's team.
+  omp_set_num_threads(1);
+  std::vector<Tensor> outs;
+  ASSERT_TRUE(two->Run({Random({2, 4, 8, 8}, 45)}, outs).ok());
+  EXPECT_EQ(omp_get_max_threads(), 2);
+}
+
 TEST(CpuEngineSteadyState, OneDnnEngineAllocatesNothingInEitherLayout) {
   for (auto layout : {cpu::ActivationLayout::kPrimitive, cpu::ActivationLayout::kBlocked}) {
     SCOPED_TRACE(cpu::ActivationLayoutName(layout));
@@ -497,8 +517,8 @@ TEST(CpuEngineSteadyState, OneDnnEngineAllocatesNothingInEitherLayout) {
   }
 }
 
-// The negative: the first Run (no warm-up and no layout tuning, so outside the transient
-// heap) does reach malloc through oneDNN: the zero above is the heap's doing, and the counter
+// The negative: the first Run (no warm-up and no layout or thread tuning, so outside the
+// transient heap) does reach malloc through oneDNN: the zero above is the heap's doing, and the counter
 // sees these calls.
 TEST(CpuEngineSteadyState, CounterSeesOneDnnAllocationsOutsideTheHeap) {
   auto g = OneDnnMixGraph();
@@ -506,6 +526,7 @@ TEST(CpuEngineSteadyState, CounterSeesOneDnnAllocationsOutsideTheHeap) {
   cpu::CpuEngineOptions eo;
   eo.warm_up = false;
   eo.layout = cpu::ActivationLayout::kPrimitive;
+  eo.tune_threads = false;
   auto engine = std::move(*cpu::BuildCpuEngine(keep, eo));
   std::vector<Tensor> ins = {Random({2, 4, 8, 8}, 44)}, outs = {};
   outs.resize(1);

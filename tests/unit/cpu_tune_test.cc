@@ -137,5 +137,56 @@ TEST(ActivationLayoutNames, RoundTripAndRejectUnknown) {
   EXPECT_FALSE(ParseActivationLayout("nchw").has_value());
 }
 
+// TuneThreads: a serial builder over a fake candidate, counting builds.
+struct SerialFake {
+  Candidate one;
+  int builds = 0;
+  SerialBuilder Fn() {
+    return [this]() -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
+      ++builds;
+      if (one.build_fails) return absl::UnimplementedError("no build");
+      return std::unique_ptr<runtime::Engine>(new FakeEngine(one.run_time, one.run_fails));
+    };
+  }
+};
+
+TEST(TuneThreads, AFasterOneThreadBuildOfASmallEngineIsKept) {
+  SerialFake fake{{microseconds(200)}};
+  auto* team = new FakeEngine(microseconds(1500), false);
+  ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn());
+  EXPECT_TRUE(r.serial);
+  EXPECT_EQ(fake.builds, 1);
+  EXPECT_NE(r.engine.get(), team);
+  EXPECT_GT(r.tune_ms, 0);
+}
+
+TEST(TuneThreads, TheTeamStaysWhenNotClearlySlower) {
+  SerialFake fake{{microseconds(1000)}};
+  auto* team = new FakeEngine(microseconds(1000), false);
+  ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn());
+  EXPECT_FALSE(r.serial);  // a tie keeps the team (the margin)
+  EXPECT_EQ(r.engine.get(), team);
+}
+
+TEST(TuneThreads, LargeEnginesAreNotTried) {
+  SerialFake fake{{microseconds(100)}};
+  auto* team = new FakeEngine(microseconds(3000), false);  // above small_ms (2 ms)
+  ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn());
+  EXPECT_FALSE(r.serial);
+  EXPECT_EQ(fake.builds, 0);
+  EXPECT_EQ(r.engine.get(), team);
+  EXPECT_EQ(r.tune_ms, 0);
+}
+
+TEST(TuneThreads, ABrokenOneThreadBuildNeverWins) {
+  for (Candidate c : {Candidate{microseconds(10), true, false}, Candidate{microseconds(10), false, true}}) {
+    SerialFake fake{c};
+    auto* team = new FakeEngine(microseconds(1000), false);
+    ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn());
+    EXPECT_FALSE(r.serial);
+    EXPECT_EQ(r.engine.get(), team);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::cpu

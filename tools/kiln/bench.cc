@@ -99,6 +99,7 @@ absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   cpu::CpuEngineOptions eo;
   eo.threads = b.threads;
+  eo.tune_threads = b.threads == 0;  // --threads T is taken as given
   eo.layout = b.layout;
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(compiled, eo));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));
@@ -129,6 +130,7 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("arena_bytes", info.arena_bytes);
   w.Field("layout", info.layout);
   w.Field("tune_ms", info.tune_ms);
+  w.Field("threads", static_cast<int64_t>(info.threads));
   // How OpenMP threads wait changes latency a lot on shared machines (base/openmp_env.h):
   // record it so numbers can be read.
   const char* policy = std::getenv("OMP_WAIT_POLICY");
