@@ -64,5 +64,6 @@ std::unique_ptr<CpuKernel> MakeTransposeKernel(BuildContext& ctx, const Node& no
 std::unique_ptr<CpuKernel> MakeGatherKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeConcatKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeReduceKernel(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node);
 
 }  // namespace kiln::cpu

@@ -1,6 +1,9 @@
-// Transpose of any dtype: the output is walked in order while an odometer over the output
-// index tracks the input offset; elements move as 1/2/4/8-byte words.
+// Transpose and Slice of any dtype: the output is walked in order while an odometer over the
+// output index tracks the input offset (from a start offset, by per-dim strides that may be
+// negative: Slice's steps); elements move as 1/2/4/8-byte words.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "runtime/cpu/own_kernels.h"
 
@@ -10,9 +13,9 @@ namespace {
 class TransposeKernel : public CpuKernel {
  public:
   TransposeKernel(int in, int out, std::vector<int64_t> out_shape,
-                  std::vector<int64_t> in_strides, size_t elem)
+                  std::vector<int64_t> in_strides, size_t elem, int64_t start = 0)
       : in_(in), out_(out), shape_(std::move(out_shape)), strides_(std::move(in_strides)),
-        elem_(elem), index_(shape_.size(), 0) {}
+        elem_(elem), start_(start), index_(shape_.size(), 0) {}
 
   absl::Status Run(const ExecContext& ctx) override {
     switch (elem_) {
@@ -32,7 +35,7 @@ class TransposeKernel : public CpuKernel {
     const int64_t total = NumElements(shape_);
     const int64_t last = static_cast<int64_t>(shape_.size()) - 1;
     std::fill(index_.begin(), index_.end(), 0);
-    int64_t off = 0;
+    int64_t off = start_;
     for (int64_t i = 0; i < total;) {
       // The innermost output dim as one strided run.
       const int64_t n = shape_[last], s = strides_[last];
@@ -50,6 +53,7 @@ class TransposeKernel : public CpuKernel {
   int in_, out_;
   std::vector<int64_t> shape_, strides_;
   size_t elem_;
+  int64_t start_;  // input offset of output element 0
   std::vector<int64_t> index_;
 };
 
@@ -77,6 +81,55 @@ std::unique_ptr<CpuKernel> MakeTransposeKernel(BuildContext& ctx, const Node& no
   }
   if (out_shape != ctx.slots[out].shape) return nullptr;
   return std::make_unique<TransposeKernel>(in, out, out_shape, strides, elem);
+}
+
+// Slice with constant starts/ends/axes/steps (the opset-10+ inputs): output element i of
+// dim d reads input index start[d] + i * step[d], so it is the same walk with strides
+// scaled by the steps and a start offset. The output's shape comes from shape inference.
+std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node) {
+  if (!node.domain.empty() || node.op_type != "Slice" || node.inputs.size() < 3) return nullptr;
+  const int in = ctx.SlotOf(node.input(0)), out = ctx.SlotOf(node.output(0));
+  if (in < 0 || out < 0 || !ctx.slots[in].is_plain()) return nullptr;
+  auto ints = [&](size_t i) -> std::optional<std::vector<int64_t>> {
+    const Value* v = node.input(i);
+    if (!v || !v->is_constant()) return std::nullopt;
+    return v->constant->ToInt64Vector();
+  };
+  const std::vector<int64_t>& xs = ctx.slots[in].shape;
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  const size_t elem = DTypeSize(ctx.slots[in].dtype);
+  auto starts = ints(1);
+  std::optional<std::vector<int64_t>> axes = node.input(3) ? ints(3) : std::nullopt;
+  std::optional<std::vector<int64_t>> steps = node.input(4) ? ints(4) : std::nullopt;
+  if (!starts || (node.input(3) && !axes) || (node.input(4) && !steps)) return nullptr;
+  if (!axes) {
+    axes.emplace();
+    for (int64_t d = 0; d < static_cast<int64_t>(starts->size()); ++d) axes->push_back(d);
+  }
+  if (!steps) steps = std::vector<int64_t>(starts->size(), 1);
+  if (axes->size() != starts->size() || steps->size() != starts->size() || rank == 0 ||
+      (elem != 1 && elem != 2 && elem != 4 && elem != 8) || NumElements(ctx.slots[out].shape) == 0) {
+    return nullptr;
+  }
+  std::vector<int64_t> in_strides(rank, 1), first(rank, 0), step(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d) in_strides[d] = in_strides[d + 1] * xs[d + 1];
+  for (size_t k = 0; k < axes->size(); ++k) {
+    const int64_t a = (*axes)[k] < 0 ? (*axes)[k] + rank : (*axes)[k];
+    if (a < 0 || a >= rank || (*steps)[k] == 0) return nullptr;
+    int64_t s = (*starts)[k];
+    if (s < 0) s += xs[a];
+    // ONNX clamps starts to [0, dim] (positive steps) or [0, dim - 1] (negative ones).
+    s = std::clamp<int64_t>(s, 0, (*steps)[k] > 0 ? xs[a] : xs[a] - 1);
+    first[a] = s;
+    step[a] = (*steps)[k];
+  }
+  int64_t start = 0;
+  std::vector<int64_t> strides(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    start += first[d] * in_strides[d];
+    strides[d] = in_strides[d] * step[d];
+  }
+  return std::make_unique<TransposeKernel>(in, out, ctx.slots[out].shape, strides, elem, start);
 }
 
 }  // namespace kiln::cpu

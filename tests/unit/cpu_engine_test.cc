@@ -394,6 +394,24 @@ TEST(CpuEngineOwnKernels, ReductionsOverAnyAxesKeptOrNot) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+TEST(CpuEngineOwnKernels, SliceWithStepsAxesAndClamping) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {4, 7, 6});
+  Value* ids = b.Input("ids", DType::kInt64, {3, 9});
+  int n = 0;
+  auto c = [&](std::vector<int64_t> v) {
+    const int64_t size = static_cast<int64_t>(v.size());
+    return b.Constant("c" + std::to_string(n++), Tensor::FromInt64(v, {size}));
+  };
+  b.Output(b.Op("Slice", {x, c({1, 0}), c({3, 100}), c({0, 2}), c({1, 2})}));   // ends clamp
+  b.Output(b.Op("Slice", {x, c({-1}), c({-100}), c({1}), c({-2})}));           // backwards
+  b.Output(b.Op("Slice", {x, c({0, -3}), c({2, 6})}));                          // default axes
+  b.Output(b.Op("Slice", {ids, c({2}), c({8}), c({-1}), c({3})}));             // int64, axis -1
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
 TEST(CpuEngineOwnKernels, ReductionsTheKernelLeavesToTheReference) {
   // LogSumExp (wants a max pass) and integer inputs.
   GraphBuilder b;
