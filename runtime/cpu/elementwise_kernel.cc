@@ -183,23 +183,6 @@ class ElementwiseKernel : public CpuKernel {
   std::vector<Cursor> cursors_;  // one per thread of the team the engine was built for
 };
 
-// Numpy broadcasting of `in` against `out`: strides with 0 on broadcast dims.
-std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>& in,
-                                                     const std::vector<int64_t>& out) {
-  std::vector<int64_t> o = out.empty() ? std::vector<int64_t>{1} : out;
-  if (in.size() > o.size()) return std::nullopt;
-  std::vector<int64_t> strides(o.size(), 0);
-  int64_t s = 1;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const size_t d = o.size() - 1 - i;
-    const int64_t n = in[in.size() - 1 - i];
-    if (n != 1 && n != o[d]) return std::nullopt;
-    strides[d] = n == 1 ? 0 : s;
-    s *= n;
-  }
-  return strides;
-}
-
 // The instructions of a FusedElementwise node, or of a single element-wise node.
 std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
   std::vector<Instr> prog;
@@ -237,6 +220,22 @@ std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
 }
 
 }  // namespace
+
+std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>& in,
+                                                     const std::vector<int64_t>& out) {
+  std::vector<int64_t> o = out.empty() ? std::vector<int64_t>{1} : out;
+  if (in.size() > o.size()) return std::nullopt;
+  std::vector<int64_t> strides(o.size(), 0);
+  int64_t s = 1;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const size_t d = o.size() - 1 - i;
+    const int64_t n = in[in.size() - 1 - i];
+    if (n != 1 && n != o[d]) return std::nullopt;
+    strides[d] = n == 1 ? 0 : s;
+    s *= n;
+  }
+  return strides;
+}
 
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node) {
   std::optional<std::vector<Instr>> prog = ReadInstrs(node);

@@ -6,7 +6,8 @@ std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node) {
   using Factory = std::unique_ptr<CpuKernel> (*)(BuildContext&, const Node&);
   static const Factory kFactories[] = {MakeViewKernel, MakeElementwiseKernel, MakeSoftmaxKernel,
                                        MakeLayerNormKernel, MakeTransposeKernel, MakeGatherKernel,
-                                       MakeConcatKernel, MakeReduceKernel, MakeSliceKernel};
+                                       MakeConcatKernel, MakeReduceKernel, MakeSliceKernel,
+                                       MakeCastKernel, MakeWhereKernel};
   for (Factory f : kFactories) {
     if (auto k = f(ctx, node)) return k;
   }

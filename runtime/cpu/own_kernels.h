@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "runtime/cpu/build_context.h"
 
@@ -56,6 +58,11 @@ void ForEachChunk(int64_t n, bool parallel, int max_threads, Body&& body) {
   }
 }
 
+// Numpy broadcasting of shape `in` against `out`: `in`'s element strides in `out`'s index
+// space (0 on broadcast dims); nullopt when `in` does not broadcast to `out`.
+std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>& in,
+                                                     const std::vector<int64_t>& out);
+
 std::unique_ptr<CpuKernel> MakeViewKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeSoftmaxKernel(BuildContext& ctx, const Node& node);
@@ -65,5 +72,7 @@ std::unique_ptr<CpuKernel> MakeGatherKernel(BuildContext& ctx, const Node& node)
 std::unique_ptr<CpuKernel> MakeConcatKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeReduceKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeCastKernel(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeWhereKernel(BuildContext& ctx, const Node& node);
 
 }  // namespace kiln::cpu

@@ -412,6 +412,40 @@ TEST(CpuEngineOwnKernels, SliceWithStepsAxesAndClamping) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+TEST(CpuEngineOwnKernels, CastSaturatesTruncatesAndKeepsNaNRules) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {4, 5});
+  Value* ids = b.Input("ids", DType::kInt64, {4, 5});
+  Value* m = b.Input("m", DType::kBool, {4, 5});
+  auto cast = [&](Value* v, int to) { return b.Op("Cast", {v}, {{"to", Attribute::Int(to)}}); };
+  Value* big = b.Op("Mul", {x, b.Constant("k", Tensor::FromFloat({1e10f}))});
+  Value* nan = b.Op("Sqrt", {x});  // NaN for the negative half
+  b.Output(cast(big, 6));    // float -> int32, saturating
+  b.Output(cast(x, 7));      // float -> int64, toward zero
+  b.Output(cast(nan, 7));    // NaN -> 0
+  b.Output(cast(nan, 9));    // NaN -> true
+  b.Output(cast(ids, 1));    // int64 -> float
+  b.Output(cast(ids, 3));    // int64 -> int8
+  b.Output(cast(m, 1));      // bool -> float
+  b.Output(cast(x, 11));     // float -> double
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
+TEST(CpuEngineOwnKernels, WhereBroadcastsAllThreeOperands) {
+  GraphBuilder b;
+  Value* c = b.Input("c", DType::kBool, {4, 1});
+  Value* x = b.Input("x", DType::kFloat32, {1, 6});
+  Value* cc = b.Input("cc", DType::kBool, {2, 4, 6});
+  Value* ids = b.Input("ids", DType::kInt64, {4, 6});
+  b.Output(b.Op("Where", {c, x, b.Constant("neg", Tensor::FromFloat({-1e9f}))}));
+  b.Output(b.Op("Where", {cc, ids, b.Constant("z", Tensor::FromInt64({0, 1, 2, 3, 4, 5}, {6}))}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
 TEST(CpuEngineOwnKernels, ReductionsTheKernelLeavesToTheReference) {
   // LogSumExp (wants a max pass) and integer inputs.
   GraphBuilder b;
