@@ -24,7 +24,30 @@ struct Operand {
   int slot;
   std::vector<int64_t> strides;  // element strides in the output's index space (0: broadcast)
   bool dense = false;            // laid out exactly like the output (same linear offsets)
+  // Not float32 only when the program casts it to float before any other use (an attention
+  // mask: Cast -> Sub -> Mul): it is converted as it is loaded.
+  DType dtype = DType::kFloat32;
 };
+
+// n elements of a non-float operand, `stride` apart from element `start`, as floats.
+void LoadAsFloat(const void* base, DType dtype, int64_t start, int64_t stride, int64_t n,
+                 float* out) {
+  auto load = [&](auto* typed) {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(typed[start + i * stride]);
+  };
+  switch (dtype) {
+    case DType::kInt64: load(static_cast<const int64_t*>(base)); break;
+    case DType::kInt32: load(static_cast<const int32_t*>(base)); break;
+    case DType::kInt8: load(static_cast<const int8_t*>(base)); break;
+    case DType::kFloat64: load(static_cast<const double*>(base)); break;
+    default:  // bool and uint8 as bytes (any nonzero bool byte is true)
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t v = static_cast<const uint8_t*>(base)[start + i * stride];
+        out[i] = dtype == DType::kBool ? (v != 0 ? 1.f : 0.f) : static_cast<float>(v);
+      }
+      break;
+  }
+}
 
 // What one thread needs to walk part of the output: tile registers, where each operand's
 // current tile is, and the odometer over the outer index with every input's offset.
@@ -98,6 +121,12 @@ class ElementwiseKernel : public CpuKernel {
 
   void LoadInputs(const ExecContext& ctx, Cursor& c, int64_t t0, int64_t n) {
     for (size_t k = 0; k < in_.size(); ++k) {
+      if (in_[k].dtype != DType::kFloat32) {
+        const int64_t s = in_[k].strides.back();
+        LoadAsFloat(ctx.ptrs[in_[k].slot], in_[k].dtype, c.offsets[k] + t0 * s, s, n, Reg(c, k));
+        c.ptrs[k] = Reg(c, k);
+        continue;
+      }
       const float* base = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + c.offsets[k];
       const int64_t s = in_[k].strides.back();
       if (s == 1) {
@@ -120,6 +149,11 @@ class ElementwiseKernel : public CpuKernel {
     for (int64_t r = 0; r < count; ++r) {
       for (size_t k = 0; k < in_.size(); ++k) {
         if (in_[k].dense) continue;
+        if (in_[k].dtype != DType::kFloat32) {
+          LoadAsFloat(ctx.ptrs[in_[k].slot], in_[k].dtype, c.offsets[k], in_[k].strides.back(),
+                      inner_, Reg(c, k) + r * inner_);
+          continue;
+        }
         const float* src = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + c.offsets[k];
         const int64_t s = in_[k].strides.back();
         float* dst = Reg(c, k) + r * inner_;
@@ -190,6 +224,12 @@ std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
     absl::StatusOr<kiln_ops::Program> p = kiln_ops::ReadProgram(node);
     if (!p.ok() || p->dtype != DType::kFloat32) return std::nullopt;
     for (const auto& in : p->instructions) {
+      if (in.op == "Cast") {  // to float only; the operand is converted when loaded
+        auto to = in.attrs.find("to");
+        if (to == in.attrs.end() || to->second.i != 1 || in.operands.size() != 1) return std::nullopt;
+        prog.push_back(Instr{Op::kCast, {static_cast<int>(in.operands[0])}, 0.f, 0.f});
+        continue;
+      }
       auto f = [&](const char* k, float dflt) {
         auto it = in.attrs.find(k);
         return it == in.attrs.end() ? dflt : it->second.f;
@@ -219,6 +259,21 @@ std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
   return prog;
 }
 
+// Whether every instruction reading operand k is a Cast (to float), and k's dtype is one
+// LoadAsFloat converts.
+bool OnlyCastToFloat(const std::vector<Instr>& prog, int k, DType dt) {
+  if (dt != DType::kInt64 && dt != DType::kInt32 && dt != DType::kInt8 && dt != DType::kUInt8 &&
+      dt != DType::kBool && dt != DType::kFloat64) {
+    return false;
+  }
+  for (const Instr& i : prog) {
+    for (int a : i.args) {
+      if (a == k && i.op != Op::kCast) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>& in,
@@ -245,17 +300,19 @@ std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& 
   }
   const std::vector<int64_t> shape = ctx.slots[out].shape;
   std::vector<Operand> in;
-  for (const Value* v : node.inputs) {
-    const int s = ctx.SlotOf(v);
-    if (s < 0 || ctx.slots[s].dtype != DType::kFloat32) return nullptr;
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const int s = ctx.SlotOf(node.inputs[k]);
+    if (s < 0) return nullptr;
+    const DType dt = ctx.slots[s].dtype;
+    if (dt != DType::kFloat32 && !OnlyCastToFloat(*prog, static_cast<int>(k), dt)) return nullptr;
     std::optional<std::vector<int64_t>> strides = BroadcastStrides(ctx.slots[s].shape, shape);
     if (!strides) return nullptr;
-    in.push_back({s, *strides, NumElements(ctx.slots[s].shape) == NumElements(shape)});
+    const bool dense = dt == DType::kFloat32 && NumElements(ctx.slots[s].shape) == NumElements(shape);
+    in.push_back({s, *strides, dense, dt});
   }
+  // A value computed in the program is float; a cast may only read a converted input.
   for (const Instr& i : *prog) {
-    for (int a : i.args) {
-      if (a < 0 || a >= static_cast<int>(in.size() + (&i - prog->data()))) return nullptr;
-    }
+    if (i.op == Op::kCast && i.args[0] >= static_cast<int>(in.size())) return nullptr;
   }
   for (Operand& o : in) {
     if (!ctx.slots[o.slot].is_plain()) o.slot = ctx.ReadAs(o.slot, ctx.PlainMd(o.slot));

@@ -22,6 +22,8 @@ enum class Op {
   kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh,
   // one to three operands (min and max optional)
   kClip,
+  // a program's Cast to float: the operand was converted on load, so a copy
+  kCast,
 };
 
 struct Instr {

@@ -433,6 +433,24 @@ TEST(CpuEngineOwnKernels, CastSaturatesTruncatesAndKeepsNaNRules) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+TEST(CpuEngineOwnKernels, FusedProgramsCastIntegerAndBoolInputsOnLoad) {
+  // An attention mask's preprocessing, fused at O2: the int64 (and bool) inputs enter the
+  // float program through its Cast instructions.
+  GraphBuilder b;
+  Value* mask = b.Input("mask", DType::kInt64, {2, 1, 1, 5});
+  Value* keep = b.Input("keep", DType::kBool, {2, 1, 5, 1});
+  Value* scores = b.Input("scores", DType::kFloat32, {2, 3, 5, 5});
+  auto to_float = [&](Value* v) { return b.Op("Cast", {v}, {{"to", Attribute::Int(1)}}); };
+  Value* one = b.Constant("one", Tensor::FromFloat({1.f}));
+  Value* add = b.Op("Mul", {b.Op("Sub", {one, to_float(mask)}), b.Constant("neg", Tensor::FromFloat({-1e4f}))});
+  Value* gated = b.Op("Mul", {b.Op("Add", {scores, add}), to_float(keep)});
+  b.Output(b.Op("Softmax", {gated}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0, OptLevel::kO2);
+  ASSERT_TRUE(o.engine);
+  EXPECT_GE(o.compiled.report.op_types_after.count("ai.kiln.FusedElementwise"), 1u);
+  EXPECT_EQ(o.compiled.report.op_types_after.count("Cast"), 0u);  // inside the program
+}
+
 TEST(CpuEngineOwnKernels, WhereBroadcastsAllThreeOperands) {
   GraphBuilder b;
   Value* c = b.Input("c", DType::kBool, {4, 1});
