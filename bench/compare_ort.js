@@ -4,6 +4,7 @@
 //
 //   node bench/compare_ort.js --kiln build/tools/kiln[,other/kiln] [--models DIR] [--batches 1,8]
 //                             [--threads 2] [--rounds 4] [--runs 10] [--only m1,m2] [--with-o0]
+//                             [--dim NAME=N ...]
 //
 // For every model folder under DIR (default ~/.cache/kiln/models) and batch: `rounds`
 // rounds, each running `kiln bench --runs R` (its own warm-up) and then R timed ORT runs
@@ -13,6 +14,8 @@
 // after another, so their ratios share the machine state: one row per binary. An entry may
 // carry extra `kiln bench` flags after a space ("build/tools/kiln --layout blocked").
 // --with-o0 adds, for every entry, a row at -O0: what the optimizer's passes buy.
+// --dim gives a symbolic input dim other than the batch a size (a text model's sequence), on
+// both sides (`kiln bench --dim`); unnamed or unlisted ones are 1.
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -21,7 +24,7 @@ const {execFileSync} = require('child_process');
 
 function parseArgs(argv) {
   const o = {models: path.join(os.homedir(), '.cache/kiln/models'), batches: [1, 8], threads: 2,
-             rounds: 4, runs: 10, only: null, settleMs: 300};
+             rounds: 4, runs: 10, only: null, settleMs: 300, dims: {}};
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i], v = argv[i + 1];
     if (a === '--with-o0') { o.withO0 = true; continue; }
@@ -32,6 +35,11 @@ function parseArgs(argv) {
     else if (a === '--rounds') o.rounds = Number(v);
     else if (a === '--runs') o.runs = Number(v);
     else if (a === '--only') o.only = v.split(',');
+    else if (a === '--dim') {
+      const [name, size] = v.split('=');
+      if (!name || !(Number(size) > 0)) { process.stderr.write(`--dim takes NAME=N, got ${v}\n`); process.exit(2); }
+      o.dims[name] = Number(size);
+    }
     else { process.stderr.write(`unknown argument ${a}\n`); process.exit(2); }
     ++i;
   }
@@ -45,12 +53,13 @@ function percentile(xs, p) {
   return s[Math.min(s.length - 1, Math.round(p * (s.length - 1)))];
 }
 
-// Random feeds for every input, symbolic dim 0 bound to the batch, others to 1 (the models
-// here have static dims beyond the batch).
-function makeFeeds(ort, session, batch) {
+// Random feeds for every input, symbolic dim 0 bound to the batch, named ones to their --dim
+// size, others to 1.
+function makeFeeds(ort, session, batch, dims) {
   const feeds = {};
   for (const meta of session.inputMetadata) {
-    const shape = meta.shape.map((d, i) => (typeof d === 'number' && d > 0 ? d : (i === 0 ? batch : 1)));
+    const shape = meta.shape.map((d, i) => (typeof d === 'number' && d > 0 ? d
+                                            : (i === 0 ? batch : (dims[d] || 1))));
     if (typeof meta.shape[0] === 'number' && meta.shape[0] > 0) shape[0] = meta.shape[0];
     const n = shape.reduce((a, b) => a * b, 1);
     if (meta.type === 'int64') {
@@ -77,7 +86,8 @@ function timeKiln(o, kiln, model, batch) {
   // Each side waits the way it does by default: kiln's bounded OpenMP spin
   // (base/openmp_env.h), ORT's intra-op spinning (allow_spinning 1, its default).
   const [bin, ...extra] = kiln.split(' ');
-  execFileSync(bin, ['bench', model, '--batch', String(batch), '--threads', String(o.threads),
+  const dimArgs = Object.entries(o.dims).flatMap(([k, v]) => ['--dim', `${k}=${v}`]);
+  execFileSync(bin, ['bench', model, ...dimArgs, '--batch', String(batch), '--threads', String(o.threads),
                      '--runs', String(o.runs), '--json', json, ...extra],
                {stdio: ['ignore', 'ignore', 'inherit']});
   return JSON.parse(fs.readFileSync(json, 'utf8')).times_ms;
@@ -95,7 +105,7 @@ async function main() {
       graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1,
       executionMode: 'sequential'});
     for (const batch of o.batches) {
-      const feeds = makeFeeds(ort, session, batch);
+      const feeds = makeFeeds(ort, session, batch, o.dims);
       await timeOrt(session, feeds, 3);  // warm-up
       const kiln = o.kiln.map(() => []), ortTimes = [];
       for (let r = 0; r < o.rounds; ++r) {

@@ -11,6 +11,8 @@ kernels and symbolic-dim handling have to meet. Outputs come from ONNX Runtime
 on the reference and on the CPU engine at O0 and O2 (rtol 1e-3, atol 1e-4).
 
   text_model.py --kiln build/tools/kiln [--work DIR]
+  text_model.py --write DIR [--hidden 256 --layers 4 --heads 4 --ffn 1024]
+      only writes DIR/model.onnx (for bench/compare_ort.js --models ... --dim sequence=128)
 
 Exit codes: 0 ok, 1 a check failed, 77 onnx/numpy or node with onnxruntime-node missing.
 """
@@ -33,7 +35,7 @@ except ImportError as e:  # pragma: no cover - environment dependent
     print(f"text_model: SKIP: {e}")
     sys.exit(77)
 
-HIDDEN, FFN, VOCAB, LAYERS, HEADS = 64, 256, 1000, 2, 4
+HIDDEN, FFN, VOCAB, LAYERS, HEADS = 64, 256, 1000, 2, 4  # the test's size; --write may change
 
 
 class Builder:
@@ -155,10 +157,23 @@ def run_ort(model_path, inputs, work):
 
 
 def main():
+    global HIDDEN, FFN, LAYERS, HEADS
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kiln", required=True)
+    ap.add_argument("--kiln")
     ap.add_argument("--work", help="keep the generated case here (default: a temporary folder)")
+    ap.add_argument("--write", help="only write DIR/model.onnx")
+    ap.add_argument("--hidden", type=int, default=HIDDEN)
+    ap.add_argument("--ffn", type=int, default=FFN)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--heads", type=int, default=HEADS)
     args = ap.parse_args()
+    HIDDEN, FFN, LAYERS, HEADS = args.hidden, args.ffn, args.layers, args.heads
+    if args.write:
+        os.makedirs(args.write, exist_ok=True)
+        onnx.save(build_model(), os.path.join(args.write, "model.onnx"))
+        return 0
+    if not args.kiln:
+        ap.error("--kiln is required (or --write)")
     if shutil.which("node") is None:
         print("text_model: SKIP: node is not installed")
         return 77
