@@ -73,20 +73,15 @@ std::optional<Instr> MakeInstr(const std::string& name, size_t arity, const Floa
   return i;
 }
 
-KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_t n) {
+namespace {
+
+// The activations (parameterized, piecewise or exp-based); false for any other op.
+KILN_VECTOR_CLONES bool Activation(const Instr& ins, const float* a, float* y, int64_t n) {
   const float al = ins.alpha, be = ins.beta;
   switch (ins.op) {
-    case Op::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
-    case Op::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(a[i]); break;
-    case Op::kExp: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Exp(a[i]); break;
-    case Op::kLog: for (int64_t i = 0; i < n; ++i) y[i] = std::log(a[i]); break;
-    case Op::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(a[i]); break;
-    case Op::kRecip: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / a[i]; break;
     // NaN stays NaN, as in the reference (numpy's maximum).
     case Op::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? 0.f : a[i]; break;
     case Op::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + vmath::Exp(-a[i])); break;
-    case Op::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Tanh(a[i]); break;
-    case Op::kErf: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Erf(a[i]); break;
     case Op::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? al * a[i] : a[i]; break;
     case Op::kHardSigmoid:
       for (int64_t i = 0; i < n; ++i) y[i] = std::fmin(1.f, std::fmax(0.f, al * a[i] + be));
@@ -119,6 +114,24 @@ KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_
     case Op::kShrink:
       for (int64_t i = 0; i < n; ++i) y[i] = a[i] < -al ? a[i] + be : (a[i] > al ? a[i] - be : 0.f);
       break;
+    default: return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_t n) {
+  if (Activation(ins, a, y, n)) return;
+  switch (ins.op) {
+    case Op::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
+    case Op::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(a[i]); break;
+    case Op::kExp: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Exp(a[i]); break;
+    case Op::kLog: for (int64_t i = 0; i < n; ++i) y[i] = std::log(a[i]); break;
+    case Op::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(a[i]); break;
+    case Op::kRecip: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / a[i]; break;
+    case Op::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Tanh(a[i]); break;
+    case Op::kErf: for (int64_t i = 0; i < n; ++i) y[i] = vmath::Erf(a[i]); break;
     case Op::kCeil: for (int64_t i = 0; i < n; ++i) y[i] = std::ceil(a[i]); break;
     case Op::kFloor: for (int64_t i = 0; i < n; ++i) y[i] = std::floor(a[i]); break;
     // Halves to even, as ONNX specifies (std::round would round them away from zero).
@@ -137,7 +150,7 @@ KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_
     case Op::kAsinh: for (int64_t i = 0; i < n; ++i) y[i] = std::asinh(a[i]); break;
     case Op::kAcosh: for (int64_t i = 0; i < n; ++i) y[i] = std::acosh(a[i]); break;
     case Op::kAtanh: for (int64_t i = 0; i < n; ++i) y[i] = std::atanh(a[i]); break;
-    default: std::memmove(y, a, n * sizeof(float)); break;
+    default: std::memmove(y, a, n * sizeof(float)); break;  // kCast: converted on load
   }
 }
 
