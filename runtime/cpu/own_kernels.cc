@@ -7,7 +7,8 @@ std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node) {
   static const Factory kFactories[] = {MakeViewKernel, MakeElementwiseKernel, MakeSoftmaxKernel,
                                        MakeLayerNormKernel, MakeTransposeKernel, MakeGatherKernel,
                                        MakeConcatKernel, MakeReduceKernel, MakeSliceKernel,
-                                       MakeCastKernel, MakeWhereKernel};
+                                       MakeCastKernel, MakeWhereKernel, MakeSplitKernel,
+                                       MakeExpandKernel};
   for (Factory f : kFactories) {
     if (auto k = f(ctx, node)) return k;
   }

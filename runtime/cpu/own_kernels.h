@@ -72,6 +72,8 @@ std::unique_ptr<CpuKernel> MakeGatherKernel(BuildContext& ctx, const Node& node)
 std::unique_ptr<CpuKernel> MakeConcatKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeReduceKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeSplitKernel(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeExpandKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeCastKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeWhereKernel(BuildContext& ctx, const Node& node);
 

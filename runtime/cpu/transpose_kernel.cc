@@ -1,6 +1,7 @@
-// Transpose and Slice of any dtype: the output is walked in order while an odometer over the
-// output index tracks the input offset (from a start offset, by per-dim strides that may be
-// negative: Slice's steps); elements move as 1/2/4/8-byte words.
+// Transpose, Slice, Split and Expand of any dtype: the output is walked in order while an
+// odometer over the output index tracks the input offset (from a start offset, by per-dim
+// strides that may be negative, Slice's steps, or zero, Expand's broadcast dims); elements
+// move as 1/2/4/8-byte words.
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -56,6 +57,29 @@ class TransposeKernel : public CpuKernel {
   int64_t start_;  // input offset of output element 0
   std::vector<int64_t> index_;
 };
+
+// Several walks run as one node's kernel (Split: one per output).
+class KernelGroup : public CpuKernel {
+ public:
+  explicit KernelGroup(std::vector<std::unique_ptr<CpuKernel>> parts) : parts_(std::move(parts)) {}
+  absl::Status Run(const ExecContext& ctx) override {
+    for (auto& p : parts_) RETURN_IF_ERROR(p->Run(ctx));
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::unique_ptr<CpuKernel>> parts_;
+};
+
+bool WalkableElement(size_t elem) { return elem == 1 || elem == 2 || elem == 4 || elem == 8; }
+
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
+    strides[d] = strides[d + 1] * shape[d + 1];
+  }
+  return strides;
+}
 
 }  // namespace
 
@@ -130,6 +154,52 @@ std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node) 
     strides[d] = in_strides[d] * step[d];
   }
   return std::make_unique<TransposeKernel>(in, out, ctx.slots[out].shape, strides, elem, start);
+}
+
+// Split along `axis`: output k is the slab that starts where the earlier outputs end (their
+// sizes come from shape inference, whichever way the split was given).
+std::unique_ptr<CpuKernel> MakeSplitKernel(BuildContext& ctx, const Node& node) {
+  if (!node.domain.empty() || node.op_type != "Split") return nullptr;
+  const int in = ctx.SlotOf(node.input(0));
+  if (in < 0 || !ctx.slots[in].is_plain()) return nullptr;
+  const std::vector<int64_t>& xs = ctx.slots[in].shape;
+  const int64_t rank = static_cast<int64_t>(xs.size());
+  const size_t elem = DTypeSize(ctx.slots[in].dtype);
+  int64_t axis = node.GetInt("axis", 0);
+  if (axis < 0) axis += rank;
+  if (rank == 0 || axis < 0 || axis >= rank || !WalkableElement(elem)) return nullptr;
+  const std::vector<int64_t> in_strides = RowMajorStrides(xs);
+  std::vector<std::unique_ptr<CpuKernel>> parts;
+  int64_t offset = 0;
+  for (const Value* v : node.outputs) {
+    const int out = ctx.SlotOf(v);
+    if (out < 0) return nullptr;
+    const std::vector<int64_t>& ys = ctx.slots[out].shape;
+    if (static_cast<int64_t>(ys.size()) != rank) return nullptr;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != axis && ys[d] != xs[d]) return nullptr;
+    }
+    if (NumElements(ys) > 0) {
+      parts.push_back(std::make_unique<TransposeKernel>(in, out, ys, in_strides, elem,
+                                                        offset * in_strides[axis]));
+    }
+    offset += ys[axis];
+  }
+  if (offset != xs[axis]) return nullptr;
+  return std::make_unique<KernelGroup>(std::move(parts));
+}
+
+// Expand: the walk with the broadcast strides (0 on every dim the input repeats).
+std::unique_ptr<CpuKernel> MakeExpandKernel(BuildContext& ctx, const Node& node) {
+  if (!node.domain.empty() || node.op_type != "Expand") return nullptr;
+  const int in = ctx.SlotOf(node.input(0)), out = ctx.SlotOf(node.output(0));
+  if (in < 0 || out < 0 || !ctx.slots[in].is_plain()) return nullptr;
+  const std::vector<int64_t>& ys = ctx.slots[out].shape;
+  const size_t elem = DTypeSize(ctx.slots[in].dtype);
+  if (ys.empty() || NumElements(ys) == 0 || !WalkableElement(elem)) return nullptr;
+  std::optional<std::vector<int64_t>> strides = BroadcastStrides(ctx.slots[in].shape, ys);
+  if (!strides) return nullptr;
+  return std::make_unique<TransposeKernel>(in, out, ys, *strides, elem);
 }
 
 }  // namespace kiln::cpu

@@ -464,6 +464,18 @@ TEST(CpuEngineOwnKernels, WhereBroadcastsAllThreeOperands) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+TEST(CpuEngineOwnKernels, SplitAndExpandAnyElementType) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {4, 9, 3});
+  Value* ids = b.Input("ids", DType::kInt64, {3, 1});
+  Value* sizes = b.Constant("sizes", Tensor::FromInt64({2, 4, 3}, {3}));
+  for (Value* part : b.OpN("Split", {x, sizes}, 3, {{"axis", Attribute::Int(1)}})) b.Output(part);
+  b.Output(b.Op("Expand", {ids, b.Constant("shape", Tensor::FromInt64({2, 3, 5}, {3}))}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
 TEST(CpuEngineOwnKernels, ReductionsTheKernelLeavesToTheReference) {
   // LogSumExp (wants a max pass) and integer inputs.
   GraphBuilder b;
