@@ -32,18 +32,16 @@ To Convert(From v) {
 
 // Bool inputs are read as bytes (any nonzero byte is true), never as C++ bool.
 template <class To, class From>
-void CastLoop(const void* x, void* y, int64_t n) {
+void CastLoop(const void* x, int64_t start, int64_t stride, void* y, int64_t n) {
   To* out = static_cast<To*>(y);
   if constexpr (std::is_same_v<From, bool>) {
-    const uint8_t* in = static_cast<const uint8_t*>(x);
-    for (int64_t i = 0; i < n; ++i) out[i] = Convert<To>(static_cast<uint8_t>(in[i] != 0));
+    const uint8_t* in = static_cast<const uint8_t*>(x) + start;
+    for (int64_t i = 0; i < n; ++i) out[i] = Convert<To>(static_cast<uint8_t>(in[i * stride] != 0));
   } else {
-    const From* in = static_cast<const From*>(x);
-    for (int64_t i = 0; i < n; ++i) out[i] = Convert<To>(in[i]);
+    const From* in = static_cast<const From*>(x) + start;
+    for (int64_t i = 0; i < n; ++i) out[i] = Convert<To>(in[i * stride]);
   }
 }
-
-using CastFn = void (*)(const void*, void*, int64_t);
 
 template <class From>
 CastFn ToAny(DType to) {
@@ -59,6 +57,8 @@ CastFn ToAny(DType to) {
   }
 }
 
+}  // namespace
+
 CastFn CastFor(DType from, DType to) {
   switch (from) {
     case DType::kBool: return ToAny<bool>(to);
@@ -72,11 +72,13 @@ CastFn CastFor(DType from, DType to) {
   }
 }
 
+namespace {
+
 class CastKernel : public CpuKernel {
  public:
   CastKernel(int in, int out, CastFn fn, int64_t n) : in_(in), out_(out), fn_(fn), n_(n) {}
   absl::Status Run(const ExecContext& ctx) override {
-    fn_(ctx.ptrs[in_], ctx.ptrs[out_], n_);
+    fn_(ctx.ptrs[in_], 0, 1, ctx.ptrs[out_], n_);
     return absl::OkStatus();
   }
 

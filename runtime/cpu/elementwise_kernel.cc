@@ -24,30 +24,11 @@ struct Operand {
   int slot;
   std::vector<int64_t> strides;  // element strides in the output's index space (0: broadcast)
   bool dense = false;            // laid out exactly like the output (same linear offsets)
-  // Not float32 only when the program casts it to float before any other use (an attention
-  // mask: Cast -> Sub -> Mul): it is converted as it is loaded.
-  DType dtype = DType::kFloat32;
+  // Set only for an input that is not float32, which the program casts to float before any
+  // other use (an attention mask: Cast -> Sub -> Mul): it is converted as it is loaded.
+  CastFn to_float = nullptr;
 };
 
-// n elements of a non-float operand, `stride` apart from element `start`, as floats.
-void LoadAsFloat(const void* base, DType dtype, int64_t start, int64_t stride, int64_t n,
-                 float* out) {
-  auto load = [&](auto* typed) {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(typed[start + i * stride]);
-  };
-  switch (dtype) {
-    case DType::kInt64: load(static_cast<const int64_t*>(base)); break;
-    case DType::kInt32: load(static_cast<const int32_t*>(base)); break;
-    case DType::kInt8: load(static_cast<const int8_t*>(base)); break;
-    case DType::kFloat64: load(static_cast<const double*>(base)); break;
-    default:  // bool and uint8 as bytes (any nonzero bool byte is true)
-      for (int64_t i = 0; i < n; ++i) {
-        const uint8_t v = static_cast<const uint8_t*>(base)[start + i * stride];
-        out[i] = dtype == DType::kBool ? (v != 0 ? 1.f : 0.f) : static_cast<float>(v);
-      }
-      break;
-  }
-}
 
 // What one thread needs to walk part of the output: tile registers, where each operand's
 // current tile is, and the odometer over the outer index with every input's offset.
@@ -121,9 +102,9 @@ class ElementwiseKernel : public CpuKernel {
 
   void LoadInputs(const ExecContext& ctx, Cursor& c, int64_t t0, int64_t n) {
     for (size_t k = 0; k < in_.size(); ++k) {
-      if (in_[k].dtype != DType::kFloat32) {
+      if (in_[k].to_float) {
         const int64_t s = in_[k].strides.back();
-        LoadAsFloat(ctx.ptrs[in_[k].slot], in_[k].dtype, c.offsets[k] + t0 * s, s, n, Reg(c, k));
+        in_[k].to_float(ctx.ptrs[in_[k].slot], c.offsets[k] + t0 * s, s, Reg(c, k), n);
         c.ptrs[k] = Reg(c, k);
         continue;
       }
@@ -149,9 +130,9 @@ class ElementwiseKernel : public CpuKernel {
     for (int64_t r = 0; r < count; ++r) {
       for (size_t k = 0; k < in_.size(); ++k) {
         if (in_[k].dense) continue;
-        if (in_[k].dtype != DType::kFloat32) {
-          LoadAsFloat(ctx.ptrs[in_[k].slot], in_[k].dtype, c.offsets[k], in_[k].strides.back(),
-                      inner_, Reg(c, k) + r * inner_);
+        if (in_[k].to_float) {
+          in_[k].to_float(ctx.ptrs[in_[k].slot], c.offsets[k], in_[k].strides.back(),
+                          Reg(c, k) + r * inner_, inner_);
           continue;
         }
         const float* src = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + c.offsets[k];
@@ -259,13 +240,8 @@ std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
   return prog;
 }
 
-// Whether every instruction reading operand k is a Cast (to float), and k's dtype is one
-// LoadAsFloat converts.
-bool OnlyCastToFloat(const std::vector<Instr>& prog, int k, DType dt) {
-  if (dt != DType::kInt64 && dt != DType::kInt32 && dt != DType::kInt8 && dt != DType::kUInt8 &&
-      dt != DType::kBool && dt != DType::kFloat64) {
-    return false;
-  }
+// Whether every instruction reading operand k is a Cast (to float).
+bool OnlyCastReads(const std::vector<Instr>& prog, int k) {
   for (const Instr& i : prog) {
     for (int a : i.args) {
       if (a == k && i.op != Op::kCast) return false;
@@ -304,11 +280,14 @@ std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& 
     const int s = ctx.SlotOf(node.inputs[k]);
     if (s < 0) return nullptr;
     const DType dt = ctx.slots[s].dtype;
-    if (dt != DType::kFloat32 && !OnlyCastToFloat(*prog, static_cast<int>(k), dt)) return nullptr;
+    const CastFn to_float = dt == DType::kFloat32 ? nullptr : CastFor(dt, DType::kFloat32);
+    if (dt != DType::kFloat32 && (!to_float || !OnlyCastReads(*prog, static_cast<int>(k)))) {
+      return nullptr;
+    }
     std::optional<std::vector<int64_t>> strides = BroadcastStrides(ctx.slots[s].shape, shape);
     if (!strides) return nullptr;
-    const bool dense = dt == DType::kFloat32 && NumElements(ctx.slots[s].shape) == NumElements(shape);
-    in.push_back({s, *strides, dense, dt});
+    const bool dense = !to_float && NumElements(ctx.slots[s].shape) == NumElements(shape);
+    in.push_back({s, *strides, dense, to_float});
   }
   // A value computed in the program is float; a cast may only read a converted input.
   for (const Instr& i : *prog) {

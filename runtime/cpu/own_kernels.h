@@ -5,6 +5,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -27,23 +29,11 @@ namespace kiln::cpu {
 // sleeping thread's wake-up costs more than its half of the work saves.
 constexpr int64_t kParallelElements = 1 << 16;
 
-// body(i) for i in [0, n), split over the OpenMP team only when `parallel` and the team has
-// more than one thread. A region whose `if` clause is false (or whose team is one thread) is
-// not free: libgomp still builds that team, on the heap, and frees it at the region's end;
-// the loop runs here instead.
-template <typename Body>
-void ForEachIndex(int64_t n, bool parallel, Body&& body) {
-  if (!parallel || n < 2 || omp_get_max_threads() == 1) {
-    for (int64_t i = 0; i < n; ++i) body(i);
-    return;
-  }
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) body(i);
-}
-
-// body(thread, begin, end) over [0, n) cut into one contiguous range per thread, for kernels
-// that keep per-thread state (at most `max_threads` ranges; thread < max_threads). Serial
-// (body(0, 0, n)) under the same conditions as ForEachIndex.
+// body(thread, begin, end) over [0, n) cut into one contiguous range per thread (at most
+// `max_threads` ranges; thread < max_threads), for kernels that keep per-thread state.
+// Serial (body(0, 0, n)) unless `parallel` and the team has more than one thread: a region
+// whose `if` clause is false (or whose team is one thread) is not free, libgomp still builds
+// that team on the heap and frees it at the region's end.
 template <typename Body>
 void ForEachChunk(int64_t n, bool parallel, int max_threads, Body&& body) {
   const int64_t team = std::min<int64_t>({omp_get_max_threads(), max_threads, n});
@@ -57,6 +47,36 @@ void ForEachChunk(int64_t n, bool parallel, int max_threads, Body&& body) {
     body(static_cast<int>(t), n * t / parts, n * (t + 1) / parts);
   }
 }
+
+// body(i) for i in [0, n), split like ForEachChunk.
+template <typename Body>
+void ForEachIndex(int64_t n, bool parallel, Body&& body) {
+  ForEachChunk(n, parallel, std::numeric_limits<int>::max(), [&](int, int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) body(i);
+  });
+}
+
+// Kernels that only move elements (transpose, slice, where, layout copies) treat any dtype as
+// an unsigned word of its size.
+inline bool IsWordSize(size_t bytes) { return bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8; }
+
+// f(W{}) with W the unsigned integer type of `bytes` (1, 2, 4; anything else 8).
+template <typename F>
+void WithWordType(size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    default: f(uint64_t{}); break;
+  }
+}
+
+// Cast's conversion (cast_kernel.cc: the reference's rules) of n elements read from
+// x[start + i * stride] into y[i]; the element-wise kernel converts integer inputs of fused
+// programs with it too.
+using CastFn = void (*)(const void* x, int64_t start, int64_t stride, void* y, int64_t n);
+// nullptr for a pair of dtypes the kernel does not convert.
+CastFn CastFor(DType from, DType to);
 
 // Numpy broadcasting of shape `in` against `out`: `in`'s element strides in `out`'s index
 // space (0 on broadcast dims); nullopt when `in` does not broadcast to `out`.

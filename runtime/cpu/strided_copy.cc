@@ -140,7 +140,7 @@ std::optional<StridedCopy> StridedCopy::Plan(const std::vector<int64_t>& dims,
                                              const std::vector<int64_t>& dst_strides,
                                              size_t elem_bytes) {
   if (dims.size() != src_strides.size() || dims.size() != dst_strides.size()) return std::nullopt;
-  if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8) return std::nullopt;
+  if (!IsWordSize(elem_bytes)) return std::nullopt;
   for (int64_t n : dims) {
     if (n <= 0) return std::nullopt;
   }
@@ -205,12 +205,10 @@ void StridedCopy::RunAs(const T* src, T* dst) const {
 }
 
 void StridedCopy::Run(const void* src, void* dst) const {
-  switch (elem_) {
-    case 1: RunAs(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst)); break;
-    case 2: RunAs(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst)); break;
-    case 4: RunAs(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst)); break;
-    default: RunAs(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst)); break;
-  }
+  WithWordType(elem_, [&](auto word) {
+    using T = decltype(word);
+    RunAs(static_cast<const T*>(src), static_cast<T*>(dst));
+  });
 }
 
 }  // namespace kiln::cpu

@@ -19,12 +19,7 @@ class TransposeKernel : public CpuKernel {
         elem_(elem), start_(start), index_(shape_.size(), 0) {}
 
   absl::Status Run(const ExecContext& ctx) override {
-    switch (elem_) {
-      case 1: Walk<uint8_t>(ctx); break;
-      case 2: Walk<uint16_t>(ctx); break;
-      case 4: Walk<uint32_t>(ctx); break;
-      default: Walk<uint64_t>(ctx); break;
-    }
+    WithWordType(elem_, [&](auto word) { Walk<decltype(word)>(ctx); });
     return absl::OkStatus();
   }
 
@@ -71,8 +66,6 @@ class KernelGroup : public CpuKernel {
   std::vector<std::unique_ptr<CpuKernel>> parts_;
 };
 
-bool WalkableElement(size_t elem) { return elem == 1 || elem == 2 || elem == 4 || elem == 8; }
-
 std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
@@ -90,7 +83,7 @@ std::unique_ptr<CpuKernel> MakeTransposeKernel(BuildContext& ctx, const Node& no
   const std::vector<int64_t>& xs = ctx.slots[in].shape;
   const size_t elem = DTypeSize(ctx.slots[in].dtype);
   const int64_t rank = static_cast<int64_t>(xs.size());
-  if (rank == 0 || (elem != 1 && elem != 2 && elem != 4 && elem != 8)) return nullptr;
+  if (rank == 0 || !IsWordSize(elem)) return nullptr;
   std::vector<int64_t> perm = node.GetInts("perm");
   if (perm.empty()) {
     for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
@@ -132,7 +125,7 @@ std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node) 
   }
   if (!steps) steps = std::vector<int64_t>(starts->size(), 1);
   if (axes->size() != starts->size() || steps->size() != starts->size() || rank == 0 ||
-      (elem != 1 && elem != 2 && elem != 4 && elem != 8) || NumElements(ctx.slots[out].shape) == 0) {
+      !IsWordSize(elem) || NumElements(ctx.slots[out].shape) == 0) {
     return nullptr;
   }
   std::vector<int64_t> in_strides(rank, 1), first(rank, 0), step(rank, 1);
@@ -167,7 +160,7 @@ std::unique_ptr<CpuKernel> MakeSplitKernel(BuildContext& ctx, const Node& node) 
   const size_t elem = DTypeSize(ctx.slots[in].dtype);
   int64_t axis = node.GetInt("axis", 0);
   if (axis < 0) axis += rank;
-  if (rank == 0 || axis < 0 || axis >= rank || !WalkableElement(elem)) return nullptr;
+  if (rank == 0 || axis < 0 || axis >= rank || !IsWordSize(elem)) return nullptr;
   const std::vector<int64_t> in_strides = RowMajorStrides(xs);
   std::vector<std::unique_ptr<CpuKernel>> parts;
   int64_t offset = 0;
@@ -196,7 +189,7 @@ std::unique_ptr<CpuKernel> MakeExpandKernel(BuildContext& ctx, const Node& node)
   if (in < 0 || out < 0 || !ctx.slots[in].is_plain()) return nullptr;
   const std::vector<int64_t>& ys = ctx.slots[out].shape;
   const size_t elem = DTypeSize(ctx.slots[in].dtype);
-  if (ys.empty() || NumElements(ys) == 0 || !WalkableElement(elem)) return nullptr;
+  if (ys.empty() || NumElements(ys) == 0 || !IsWordSize(elem)) return nullptr;
   std::optional<std::vector<int64_t>> strides = BroadcastStrides(ctx.slots[in].shape, ys);
   if (!strides) return nullptr;
   return std::make_unique<TransposeKernel>(in, out, ys, *strides, elem);

@@ -18,12 +18,7 @@ class WhereKernel : public CpuKernel {
         index_(shape_.size(), 0) {}
 
   absl::Status Run(const ExecContext& ctx) override {
-    switch (elem_) {
-      case 1: Walk<uint8_t>(ctx); break;
-      case 2: Walk<uint16_t>(ctx); break;
-      case 4: Walk<uint32_t>(ctx); break;
-      default: Walk<uint64_t>(ctx); break;
-    }
+    WithWordType(elem_, [&](auto word) { Walk<decltype(word)>(ctx); });
     return absl::OkStatus();
   }
 
@@ -72,7 +67,7 @@ std::unique_ptr<CpuKernel> MakeWhereKernel(BuildContext& ctx, const Node& node) 
   std::vector<int64_t> shape = ctx.slots[out].shape;
   if (shape.empty()) shape = {1};
   const size_t elem = DTypeSize(ctx.slots[out].dtype);
-  if ((elem != 1 && elem != 2 && elem != 4 && elem != 8) || NumElements(shape) == 0) return nullptr;
+  if (!IsWordSize(elem) || NumElements(shape) == 0) return nullptr;
   std::array<int, 3> in{};
   std::array<std::vector<int64_t>, 3> strides;
   for (size_t k = 0; k < 3; ++k) {
