@@ -108,20 +108,26 @@ class SerialKernel : public CpuKernel {
 // splitting from 64K on measured (2 threads, compare_ort.js, against 4M): mobilenet_v2 b1
 // 4.27 -> 3.48 ms (its 1280x1000 classifier and 7x7 convolutions), bert_tiny b8 0.45 ->
 // 0.42 ms, resnet18/50 unchanged.
-bool IsSmallWork(const BuildContext& ctx, const Node& node) {
-  constexpr int64_t kSerialWork = 1 << 16;
-  const int y = ctx.SlotOf(node.output(0));
-  if (y < 0) return false;
-  int64_t work = NumElements(ctx.slots[y].shape);
-  const int a = ctx.SlotOf(node.input(0)), w = ctx.SlotOf(node.input(1));
+// nullopt when the output's shape is not static.
+std::optional<int64_t> NodeWork(const Node& node) {
+  const Value* y = node.output(0);
+  if (!y || !y->shape || !IsStatic(*y->shape)) return std::nullopt;
+  int64_t work = NumElements(StaticDims(*y->shape));
+  const Value* a = node.input(0);
+  const Value* w = node.input(1);
   if (node.op_type.find("MatMul") != std::string::npos || node.op_type == "Gemm") {
-    if (a >= 0 && !ctx.slots[a].shape.empty()) work *= ctx.slots[a].shape.back();
-  } else if (node.op_type.find("Conv") != std::string::npos) {
-    if (w >= 0 && !ctx.slots[w].shape.empty() && ctx.slots[w].shape[0] > 0) {
-      work *= NumElements(ctx.slots[w].shape) / ctx.slots[w].shape[0];
-    }
+    if (a && a->shape && !a->shape->empty() && a->shape->back().known()) work *= a->shape->back().value;
+  } else if (node.op_type.find("Conv") != std::string::npos && w && w->shape &&
+             IsStatic(*w->shape) && !w->shape->empty() && (*w->shape)[0].value > 0) {
+    work *= NumElements(StaticDims(*w->shape)) / (*w->shape)[0].value;
   }
-  return work < kSerialWork;
+  return work;
+}
+
+bool IsSmallWork(const Node& node) {
+  constexpr int64_t kSerialWork = 1 << 16;
+  const std::optional<int64_t> work = NodeWork(node);
+  return work && *work < kSerialWork;
 }
 
 runtime::TensorSpec SpecOf(const Slot& s) { return {s.name, s.dtype, s.shape}; }
@@ -195,7 +201,7 @@ absl::Status CpuEngine::BuildKernels() {
     ctx_.post = &post;
     // Small primitives run on one thread: waking a second costs more than it saves. They
     // are also created that way (oneDNN partitions work for the thread count at creation).
-    const bool serial = IsSmallWork(ctx_, node);
+    const bool serial = IsSmallWork(node);
     const int team = omp_get_max_threads();
     if (serial) omp_set_num_threads(1);
     std::unique_ptr<CpuKernel> k = MakeFastKernel(node, pre, post);
@@ -351,32 +357,17 @@ CpuEngine::~CpuEngine() {
 
 namespace {
 
-// One engine with a concrete layout (kPrimitive or kBlocked).
 // Multiply-adds (or elements) of the whole graph, as IsSmallWork counts them per node. Only
 // graphs below kThreadTuningWork (~1 ms on one core here) are timed on one thread: larger
 // ones always gain from the team, and timing them would cost a run of each at load.
 int64_t EstimatedWork(const Graph& graph) {
   int64_t total = 0;
-  for (const auto& n : graph.nodes()) {
-    const Value* y = n->output(0);
-    if (!y || !y->shape || !IsStatic(*y->shape)) continue;
-    int64_t work = NumElements(StaticDims(*y->shape));
-    const Value* a = n->input(0);
-    const Value* w = n->input(1);
-    if (n->op_type.find("MatMul") != std::string::npos || n->op_type == "Gemm") {
-      if (a && a->shape && !a->shape->empty() && (*a->shape).back().known()) {
-        work *= (*a->shape).back().value;
-      }
-    } else if (n->op_type.find("Conv") != std::string::npos && w && w->shape &&
-               IsStatic(*w->shape) && !w->shape->empty() && (*w->shape)[0].value > 0) {
-      work *= NumElements(StaticDims(*w->shape)) / (*w->shape)[0].value;
-    }
-    total += work;
-  }
+  for (const auto& n : graph.nodes()) total += NodeWork(*n).value_or(0);
   return total;
 }
 constexpr int64_t kThreadTuningWork = int64_t{32} << 20;
 
+// One engine with a concrete layout (kPrimitive or kBlocked).
 absl::StatusOr<std::unique_ptr<CpuEngine>> BuildOne(const CompiledGraph& compiled,
                                                     CpuEngineOptions options, ActivationLayout layout) {
   options.layout = layout;
@@ -410,10 +401,12 @@ const char* ActivationLayoutName(ActivationLayout layout) {
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGraph& compiled,
                                                                  const CpuEngineOptions& options) {
   if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
-  auto build = [&](ActivationLayout layout) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
-    ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, options, layout));
+  auto build_with = [&](const CpuEngineOptions& o, ActivationLayout layout)
+      -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
+    ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, o, layout));
     return std::unique_ptr<runtime::Engine>(std::move(engine));
   };
+  auto build = [&](ActivationLayout layout) { return build_with(options, layout); };
   TuneResult tuned;
   if (options.layout == ActivationLayout::kTune) {
     ASSIGN_OR_RETURN(tuned, TuneLayout(*compiled.graph, build));
@@ -427,10 +420,9 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGr
     ThreadResult t = TuneThreads(std::move(tuned.engine), [&]() {
       CpuEngineOptions one = options;
       one.threads = 1;
-      auto e = BuildOne(compiled, one, tuned.layout);
+      auto e = build_with(one, tuned.layout);
       omp_set_num_threads(team);  // the candidate's build set this thread's team to 1
-      return e.ok() ? absl::StatusOr<std::unique_ptr<runtime::Engine>>(std::move(*e))
-                    : absl::StatusOr<std::unique_ptr<runtime::Engine>>(e.status());
+      return e;
     });
     tuned.engine = std::move(t.engine);
     tuned.tune_ms += t.tune_ms;

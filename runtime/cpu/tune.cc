@@ -26,13 +26,18 @@ double TimeRun(runtime::Engine& e, const std::vector<Tensor>& in, std::vector<Te
   return MsSince(t0);
 }
 
+double Median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 // Median of `runs` timed runs of each engine, in blocks of five after an untimed run, the
 // blocks alternating. Not run by run: a one-thread run leaves the team's workers idle long
 // enough to fall asleep, which would charge the team a wake-up that back-to-back serving
 // does not pay.
-std::pair<double, double> BlockMedians(runtime::Engine& a, runtime::Engine& b, int runs) {
+std::pair<double, double> BlockMedians(runtime::Engine& a, runtime::Engine& b,
+                                       const std::vector<Tensor>& in, int runs) {
   constexpr int kBlock = 5;
-  const std::vector<Tensor> in = ZeroInputs(a);
   std::vector<Tensor> out;
   std::vector<double> ta, tb;
   while (static_cast<int>(ta.size()) < runs) {
@@ -41,11 +46,7 @@ std::pair<double, double> BlockMedians(runtime::Engine& a, runtime::Engine& b, i
       for (int i = 0; i < kBlock; ++i) t->push_back(TimeRun(*e, in, out));
     }
   }
-  auto median = [](std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
-  return {median(ta), median(tb)};
+  return {Median(ta), Median(tb)};
 }
 
 }  // namespace
@@ -62,15 +63,13 @@ ThreadResult TuneThreads(std::unique_ptr<runtime::Engine> team, const SerialBuil
     probe.push_back(TimeRun(*team, in, out));
     if (probe.back() >= policy.small_ms) break;
   }
-  std::nth_element(probe.begin(), probe.begin() + probe.size() / 2, probe.end());
-  if (probe.size() < 5 || probe[probe.size() / 2] >= policy.small_ms) {
+  if (probe.size() < 5 || Median(probe) >= policy.small_ms) {
     r.engine = std::move(team);
-    r.tune_ms = 0.0;
     return r;
   }
   auto one = serial();
   if (one.ok()) {
-    auto [team_ms, one_ms] = BlockMedians(*team, **one, std::max(1, policy.runs));
+    auto [team_ms, one_ms] = BlockMedians(*team, **one, in, std::max(1, policy.runs));
     r.serial = one_ms < team_ms * (1.0 - policy.margin);
   }
   r.engine = std::move(r.serial ? *one : team);
