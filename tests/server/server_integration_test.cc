@@ -24,6 +24,7 @@
 #include "compiler/ir/builder.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
+#include "base/file.h"
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "runtime/reference/interpreter.h"
@@ -35,10 +36,8 @@ namespace kiln::server {
 namespace {
 namespace fs = std::filesystem;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+// The file's bytes, empty when it cannot be read (the assertions on them then fail).
+std::string ReadFile(const fs::path& p) { return ReadWholeFile(p.string()).value_or(""); }
 
 const char kToken[] = "s3cret";
 

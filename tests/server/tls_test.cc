@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "base/file.h"
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "server/tensor_codec.h"
@@ -18,10 +19,8 @@ namespace kiln::server {
 namespace {
 namespace fs = std::filesystem;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+// The file's bytes, empty when it cannot be read (the assertions on them then fail).
+std::string ReadFile(const fs::path& p) { return ReadWholeFile(p.string()).value_or(""); }
 
 class Tls : public ::testing::Test {
  protected:
