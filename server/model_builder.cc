@@ -77,6 +77,15 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
 
 namespace {
 
+// A bucket's first engine instance. An explicit cpu_threads is taken as given; the default
+// (cores divided among instances) may settle on one thread for a small engine.
+absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& config,
+                                                             const std::string& layout,
+                                                             const CompiledGraph& compiled) {
+  return BuildEngine(config.device, layout, CpuThreadsPerInstance(config),
+                     /*tune_threads=*/config.cpu_threads == 0, compiled);
+}
+
 // Rebuilds the engine from a cache entry and re-verifies it: one run on the seeded warm-up
 // inputs against the reference outputs stored with it (the reference run is what a hit
 // saves). Any failure means the entry is not used.
@@ -90,9 +99,7 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
   // A tuned layout is reused (the measurement was made for this model, batch and CPU).
   const bool reuse = config.cpu_layout == "tune" && !e.engine_layout.empty();
   ASSIGN_OR_RETURN(r.engine,
-                   BuildEngine(config.device, reuse ? e.engine_layout : config.cpu_layout,
-                               CpuThreadsPerInstance(config), config.cpu_threads == 0,
-                               r.compiled));
+                   FirstEngine(config, reuse ? e.engine_layout : config.cpu_layout, r.compiled));
   r.report_json = e.report_json;
   if (!config.warmup.enabled) return r;
   if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
@@ -115,10 +122,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     options.batch = batch;
     options.pipeline = pipeline;
     ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, options));
-    // cpu_threads set explicitly is taken as given; the default may settle on one thread.
-    ASSIGN_OR_RETURN(r.engine, BuildEngine(config.device, config.cpu_layout,
-                                           CpuThreadsPerInstance(config),
-                                           config.cpu_threads == 0, r.compiled));
+    ASSIGN_OR_RETURN(r.engine, FirstEngine(config, config.cpu_layout, r.compiled));
     r.report_json = r.compiled.report.ToJson();
     if (!config.warmup.enabled) return r;
     check.ran = true;
@@ -231,24 +235,12 @@ absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelCon
   for (const Value* v : imported.inputs) {
     if (!v->shape || v->shape->empty() || (*v->shape)[0].known()) sig.batchable = false;
   }
+  // Every dim but a batchable model's dim 0 must have a size by now (input_shapes).
+  RETURN_IF_ERROR(shape::CheckStaticInputs(imported, /*allow_symbolic_batch=*/sig.batchable));
   for (const Value* v : imported.inputs) {
-    if (!v->shape) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", v->name, "' has no declared rank"));
-    }
     runtime::TensorSpec s{v->name, v->dtype, {}};
     for (size_t i = 0; i < v->shape->size(); ++i) {
-      const Dim& d = (*v->shape)[i];
-      if (i == 0 && sig.batchable) {
-        s.shape.push_back(-1);
-      } else if (!d.known()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "input '", v->name, "' dim ", i,
-            d.param.empty() ? "" : absl::StrCat(" ('", d.param, "')"),
-            " is symbolic; only dim 0 (the batch) may be: give its size in the model config's "
-            "input_shapes (e.g. input_shapes: {", v->name, ": [-1, 128]})"));
-      } else {
-        s.shape.push_back(d.value);
-      }
+      s.shape.push_back(i == 0 && sig.batchable ? -1 : (*v->shape)[i].value);
     }
     sig.inputs.push_back(std::move(s));
   }
