@@ -15,6 +15,7 @@
 #include "compiler/passes/fuse_matmul_epilogue.h"
 #include "compiler/passes/recognize_patterns.h"
 #include "compiler/passes/simplify_reshapes.h"
+#include "base/stop.h"
 
 namespace kiln {
 namespace {
@@ -160,6 +161,7 @@ absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
   for (const std::string& name : names) {
     if (options.disabled.count(name)) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<passes::Pass> pass, MakePass(name));
+    RETURN_IF_ERROR(CheckStop());
     ASSIGN_OR_RETURN(passes::PassStats s, pass->Run(graph, options.verify));
     stats.push_back(std::move(s));
   }

@@ -29,6 +29,10 @@ struct EngineInfo {
   int total_ops = 0;
   int fallback_ops = 0;        // ops running on reference kernels (correct, slow)
   std::vector<std::string> fallback_op_types;
+  // Ops on a library's reference implementation (oneDNN's "ref:any": correct, very slow),
+  // "Type (implementation)" each. A hot op here is a performance bug on this CPU.
+  std::vector<std::string> slow_ops;
+  std::string isa;             // cpu: the vector ISA the kernels run ("avx512", "avx2 (oneDNN avx2)")
   std::string layout;          // backend-specific layout choice ("blocked", "primitive", ...)
   double tune_ms = 0.0;        // time spent choosing it by measurement (0: not tuned)
   int threads = 0;             // intra-op threads a run uses (0: not applicable)

@@ -1,5 +1,9 @@
 #include "server/engine_cache.h"
 
+#ifdef KILN_HAVE_CPU_ENGINE
+#include "runtime/cpu/isa.h"
+#endif
+
 #include <unistd.h>
 
 #include <cstring>
@@ -124,6 +128,16 @@ std::string ContentHash(std::string_view bytes) {
   return hex;
 }
 
+// The level the kernels run at: a KILN_MAX_CPU_ISA cap changes layouts and kernels on the
+// same CPU flags.
+std::string IsaSuffix() {
+#ifdef KILN_HAVE_CPU_ENGINE
+  return std::string(":isa=") + cpu::IsaName(cpu::ActiveIsa()) + "/" + cpu::CpuIsa().onednn;
+#else
+  return "";
+#endif
+}
+
 std::string DeviceFingerprint(const std::string& device) {
   if (device != "cpu") return device;
   // oneDNN dispatches on these flags at primitive creation, and prepacked layouts depend on
@@ -131,7 +145,7 @@ std::string DeviceFingerprint(const std::string& device) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) return "cpu:" + ContentHash(line).substr(0, 16);
+    if (line.rfind("flags", 0) == 0) return "cpu:" + ContentHash(line).substr(0, 16) + IsaSuffix();
   }
   return "cpu:unknown";
 }

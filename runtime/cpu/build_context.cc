@@ -224,6 +224,12 @@ absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
   return dst;
 }
 
+bool IsReferenceImpl(const std::string& impl) { return impl.rfind("ref", 0) == 0; }
+
+void BuildContext::NoteImplementation(const Node& node, const std::string& impl) {
+  if (IsReferenceImpl(impl)) slow_ops.push_back(node.op_type + " (" + impl + ")");
+}
+
 bool IsConvFamily(const Node& node) {
   if (node.domain == kKilnDomain) return node.op_type == "FusedConv";
   if (!node.domain.empty()) return false;

@@ -74,7 +74,13 @@ struct BuildContext {
   KernelList* pre = nullptr;   // kernels to run before the node's kernel (reorders)
   KernelList* post = nullptr;  // kernels to run after it
 
+  // Ops whose oneDNN primitive is a reference implementation (correct, very slow): reported
+  // in EngineInfo like fallback ops. "Type (impl)" per op.
+  std::vector<std::string> slow_ops;
+
   int SlotOf(const Value* v) const;
+  // Records a slow implementation for the node being built (see slow_ops).
+  void NoteImplementation(const Node& node, const std::string& impl);
   // A temp buffer of the blocked arena, live during the current step only.
   int AddTemp(const dnnl::memory::desc& md);
   // The plain (row-major) f32 desc of a slot's shape.
@@ -130,9 +136,15 @@ dnnl::memory::format_tag PlainTag(size_t rank);
 // then runs the reference kernel). They may queue reorders in ctx.pre / ctx.post.
 std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node);
+// MatMul/Gemm/FusedMatMul on Kiln's own GEMM (gemm_kernel.cc): where oneDNN's matmul would
+// allocate per call or change NaN (see MakeDnnlMatMul).
+std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeFallback(BuildContext& ctx, const Node& node);
+
+// oneDNN's reference implementations ("ref:any", "ref_int8:any", ...): plain C++ loops.
+bool IsReferenceImpl(const std::string& impl);
 
 // Whether the node's kernel reads its activation inputs through conv-family primitives
 // (so they may stay blocked).

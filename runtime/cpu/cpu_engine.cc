@@ -13,7 +13,9 @@
 #include <optional>
 #include <set>
 
+#include "base/stop.h"
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/slot_table.h"
 #include "runtime/cpu/transient_heap.h"
 #include "runtime/cpu/tune.h"
@@ -169,7 +171,8 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
 std::unique_ptr<CpuKernel> CpuEngine::MakeFastKernel(const Node& node, KernelList& pre,
                                                       KernelList& post) {
   using Factory = std::unique_ptr<CpuKernel> (*)(BuildContext&, const Node&);
-  static const Factory kFast[] = {MakeOwnKernel, MakeDnnlConv, MakeDnnlMatMul, MakeDnnlPool};
+  static const Factory kFast[] = {MakeOwnKernel, MakeDnnlConv, MakeDnnlMatMul, MakeGemmKernel,
+                                  MakeDnnlPool};
   // A factory that gives up may already have moved an output to the blocked arena.
   std::vector<std::pair<int, Slot>> saved;
   for (const Value* v : node.outputs) {
@@ -227,6 +230,8 @@ absl::Status CpuEngine::BuildKernels() {
   ctx_.pre = ctx_.post = nullptr;
   info_.total_ops = static_cast<int>(nodes.size());
   info_.fallback_op_types.assign(fallback_types.begin(), fallback_types.end());
+  info_.slow_ops = ctx_.slow_ops;
+  info_.isa = std::string(IsaName(ActiveIsa())) + " (oneDNN " + CpuIsa().onednn + ")";
   return absl::OkStatus();
 }
 
@@ -319,6 +324,13 @@ absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tenso
 // shapes) when destroyed.
 absl::Status CpuEngine::RunKernels(const ExecContext& ec) {
   static const bool profile = std::getenv("KILN_CPU_PROFILE") != nullptr;
+  if (StopActive()) {  // a load-time run (warm-up, tuning, check): may be stopped between kernels
+    for (auto& k : kernels_) {
+      RETURN_IF_ERROR(CheckStop());
+      RETURN_IF_ERROR(k->Run(ec));
+    }
+    return absl::OkStatus();
+  }
   if (!profile) {
     for (auto& k : kernels_) RETURN_IF_ERROR(k->Run(ec));
     return absl::OkStatus();
@@ -401,6 +413,7 @@ const char* ActivationLayoutName(ActivationLayout layout) {
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGraph& compiled,
                                                                  const CpuEngineOptions& options) {
   if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
+  CpuIsa();  // the ISA cap reaches oneDNN before its first primitive
   auto build_with = [&](const CpuEngineOptions& o, ActivationLayout layout)
       -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
     ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, o, layout));

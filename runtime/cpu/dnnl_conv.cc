@@ -9,6 +9,7 @@
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/dnnl_post_ops.h"
+#include "runtime/cpu/isa.h"
 
 namespace kiln::cpu {
 namespace {
@@ -68,12 +69,15 @@ bool Supported(const Node& node, const ConvShapes& s) {
   return true;
 }
 
-// The 16-channel blocked tag for an activation of this rank (`any` when there is none).
+// The blocked tag for an activation of this rank (`any` when there is none), with the channel
+// block of the ISA oneDNN dispatches: 16 on AVX-512, 8 below (oneDNN has no AVX2 kernels for
+// 16-channel blocks and would run its reference convolution on them).
 memory::format_tag BlockedTag(size_t rank) {
+  const bool b16 = CpuIsa().channel_block == 16;
   switch (rank) {
-    case 3: return memory::format_tag::nCw16c;
-    case 4: return memory::format_tag::nChw16c;
-    case 5: return memory::format_tag::nCdhw16c;
+    case 3: return b16 ? memory::format_tag::nCw16c : memory::format_tag::nCw8c;
+    case 4: return b16 ? memory::format_tag::nChw16c : memory::format_tag::nChw8c;
+    case 5: return b16 ? memory::format_tag::nCdhw16c : memory::format_tag::nCdhw8c;
     default: return memory::format_tag::any;
   }
 }
@@ -86,7 +90,8 @@ struct ConvPrimitive {
 // The primitive for this node's geometry, src/dst/weights in `any` layout; nullopt when the
 // attributes are outside what oneDNN takes or oneDNN has no implementation.
 std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node,
-                                             const ConvShapes& sh, const dnnl::post_ops& po) {
+                                             const ConvShapes& sh, const dnnl::post_ops& po,
+                                             bool block) {
   std::vector<int64_t> in(sh.x->shape.begin() + 2, sh.x->shape.end());
   std::vector<int64_t> out(sh.y->shape.begin() + 2, sh.y->shape.end());
   std::vector<int64_t> ker(sh.w->shape.begin() + 2, sh.w->shape.end());
@@ -101,7 +106,7 @@ std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node
   // channels (an image's RGB) stays the primitive's choice: blocking 3 channels to 16 would
   // multiply its reads.
   const memory::format_tag blocked = BlockedTag(sh.x->shape.size());
-  const bool block = ctx.layout == ActivationLayout::kBlocked && blocked != any;
+  block = block && blocked != any;
   const memory::format_tag src_tag = block && sh.x->shape[1] >= 8 ? blocked : any;
   const memory::format_tag dst_tag = block ? blocked : any;
   ConvPrimitive c;
@@ -142,8 +147,15 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
                    ctx.slots[rs].dtype != DType::kFloat32)) {
     return nullptr;
   }
-  std::optional<ConvPrimitive> c = CreatePrimitive(ctx, node, sh, po);
+  // Never a reference implementation where a JIT one exists: a blocked layout oneDNN has
+  // no kernel for on this CPU falls back to the primitive's own choice of layout.
+  const bool blocked = ctx.layout == ActivationLayout::kBlocked;
+  std::optional<ConvPrimitive> c = CreatePrimitive(ctx, node, sh, po, blocked);
+  if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
+    c = CreatePrimitive(ctx, node, sh, po, false);
+  }
   if (!c) return nullptr;
+  ctx.NoteImplementation(node, c->pd.impl_info_str());
   const auto& pd = c->pd;
   absl::StatusOr<memory> wmem = PrepackConstant(ctx, *node.input(1)->constant, c->w_plain,
                                                 pd.weights_desc());

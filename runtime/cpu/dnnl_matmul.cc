@@ -5,6 +5,8 @@
 // post-ops that read their operands where they are (no copy). A batch of rows times one
 // matrix is described as a single 2-D product (see Views).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/cpu/build_context.h"
@@ -211,6 +213,23 @@ bool ShapesSupported(const std::vector<int64_t>& as, const std::vector<int64_t>&
   return !(spec.trans_a || spec.trans_b) || (as.size() == 2 && bs.size() == 2);
 }
 
+// oneDNN's matmul runs a product only where it is at its best and exact: its brgemm
+// implementation (AVX-512 machines; allocation-free per call, unlike the gemm driver it uses
+// below AVX-512, which mallocs its packing buffers every call), with post-ops that keep NaN
+// and infinities as ONNX computes them (its ReLU and clamps are max/min instructions that
+// return the non-NaN operand). Everything else runs on Kiln's GEMM (gemm_kernel.cc).
+// KILN_CPU_GEMM=own or =onednn overrides this, to measure either side.
+bool KeepOneDnnMatMul(const dnnl::matmul::primitive_desc& pd,
+                      const std::vector<kiln_ops::EpilogueStep>& steps) {
+  static const char* force = std::getenv("KILN_CPU_GEMM");
+  if (force && std::string(force) == "own") return false;
+  if (force && std::string(force) == "onednn") return true;
+  if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return false;
+  return std::all_of(steps.begin(), steps.end(), [](const kiln_ops::EpilogueStep& s) {
+    return s.op == "Add" || PostOpKeepsNonFinite(s);
+  });
+}
+
 }  // namespace
 
 std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
@@ -250,6 +269,7 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
   } catch (const dnnl::error&) {
     return nullptr;
   }
+  if (!KeepOneDnnMatMul(pd, spec->steps)) return nullptr;
   auto k = std::make_unique<MatMulKernel>();
   k->call_ = DnnlCall(dnnl::matmul(pd));
   if (bv->is_constant()) {

@@ -2,6 +2,7 @@
 // The src is read in whatever layout its producer left it (pooling has no `any` src); the
 // dst is `any`, so a pool between two convolutions stays blocked.
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/conv_geometry.h"
 
 namespace kiln::cpu {
@@ -59,6 +60,27 @@ std::optional<PoolSetup> ReadPool(const Node& node, const Slot& x, const Slot& y
   return s;
 }
 
+struct PoolPrimitive {
+  dnnl::pooling_v2_forward::primitive_desc pd;
+  memory::desc src;
+};
+
+std::optional<PoolPrimitive> CreatePool(BuildContext& ctx, const PoolSetup& s,
+                                        const memory::desc& src_md, const Slot& y,
+                                        const memory::dims& dil) {
+  memory::desc dst_any(ToDims(y.shape), memory::data_type::f32, memory::format_tag::any);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  try {
+    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, s.alg, src_md, dst_any,
+                                     ToDims(s.g.strides), ToDims(s.g.kernel), dil,
+                                     ToDims(s.g.pad_begin), ToDims(s.g.pad_end));
+    return PoolPrimitive{dnnl::pooling_v2_forward::primitive_desc(d, attr, ctx.engine), src_md};
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
@@ -75,23 +97,34 @@ std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
   if (!s || s->g.kernel.size() != x.shape.size() - 2) return nullptr;
   memory::dims dil;
   for (int64_t d : s->g.dilations) dil.push_back(d - 1);
-  memory::desc src_md = ctx.StoredMd(xs);
-  memory::desc dst_any(ToDims(y.shape), memory::data_type::f32, memory::format_tag::any);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::pooling_v2_forward::primitive_desc pd;
-  try {
-    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, s->alg, src_md, dst_any,
-                                     ToDims(s->g.strides), ToDims(s->g.kernel), dil,
-                                     ToDims(s->g.pad_begin), ToDims(s->g.pad_end));
-    pd = dnnl::pooling_v2_forward::primitive_desc(d, attr, ctx.engine);
-  } catch (const dnnl::error&) {
-    return nullptr;
+  // The input's stored layout first; where oneDNN has only its reference pooling for it (a
+  // block size this CPU's kernels do not take), the ISA's block or channels-last, read
+  // through a reorder.
+  const size_t rank = x.shape.size();
+  std::vector<memory::desc> candidates = {ctx.StoredMd(xs)};
+  const memory::dims xd = ToDims(x.shape);
+  using tag = memory::format_tag;
+  const bool b16 = CpuIsa().channel_block == 16;
+  const tag block_tag[] = {b16 ? tag::nCw16c : tag::nCw8c, b16 ? tag::nChw16c : tag::nChw8c,
+                           b16 ? tag::nCdhw16c : tag::nCdhw8c};
+  const tag last_tag[] = {tag::nwc, tag::nhwc, tag::ndhwc};
+  candidates.emplace_back(xd, memory::data_type::f32, block_tag[rank - 3]);
+  candidates.emplace_back(xd, memory::data_type::f32, last_tag[rank - 3]);
+  std::optional<PoolPrimitive> chosen;
+  for (const memory::desc& src : candidates) {
+    std::optional<PoolPrimitive> p = CreatePool(ctx, *s, src, y, dil);
+    if (!p) continue;
+    if (!chosen || !IsReferenceImpl(p->pd.impl_info_str())) chosen = p;
+    if (!IsReferenceImpl(p->pd.impl_info_str())) break;
   }
+  if (!chosen) return nullptr;
+  ctx.NoteImplementation(node, chosen->pd.impl_info_str());
+  const dnnl::pooling_v2_forward::primitive_desc& pd = chosen->pd;
+  const memory::desc& src_md = chosen->src;
   auto k = std::make_unique<PoolKernel>();
   k->call_ = DnnlCall(dnnl::pooling_v2_forward(pd));
   ctx.NoteScratchpad(pd.scratchpad_desc());
-  k->call_.Arg(DNNL_ARG_SRC, src_md, xs, ctx.engine);
+  k->call_.Arg(DNNL_ARG_SRC, src_md, ctx.ReadAs(xs, src_md), ctx.engine);
   k->call_.Arg(DNNL_ARG_DST, pd.dst_desc(), ctx.WriteAs(ys, pd.dst_desc()), ctx.engine);
   k->call_.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
   return k;

@@ -33,4 +33,9 @@ bool AppendActivation(dnnl::post_ops& po, const kiln_ops::EpilogueStep& s) {
   return true;
 }
 
+bool PostOpKeepsNonFinite(const kiln_ops::EpilogueStep& s) {
+  if (s.op == "LeakyRelu") return s.alpha != 0.f;
+  return s.op == "Gelu" || s.op == "GeluTanh" || s.op == "SiLU" || s.op == "HardSwish";
+}
+
 }  // namespace kiln::cpu

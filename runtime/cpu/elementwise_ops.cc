@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/own_kernels.h"
 #include "runtime/cpu/vector_math.h"
 
@@ -34,9 +35,13 @@ const std::map<std::string, OpInfo>& Ops() {
       {"Tan", {Op::kTan, 1}}, {"Asin", {Op::kAsin, 1}}, {"Acos", {Op::kAcos, 1}},
       {"Atan", {Op::kAtan, 1}}, {"Sinh", {Op::kSinh, 1}}, {"Cosh", {Op::kCosh, 1}},
       {"Asinh", {Op::kAsinh, 1}}, {"Acosh", {Op::kAcosh, 1}}, {"Atanh", {Op::kAtanh, 1}},
-      {"Clip", {Op::kClip, 0}}};
+      {"Clip", {Op::kClip, 0}},
+      // Not an ONNX op: the x * Sigmoid(x) epilogue step the optimizer recognizes.
+      {"SiLU", {Op::kSilu, 1}}};
   return *ops;
 }
+
+float Clamp01(float v) { return v < 0.f ? 0.f : (v > 1.f ? 1.f : v); }
 
 float Softplus(float v) { return v > 0.f ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); }
 
@@ -76,18 +81,20 @@ std::optional<Instr> MakeInstr(const std::string& name, size_t arity, const Floa
 namespace {
 
 // The activations (parameterized, piecewise or exp-based); false for any other op.
-KILN_VECTOR_CLONES bool Activation(const Instr& ins, const float* a, float* y, int64_t n) {
+KILN_ISA_BODY bool ActivationBody(const Instr& ins, const float* a, float* y, int64_t n) {
   const float al = ins.alpha, be = ins.beta;
   switch (ins.op) {
     // NaN stays NaN, as in the reference (numpy's maximum).
     case Op::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? 0.f : a[i]; break;
     case Op::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + vmath::Exp(-a[i])); break;
     case Op::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? al * a[i] : a[i]; break;
+    // Clamps by comparison, not fmin/fmax (which return the other operand for NaN): NaN
+    // stays NaN, as numpy's clip and maximum keep it.
     case Op::kHardSigmoid:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::fmin(1.f, std::fmax(0.f, al * a[i] + be));
+      for (int64_t i = 0; i < n; ++i) y[i] = Clamp01(al * a[i] + be);
       break;
     case Op::kHardSwish:
-      for (int64_t i = 0; i < n; ++i) y[i] = a[i] * std::fmin(1.f, std::fmax(0.f, a[i] / 6.f + 0.5f));
+      for (int64_t i = 0; i < n; ++i) y[i] = a[i] * Clamp01(a[i] / 6.f + 0.5f);
       break;
     case Op::kGelu:
       for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * a[i] * (1.f + vmath::Erf(a[i] * 0.70710678118654752f));
@@ -101,13 +108,17 @@ KILN_VECTOR_CLONES bool Activation(const Instr& ins, const float* a, float* y, i
     case Op::kElu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] < 0.f ? al * std::expm1(a[i]) : a[i]; break;
     case Op::kCelu:
       for (int64_t i = 0; i < n; ++i) {
-        y[i] = std::fmax(0.f, a[i]) + std::fmin(0.f, al * std::expm1(a[i] / al));
+        const float e = al * std::expm1(a[i] / al);
+        y[i] = (a[i] < 0.f ? 0.f : a[i]) + (e > 0.f ? 0.f : e);
       }
       break;
     case Op::kSelu:
       for (int64_t i = 0; i < n; ++i) y[i] = a[i] > 0.f ? be * a[i] : be * al * std::expm1(a[i]);
       break;
     case Op::kSoftplus: for (int64_t i = 0; i < n; ++i) y[i] = Softplus(a[i]); break;
+    case Op::kSilu:
+      for (int64_t i = 0; i < n; ++i) y[i] = a[i] * (1.f / (1.f + vmath::Exp(-a[i])));
+      break;
     case Op::kSoftsign: for (int64_t i = 0; i < n; ++i) y[i] = a[i] / (1.f + std::fabs(a[i])); break;
     case Op::kMish: for (int64_t i = 0; i < n; ++i) y[i] = a[i] * std::tanh(Softplus(a[i])); break;
     case Op::kThresholdedRelu: for (int64_t i = 0; i < n; ++i) y[i] = a[i] > al ? a[i] : 0.f; break;
@@ -119,10 +130,11 @@ KILN_VECTOR_CLONES bool Activation(const Instr& ins, const float* a, float* y, i
   return true;
 }
 
+
 }  // namespace
 
-KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_t n) {
-  if (Activation(ins, a, y, n)) return;
+KILN_ISA_BODY void UnaryBody(const Instr& ins, const float* a, float* y, int64_t n) {
+  if (ActivationBody(ins, a, y, n)) return;
   switch (ins.op) {
     case Op::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = -a[i]; break;
     case Op::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(a[i]); break;
@@ -153,8 +165,11 @@ KILN_VECTOR_CLONES void Unary(const Instr& ins, const float* a, float* y, int64_
     default: std::memmove(y, a, n * sizeof(float)); break;  // kCast: converted on load
   }
 }
+KILN_ISA_VERSIONS(void, Unary, (const Instr& ins, const float* a, float* y, int64_t n),
+                  (ins, a, y, n))
 
-KILN_VECTOR_CLONES void Binary(Op op, const float* a, const float* b, float* y, int64_t n) {
+
+KILN_ISA_BODY void BinaryBody(Op op, const float* a, const float* b, float* y, int64_t n) {
   switch (op) {
     case Op::kAdd: for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i]; break;
     case Op::kSub: for (int64_t i = 0; i < n; ++i) y[i] = a[i] - b[i]; break;
@@ -172,6 +187,9 @@ KILN_VECTOR_CLONES void Binary(Op op, const float* a, const float* b, float* y, 
     default: for (int64_t i = 0; i < n; ++i) y[i] = a[i] / b[i]; break;
   }
 }
+KILN_ISA_VERSIONS(void, Binary, (Op op, const float* a, const float* b, float* y, int64_t n),
+                  (op, a, b, y, n))
+
 
 void ClipTile(const float* x, const float* lo, const float* hi, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {

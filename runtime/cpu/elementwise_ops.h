@@ -18,7 +18,7 @@ enum class Op {
   // one operand
   kNeg, kAbs, kExp, kLog, kSqrt, kRecip, kRelu, kSigmoid, kTanh, kErf, kLeakyRelu,
   kHardSigmoid, kHardSwish, kGelu, kGeluTanh, kElu, kCelu, kSelu, kSoftplus, kSoftsign, kMish,
-  kThresholdedRelu, kShrink, kCeil, kFloor, kRound, kSign, kSin, kCos, kTan, kAsin, kAcos,
+  kThresholdedRelu, kShrink, kSilu, kCeil, kFloor, kRound, kSign, kSin, kCos, kTan, kAsin, kAcos,
   kAtan, kSinh, kCosh, kAsinh, kAcosh, kAtanh,
   // one to three operands (min and max optional)
   kClip,

@@ -4,6 +4,7 @@
 // to the reference.
 #include <cmath>
 
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/own_kernels.h"
 
 namespace kiln::cpu {
@@ -11,7 +12,7 @@ namespace {
 
 // One row: mean and variance in double (the reference's precision; the lanes of the SIMD
 // reductions reassociate its sum, nothing more), then scale and bias. `x` may equal `y`.
-KILN_VECTOR_CLONES void NormalizeRow(const float* x, const float* g, const float* b, float* y,
+KILN_ISA_BODY void NormalizeRowBody(const float* x, const float* g, const float* b, float* y,
                                      int64_t n, float eps) {
   double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
@@ -30,6 +31,11 @@ KILN_VECTOR_CLONES void NormalizeRow(const float* x, const float* g, const float
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * inv * g[i] + 0.f;
   }
 }
+KILN_ISA_VERSIONS(void, NormalizeRow,
+                  (const float* x, const float* g, const float* b, float* y, int64_t n,
+                   float eps),
+                  (x, g, b, y, n, eps))
+
 
 class LayerNormKernel : public CpuKernel {
  public:

@@ -13,15 +13,6 @@
 
 #include "runtime/cpu/build_context.h"
 
-// Hot loops of the own kernels are also compiled for AVX2 and AVX-512 (GCC function
-// multiversioning: the loader picks the widest the CPU has), so a generic x86-64 build still
-// uses the vector units it runs on. Contraction stays off (ISO C++ mode), so every clone
-// computes the same float results, reductions aside (their lanes reassociate the sum).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define KILN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define KILN_VECTOR_CLONES
-#endif
 
 namespace kiln::cpu {
 

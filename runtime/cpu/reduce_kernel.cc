@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/own_kernels.h"
 
 namespace kiln::cpu {
@@ -36,7 +37,7 @@ float Identity(Kind k) {
 }
 
 // Folds n contiguous inputs into one value (starting from the identity).
-KILN_VECTOR_CLONES float FoldRow(Kind k, const float* x, int64_t n) {
+KILN_ISA_BODY float FoldRowBody(Kind k, const float* x, int64_t n) {
   float s = Identity(k);
   switch (k) {
     case Kind::kMax:
@@ -63,9 +64,12 @@ KILN_VECTOR_CLONES float FoldRow(Kind k, const float* x, int64_t n) {
       return s;
   }
 }
+KILN_ISA_VERSIONS(float, FoldRow, (Kind k, const float* x, int64_t n),
+                  (k, x, n))
+
 
 // y[i] = fold(y[i], x[i]) for n contiguous outputs.
-KILN_VECTOR_CLONES void FoldInto(Kind k, const float* x, float* y, int64_t n) {
+KILN_ISA_BODY void FoldIntoBody(Kind k, const float* x, float* y, int64_t n) {
   switch (k) {
     case Kind::kMax:
       for (int64_t i = 0; i < n; ++i) y[i] = (x[i] != x[i] || x[i] > y[i]) ? x[i] : y[i];
@@ -88,6 +92,9 @@ KILN_VECTOR_CLONES void FoldInto(Kind k, const float* x, float* y, int64_t n) {
       return;
   }
 }
+KILN_ISA_VERSIONS(void, FoldInto, (Kind k, const float* x, float* y, int64_t n),
+                  (k, x, y, n))
+
 
 // Combines a folded row into an output that may already hold a partial result.
 float Combine(Kind k, float acc, float row) {

@@ -3,6 +3,7 @@
 // line, as that version specified.
 #include <cmath>
 
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/own_kernels.h"
 #include "runtime/cpu/vector_math.h"
 
@@ -12,7 +13,7 @@ namespace {
 // One line of `n` elements `s` apart; `x` may equal `y`. The max is a compare, not fmaxf
 // (a libm call): both skip NaN the same way, m starting at -inf. The exponentials are one
 // vectorized loop and the sum another (a SIMD reduction: its lanes reassociate the sum).
-KILN_VECTOR_CLONES void SoftmaxLine(const float* x, float* y, int64_t n, int64_t s) {
+KILN_ISA_BODY void SoftmaxLineBody(const float* x, float* y, int64_t n, int64_t s) {
   float m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) m = x[j * s] > m ? x[j * s] : m;
   // vmath::Exp vectorizes; masked scores (-inf, -1e9) come out as 0.
@@ -23,6 +24,9 @@ KILN_VECTOR_CLONES void SoftmaxLine(const float* x, float* y, int64_t n, int64_t
   const float inv = 1.f / sum;
   for (int64_t j = 0; j < n; ++j) y[j * s] *= inv;
 }
+KILN_ISA_VERSIONS(void, SoftmaxLine, (const float* x, float* y, int64_t n, int64_t s),
+                  (x, y, n, s))
+
 
 class SoftmaxKernel : public CpuKernel {
  public:

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/own_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -117,10 +118,7 @@ __attribute__((target("avx512f"))) void Tile32Avx512(const uint32_t* in, int64_t
   for (int64_t r = 0; r < rows; ++r) _mm512_mask_storeu_ps(out + r * dr, cmask, v[r]);
 }
 
-bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f");
-  return have;
-}
+bool HaveAvx512() { return ActiveIsa() >= Isa::kAvx512; }
 #endif
 
 template <class T>

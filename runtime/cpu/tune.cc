@@ -4,6 +4,8 @@
 #include <chrono>
 #include <limits>
 
+#include "base/stop.h"
+
 namespace kiln::cpu {
 namespace {
 
@@ -93,25 +95,41 @@ absl::StatusOr<TuneResult> TuneLayout(const Graph& graph, const EngineBuilder& b
   }
   const Clock::time_point t0 = Clock::now();
   auto primitive = build(ActivationLayout::kPrimitive);
-  auto blocked = build(ActivationLayout::kBlocked);
-  if (!blocked.ok() || !primitive.ok()) {
-    if (!primitive.ok() && !blocked.ok()) return primitive.status();
-    r.layout = primitive.ok() ? ActivationLayout::kPrimitive : ActivationLayout::kBlocked;
-    r.engine = std::move(primitive.ok() ? *primitive : *blocked);
+  if (!primitive.ok()) {  // the other layout may still build (and then it is the answer)
+    auto blocked = build(ActivationLayout::kBlocked);
+    if (!blocked.ok()) return primitive.status();
+    r.layout = ActivationLayout::kBlocked;
+    r.engine = std::move(*blocked);
     r.tune_ms = MsSince(t0);
     return r;
   }
-  const std::vector<Tensor> in = ZeroInputs(**primitive);
+  r.engine = std::move(*primitive);
+  // Building the second candidate costs about what the first did, and then each needs runs.
+  const double first_ms = MsSince(t0);
+  if (first_ms * 2.5 > policy.budget_ms) {
+    r.tune_ms = MsSince(t0);
+    return r;
+  }
+  const auto deadline = t0 + std::chrono::microseconds(static_cast<int64_t>(policy.budget_ms * 1e3));
+  StopScope stop({deadline, nullptr, "layout tuning"});
+  auto blocked = build(ActivationLayout::kBlocked);
+  if (!blocked.ok() || !CheckStop().ok()) {
+    r.tune_ms = MsSince(t0);
+    return r;
+  }
+  const std::vector<Tensor> in = ZeroInputs(*r.engine);
   std::vector<Tensor> out_a, out_b;
   double best_a = std::numeric_limits<double>::infinity(), best_b = best_a;
   for (int round = 0; round < policy.max_rounds; ++round) {
     if (round >= policy.min_rounds && MsSince(t0) > policy.budget_ms) break;
-    best_a = std::min(best_a, TimeRun(**primitive, in, out_a));
+    best_a = std::min(best_a, TimeRun(*r.engine, in, out_a));
     best_b = std::min(best_b, TimeRun(**blocked, in, out_b));
+    if (best_b > best_a * policy.abandon || best_a > best_b * policy.abandon) break;
   }
-  const bool pick_blocked = best_b < best_a * (1.0 - policy.margin);
-  r.layout = pick_blocked ? ActivationLayout::kBlocked : ActivationLayout::kPrimitive;
-  r.engine = std::move(pick_blocked ? *blocked : *primitive);
+  if (best_b < best_a * (1.0 - policy.margin)) {
+    r.layout = ActivationLayout::kBlocked;
+    r.engine = std::move(*blocked);
+  }
   r.tune_ms = MsSince(t0);
   return r;
 }

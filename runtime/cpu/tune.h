@@ -30,14 +30,19 @@ bool HasLayoutChoice(const Graph& graph);
 struct TunePolicy {
   int min_rounds = 2;        // timed runs per candidate, at least
   int max_rounds = 6;        // and at most
-  double budget_ms = 1500;   // stop adding rounds past this (after min_rounds)
+  // The whole tune (building the second candidate included) never runs past this: a
+  // candidate still building or running at the deadline is stopped between kernels and loses.
+  double budget_ms = 2000;
   double margin = 0.03;      // blocked must be this much faster to be chosen
+  double abandon = 2.0;      // a candidate this much slower than the other after a round is dropped
 };
 
 // Graphs without a convolution have no layout to choose: kPrimitive, built once, untimed.
-// Otherwise builds both candidates, runs them alternately on zero inputs and keeps the one
-// with the lower best time (the run least disturbed by anything else on the machine). A
-// candidate that fails to build or run loses; if both fail, the primitive build's error.
+// Otherwise the primitive layout is built first (it is the answer whenever tuning cannot
+// finish); the blocked candidate only when the first build suggests both fit the budget.
+// The two then run alternately on zero inputs until min_rounds are done and the budget is
+// spent (or max_rounds), and the lower best time wins. A candidate that fails to build or
+// run, or is clearly slower after a round, loses; if both fail to build, the primitive's error.
 absl::StatusOr<TuneResult> TuneLayout(const Graph& graph, const EngineBuilder& build,
                                       const TunePolicy& policy = {});
 

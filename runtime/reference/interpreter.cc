@@ -1,5 +1,7 @@
 #include "runtime/reference/interpreter.h"
 
+#include "base/stop.h"
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -121,6 +123,7 @@ absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
         kin.push_back(&it->second);
       }
     }
+    RETURN_IF_ERROR(CheckStop());  // a warm-up check may be stopped between nodes
     ASSIGN_OR_RETURN(std::vector<Tensor> outs, RunNode(node, kin));
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (node.outputs[k]) env[node.outputs[k]] = std::move(outs[k]);

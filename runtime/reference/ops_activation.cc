@@ -18,6 +18,7 @@ absl::StatusOr<Tensor> Celu(const Node& node, const Tensor& x) {
   const double alpha = node.GetFloat("alpha", 1.0f);
   if (alpha == 0) return InvalidInput(node, "alpha must be nonzero");
   return MapFloat(node, x, [alpha](double v) {
+    if (std::isnan(v)) return v;  // numpy's maximum/minimum keep NaN; std::max/min would not
     return std::max(0.0, v) + std::min(0.0, alpha * std::expm1(v / alpha));
   });
 }

@@ -82,16 +82,47 @@ TEST(TuneLayout, TheClearlyFasterCandidateWins) {
   r = TuneLayout(*g, fast_blocked.Fn());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->layout, ActivationLayout::kBlocked);
-  // The winner is one of the timed engines, handed over.
-  EXPECT_GE(static_cast<FakeEngine*>(r->engine.get())->runs, TunePolicy{}.min_rounds);
+  // The winner is one of the timed engines, handed over; the loser, 6x slower, was dropped
+  // after its first round instead of being timed min_rounds times.
+  EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, 1);
+}
+
+TEST(TuneLayout, ACandidatePastTheBudgetIsStoppedAndLoses) {
+  // The stand-in for a pathological layout: every run takes longer than the whole budget.
+  auto g = ConvGraph();
+  FakeBuilder slow_blocked{{microseconds(200)}, {microseconds(400000)}};
+  TunePolicy p;
+  p.budget_ms = 100;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = TuneLayout(*g, slow_blocked.Fn(), p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
+  // The fake cannot be stopped mid-run (a real engine is, between kernels): one run of it
+  // bounds the overrun.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.6);
+}
+
+TEST(TuneLayout, NoSecondCandidateWhenTheFirstBuildFillsTheBudget) {
+  auto g = ConvGraph();
+  FakeBuilder b{{microseconds(100)}, {microseconds(100)}};
+  TunePolicy p;
+  p.budget_ms = 0;  // any first build fills it
+  auto r = TuneLayout(*g, b.Fn(), p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(b.builds, 1);
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
 }
 
 TEST(TuneLayout, ATieKeepsThePrimitivesChoice) {
   auto g = ConvGraph();
   FakeBuilder tie{{microseconds(2000)}, {microseconds(2000)}};
-  auto r = TuneLayout(*g, tie.Fn());
+  // A margin well above this VM's sleep jitter (a 2 ms sleep sometimes oversleeps by more
+  // than the default 3% in every round).
+  TunePolicy p;
+  p.margin = 0.2;
+  auto r = TuneLayout(*g, tie.Fn(), p);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);  // blocked is not 3% faster
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);  // blocked is not faster by the margin
 }
 
 TEST(TuneLayout, NoConvolutionMeansNoTuning) {

@@ -127,6 +127,10 @@ absl::Status Bench(const BenchArgs& b) {
   std::string types;
   for (const auto& t : info.fallback_op_types) types += (types.empty() ? "" : ",") + t;
   w.Field("fallback_op_types", types);
+  std::string slow;
+  for (const auto& t : info.slow_ops) slow += (slow.empty() ? "" : ",") + t;
+  w.Field("slow_ops", slow);
+  w.Field("isa", info.isa);
   w.Field("arena_bytes", info.arena_bytes);
   w.Field("layout", info.layout);
   w.Field("tune_ms", info.tune_ms);

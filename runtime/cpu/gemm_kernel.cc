@@ -1,0 +1,381 @@
+// MatMul, Gemm and ai.kiln.FusedMatMul on Kiln's own GEMM (gemm.h). Batch dims broadcast
+// (a dim of 1 repeats); a product whose B is one matrix and whose A rows are contiguous runs
+// as one tall product. A constant B is packed once at build (alpha folded in); a runtime B is
+// packed per run into the engine's arena. The epilogue (beta * C, residual Adds,
+// activations) runs on each finished tile with the own element-wise ops, which keep NaN.
+#include <algorithm>
+#include <cstdlib>
+
+#include "compiler/ir/kiln_ops.h"
+#include "runtime/cpu/elementwise_ops.h"
+#include "runtime/cpu/gemm.h"
+#include "runtime/cpu/own_kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using Floats = std::unique_ptr<float, FreeDeleter>;
+
+Floats AlignedFloats(int64_t n) {
+  const size_t bytes = static_cast<size_t>(((std::max<int64_t>(n, 1) * 4 + 63) / 64) * 64);
+  return Floats(static_cast<float*>(std::aligned_alloc(64, bytes)));
+}
+
+// An epilogue operand over the output's index space [batch..., M, N]: element strides per
+// batch dim (0 where it repeats), per row and per column.
+struct Operand {
+  int slot = -1;
+  Floats held;  // a constant operand, scaled
+  std::vector<int64_t> batch;
+  int64_t rs = 0, cs = 0;
+};
+
+struct Step {
+  enum Kind { kAdd, kActivation, kClip } kind = kAdd;
+  Operand operand;                               // kAdd
+  ew::Instr instr{ew::Op::kRelu, {}, 0.f, 0.f};  // kActivation
+  float lo = 0.f, hi = 0.f;                      // kClip
+};
+
+class GemmKernel : public CpuKernel {
+ public:
+  absl::Status Run(const ExecContext& ctx) override;
+  void BindTile() {
+    tile_ = [this](int64_t p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+      Epilogue(p, i0, rows, j0, cols);
+    };
+  }
+
+  gemm::Blocking bl;
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<int64_t> batch_dims;          // one product per index (empty: one product)
+  int a_slot = -1, b_slot = -1, y_slot = -1;
+  std::vector<int64_t> a_batch, b_matrix;   // per batch dim: A element / packed-B matrix strides
+  int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0;
+  float alpha = 1.f;
+  Floats b_owned;                           // constant B, packed at build
+  int b_pack_slot = -1;                     // runtime B: packed here every run
+  int64_t b_count = 1, b_floats = 0, b_src_matrix = 0;
+  int a_pack_slot = -1;
+  int threads = 1;
+  std::vector<Step> steps;
+  std::vector<gemm::Problem> problems;
+
+ private:
+  void Epilogue(int64_t p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) const;
+  int64_t Offset(const std::vector<int64_t>& strides, int64_t p) const {
+    int64_t off = 0;
+    for (int64_t d = static_cast<int64_t>(batch_dims.size()) - 1; d >= 0; --d) {
+      off += (p % batch_dims[d]) * strides[d];
+      p /= batch_dims[d];
+    }
+    return off;
+  }
+
+  const ExecContext* ctx_ = nullptr;  // during Run, for the epilogue
+  gemm::TileFn tile_;
+};
+
+void GemmKernel::Epilogue(int64_t p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) const {
+  float* y = static_cast<float*>(ctx_->ptrs[y_slot]) + p * m * n;
+  for (const Step& s : steps) {
+    const float* src = nullptr;
+    if (s.kind == Step::kAdd) {
+      src = s.operand.held ? s.operand.held.get()
+                           : static_cast<const float*>(ctx_->ptrs[s.operand.slot]);
+      src += Offset(s.operand.batch, p) + j0 * s.operand.cs;
+    }
+    for (int64_t i = i0; i < i0 + rows; ++i) {
+      float* row = y + i * n + j0;
+      if (s.kind == Step::kActivation) {
+        ew::Unary(s.instr, row, row, cols);
+      } else if (s.kind == Step::kClip) {
+        for (int64_t j = 0; j < cols; ++j) {
+          const float v = row[j];
+          row[j] = v < s.lo ? s.lo : (v > s.hi ? s.hi : v);  // NaN passes
+        }
+      } else if (s.operand.cs == 1) {
+        ew::Binary(ew::Op::kAdd, row, src + i * s.operand.rs, row, cols);
+      } else {
+        const float v = src[i * s.operand.rs];
+        for (int64_t j = 0; j < cols; ++j) row[j] += v;
+      }
+    }
+  }
+}
+
+absl::Status GemmKernel::Run(const ExecContext& ctx) {
+  ctx_ = &ctx;
+  const float* a = static_cast<const float*>(ctx.ptrs[a_slot]);
+  float* y = static_cast<float*>(ctx.ptrs[y_slot]);
+  float* packed = b_owned ? b_owned.get() : static_cast<float*>(ctx.ptrs[b_pack_slot]);
+  if (!b_owned) {
+    const float* b = static_cast<const float*>(ctx.ptrs[b_slot]);
+    ForEachIndex(b_count, b_count > 1 && b_count * k * n >= kParallelElements, [&](int64_t i) {
+      gemm::PackB(bl, {b + i * b_src_matrix, b_rs, b_cs}, k, n, 1.f, packed + i * b_floats);
+    });
+  }
+  for (size_t p = 0; p < problems.size(); ++p) {
+    gemm::Problem& pr = problems[p];
+    pr.a = {a + Offset(a_batch, static_cast<int64_t>(p)), a_rs, a_cs};
+    pr.b_packed = packed + Offset(b_matrix, static_cast<int64_t>(p)) * b_floats;
+    pr.c = y + static_cast<int64_t>(p) * m * n;
+    pr.ldc = n;
+    pr.alpha = b_owned ? 1.f : alpha;
+  }
+  gemm::Run(bl, problems.data(), static_cast<int64_t>(problems.size()), m, n, k,
+            /*parallel=*/true, threads, static_cast<float*>(ctx.ptrs[a_pack_slot]),
+            steps.empty() ? gemm::TileFn() : tile_);
+  ctx_ = nullptr;
+  return absl::OkStatus();
+}
+
+// ---- building ----
+
+struct Spec {
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.f, beta = 1.f;
+  std::vector<kiln_ops::EpilogueStep> steps;
+};
+
+std::optional<Spec> ReadSpec(const Node& node) {
+  Spec s;
+  const bool fused = node.domain == kKilnDomain && node.op_type == "FusedMatMul";
+  const bool gemm = node.domain.empty() && node.op_type == "Gemm";
+  if (!fused && !gemm && !(node.domain.empty() && node.op_type == "MatMul")) return std::nullopt;
+  if (fused || gemm) {
+    s.trans_a = node.GetInt("transA", 0) != 0;
+    s.trans_b = node.GetInt("transB", 0) != 0;
+    s.alpha = node.GetFloat("alpha", 1.f);
+    s.beta = node.GetFloat("beta", 1.f);
+  }
+  if (fused) s.steps = kiln_ops::ReadEpilogue(node);
+  return s;
+}
+
+std::vector<int64_t> Prod(const std::vector<int64_t>& dims, size_t from, size_t to) {
+  return std::vector<int64_t>(dims.begin() + from, dims.begin() + to);
+}
+
+// Matrix strides of a [batch..., rows, cols] operand over the output's batch dims, in units
+// of `unit` (0 where the operand's dim is 1); nullopt if it does not broadcast.
+std::optional<std::vector<int64_t>> BatchStrides(const std::vector<int64_t>& shape,
+                                                 const std::vector<int64_t>& out_batch,
+                                                 int64_t unit) {
+  std::vector<int64_t> own = Prod(shape, 0, shape.size() - 2);
+  std::optional<std::vector<int64_t>> s = BroadcastStrides(own, out_batch);
+  if (!s) return std::nullopt;
+  for (int64_t& v : *s) v *= unit;
+  return s;
+}
+
+// The output seen as [batch..., M, N]: a 1-D A or B is a matrix with one row or column.
+struct Geometry {
+  std::vector<int64_t> a, b, batch;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+std::optional<Geometry> ReadGeometry(std::vector<int64_t> as, std::vector<int64_t> bs,
+                                     const std::vector<int64_t>& ys, const Spec& spec) {
+  if (as.empty() || bs.empty()) return std::nullopt;
+  if ((spec.trans_a || spec.trans_b) && (as.size() != 2 || bs.size() != 2)) return std::nullopt;
+  Geometry g;
+  if (as.size() == 1) as.insert(as.begin(), 1);
+  if (bs.size() == 1) bs.push_back(1);
+  g.m = spec.trans_a ? as.back() : as[as.size() - 2];
+  g.k = spec.trans_a ? as[as.size() - 2] : as.back();
+  g.n = spec.trans_b ? bs[bs.size() - 2] : bs.back();
+  const int64_t kb = spec.trans_b ? bs.back() : bs[bs.size() - 2];
+  if (kb != g.k) return std::nullopt;
+  const size_t rank = std::max(as.size(), bs.size());
+  g.batch.assign(rank - 2, 1);
+  for (const auto* s : {&as, &bs}) {
+    for (size_t i = 0; i + 2 < s->size(); ++i) {
+      int64_t& d = g.batch[rank - s->size() + i];
+      const int64_t v = (*s)[i];
+      if (d != 1 && v != 1 && d != v) return std::nullopt;
+      if (v != 1) d = v;
+    }
+  }
+  int64_t total = g.m * g.n;
+  for (int64_t d : g.batch) total *= d;
+  if (total != NumElements(ys) || total == 0) return std::nullopt;
+  g.a = as;
+  g.b = bs;
+  return g;
+}
+
+// An Add operand (shape `shape`) over [batch..., M, N]; in a flattened product (rows of all
+// batches as one M) its rows must either repeat or follow each other.
+bool PlaceOperand(const std::vector<int64_t>& shape, const Geometry& g, bool flat, Operand& op) {
+  std::vector<int64_t> full = g.batch;
+  full.push_back(g.m);
+  full.push_back(g.n);
+  std::optional<std::vector<int64_t>> s = BroadcastStrides(shape, full);
+  if (!s) return false;
+  op.cs = s->back();
+  op.rs = (*s)[s->size() - 2];
+  op.batch.assign(s->begin(), s->end() - 2);
+  if (op.cs > 1) return false;
+  if (!flat) return true;
+  int64_t expect = op.rs * g.m;
+  for (int64_t d = static_cast<int64_t>(g.batch.size()) - 1; d >= 0; --d) {
+    const bool repeats = op.batch[d] == 0 && op.rs == 0;
+    if (!repeats && op.batch[d] != expect) return false;
+    expect *= g.batch[d];
+  }
+  op.batch.clear();
+  return true;
+}
+
+bool AddOperand(BuildContext& ctx, const Value* v, float scale, const Geometry& g, bool flat,
+                std::vector<Step>& steps) {
+  const int slot = ctx.SlotOf(v);
+  if (slot < 0 || ctx.slots[slot].dtype != DType::kFloat32) return false;
+  Step s;
+  s.kind = Step::kAdd;
+  if (!PlaceOperand(ctx.slots[slot].shape, g, flat, s.operand)) return false;
+  if (v->is_constant() || scale != 1.f) {
+    if (!v->is_constant()) return false;  // a runtime C with beta != 1
+    const Tensor& t = *v->constant;
+    s.operand.held = AlignedFloats(t.numel());
+    const float* src = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) s.operand.held.get()[i] = scale * src[i];
+  } else {
+    s.operand.slot = ctx.ReadAs(slot, ctx.PlainMd(slot));
+  }
+  steps.push_back(std::move(s));
+  return true;
+}
+
+bool AddActivation(const kiln_ops::EpilogueStep& e, std::vector<Step>& steps) {
+  Step s;
+  if (e.op == "Clip") {
+    s.kind = Step::kClip;
+    s.lo = e.alpha;
+    s.hi = e.beta;
+    steps.push_back(std::move(s));
+    return true;
+  }
+  const std::string name = e.op == "GeluTanh" ? "Gelu" : e.op;
+  auto f = [&](const char* attr, float def) {
+    if (std::string(attr) == "alpha") return e.alpha;
+    if (std::string(attr) == "beta") return e.beta;
+    return def;
+  };
+  auto str = [&](const char*, const char* def) {
+    return std::string(e.op == "GeluTanh" ? "tanh" : def);
+  };
+  std::optional<ew::Instr> ins = ew::MakeInstr(name, 1, f, str);
+  if (!ins) return false;
+  s.kind = Step::kActivation;
+  s.instr = *ins;
+  steps.push_back(std::move(s));
+  return true;
+}
+
+// The epilogue: beta * C, then the fused steps in order; false if a step is not available.
+bool ReadSteps(BuildContext& ctx, const Node& node, const Spec& spec, const Geometry& g,
+               bool flat, std::vector<Step>& steps) {
+  if (const Value* c = node.input(2); c && !AddOperand(ctx, c, spec.beta, g, flat, steps)) {
+    return false;
+  }
+  size_t residual = 3;
+  for (const kiln_ops::EpilogueStep& e : spec.steps) {
+    const bool ok = e.op == "Add" ? AddOperand(ctx, node.input(residual++), 1.f, g, flat, steps)
+                                  : AddActivation(e, steps);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// B packed at build (constant) or into an arena temp each run.
+bool SetUpB(BuildContext& ctx, const Value* bv, const Geometry& g, const Spec& spec,
+            GemmKernel& kern) {
+  const std::vector<int64_t> own_batch = Prod(g.b, 0, g.b.size() - 2);
+  kern.b_count = NumElements(own_batch);
+  kern.b_floats = gemm::PackedBFloats(kern.bl, g.k, g.n);
+  kern.b_src_matrix = g.k * g.n;
+  kern.b_rs = spec.trans_b ? 1 : g.n;
+  kern.b_cs = spec.trans_b ? g.k : 1;
+  if (!bv->is_constant()) {
+    const int slot = ctx.SlotOf(bv);
+    kern.b_slot = ctx.ReadAs(slot, ctx.PlainMd(slot));
+    kern.b_pack_slot = ctx.AddTemp(dnnl::memory::desc({kern.b_count * kern.b_floats},
+                                                      dnnl::memory::data_type::f32,
+                                                      dnnl::memory::format_tag::a));
+    return true;
+  }
+  kern.b_owned = AlignedFloats(kern.b_count * kern.b_floats);
+  if (!kern.b_owned) return false;
+  const float* b = bv->constant->data<float>();
+  for (int64_t i = 0; i < kern.b_count; ++i) {
+    gemm::PackB(kern.bl, {b + i * kern.b_src_matrix, kern.b_rs, kern.b_cs}, g.k, g.n,
+                spec.alpha, kern.b_owned.get() + i * kern.b_floats);
+  }
+  ctx.weight_bytes += kern.b_count * kern.b_floats * 4;
+  return true;
+}
+
+bool AllF32(const BuildContext& ctx, const Node& node) {
+  for (const Value* v : node.inputs) {
+    if (v && (ctx.SlotOf(v) < 0 || ctx.slots[ctx.SlotOf(v)].dtype != DType::kFloat32)) return false;
+  }
+  return node.output(0) && ctx.SlotOf(node.output(0)) >= 0 &&
+         ctx.slots[ctx.SlotOf(node.output(0))].dtype == DType::kFloat32;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node) {
+  std::optional<Spec> spec = ReadSpec(node);
+  if (!spec || !node.input(0) || !node.input(1) || !AllF32(ctx, node)) return nullptr;
+  const int as = ctx.SlotOf(node.input(0)), bs = ctx.SlotOf(node.input(1));
+  const int ys = ctx.SlotOf(node.output(0));
+  std::optional<Geometry> g =
+      ReadGeometry(ctx.slots[as].shape, ctx.slots[bs].shape, ctx.slots[ys].shape, *spec);
+  if (!g) return nullptr;
+  auto kern = std::make_unique<GemmKernel>();
+  kern->bl = gemm::BlockingFor(ActiveIsa());
+  kern->threads = std::max(1, omp_get_max_threads());
+  kern->alpha = spec->alpha;
+  kern->a_rs = spec->trans_a ? 1 : g->k;
+  kern->a_cs = spec->trans_a ? g->m : 1;
+  std::optional<std::vector<int64_t>> ab = BatchStrides(g->a, g->batch, g->m * g->k);
+  std::optional<std::vector<int64_t>> bb = BatchStrides(g->b, g->batch, 1);
+  if (!ab || !bb) return nullptr;
+  // One tall product when B is a single matrix and A's batches follow each other.
+  bool flat = !g->batch.empty() && !spec->trans_a &&
+              std::all_of(bb->begin(), bb->end(), [](int64_t v) { return v == 0; });
+  for (int64_t d = static_cast<int64_t>(g->batch.size()) - 1, e = g->m * g->k; flat && d >= 0; --d) {
+    flat = (*ab)[d] == e;
+    e *= g->batch[d];
+  }
+  if (flat && !ReadSteps(ctx, node, *spec, *g, true, kern->steps)) {
+    flat = false;
+    kern->steps.clear();
+  }
+  if (!flat && !ReadSteps(ctx, node, *spec, *g, false, kern->steps)) return nullptr;
+  kern->m = flat ? NumElements(g->batch) * g->m : g->m;
+  kern->n = g->n;
+  kern->k = g->k;
+  if (!flat) {
+    kern->batch_dims = g->batch;
+    kern->a_batch = *ab;
+    kern->b_matrix = *bb;
+  }
+  if (!SetUpB(ctx, node.input(1), *g, *spec, *kern)) return nullptr;
+  kern->a_slot = ctx.ReadAs(as, ctx.PlainMd(as));
+  kern->y_slot = ctx.WriteAs(ys, ctx.PlainMd(ys));
+  kern->a_pack_slot = ctx.AddTemp(dnnl::memory::desc({kern->threads * gemm::APackFloats(kern->bl)},
+                                                     dnnl::memory::data_type::f32,
+                                                     dnnl::memory::format_tag::a));
+  kern->problems.resize(flat ? 1 : NumElements(g->batch));
+  kern->BindTile();
+  return kern;
+}
+
+}  // namespace kiln::cpu
