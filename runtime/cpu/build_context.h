@@ -19,6 +19,7 @@
 #include "compiler/plan/buffer_assign.h"
 #include "compiler/plan/memory_plan.h"
 #include "runtime/cpu/cpu_engine.h"
+#include "runtime/cpu/nonfinite_guard.h"
 
 namespace kiln::cpu {
 
@@ -49,6 +50,7 @@ struct Slot {
 struct ExecContext {
   void* const* ptrs = nullptr;
   dnnl::stream* stream = nullptr;
+  FiniteBounds* bounds = nullptr;  // what this run knows about finiteness (nonfinite_guard.h)
 };
 
 class CpuKernel {

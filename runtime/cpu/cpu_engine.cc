@@ -73,6 +73,7 @@ class CpuEngine : public runtime::Engine {
   // second Run on (anything a library creates lazily on the first call stays on the heap).
   TransientHeap heap_;
   int64_t runs_ = 0;
+  FiniteBounds bounds_;
 };
 
 // KILN_CPU_TRACE=1: names each node that falls back to the reference, with its operands.
@@ -243,6 +244,7 @@ absl::Status CpuEngine::Allocate(const plan::MemoryPlan& plan) {
   if (!arena_ || !blocked_ || !scratch_) return absl::ResourceExhaustedError("cpu engine: OOM");
   info_.arena_bytes = plan.arena_bytes + blocked.arena_bytes + ctx_.scratchpad_bytes;
   ptrs_.assign(ctx_.slots.size(), nullptr);
+  bounds_.Resize(ctx_.slots.size());
   char* arena = static_cast<char*>(arena_.get());
   char* barena = static_cast<char*>(blocked_.get());
   for (size_t i = 0; i < ctx_.slots.size(); ++i) {
@@ -303,7 +305,8 @@ absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tenso
     if (ctx_.slots[s].storage == Storage::kOutput) ptrs_[s] = outputs[k].raw_mutable();
   }
   for (const auto& [view, root] : bind_.views) ptrs_[view] = ptrs_[root];
-  ExecContext ec{ptrs_.data(), &stream_};
+  bounds_.NewRun();
+  ExecContext ec{ptrs_.data(), &stream_, &bounds_};
   {
     // Only the kernels run in the scope: output tensors outlive Run and belong on the heap.
     std::optional<TransientHeap::Scope> scope;

@@ -3,28 +3,161 @@
 // to the primitive's layout once, at build. Epilogue activations become eltwise post-ops; a
 // residual Add becomes the `sum` post-op, which adds what dst held before the primitive ran,
 // so the residual is reordered/copied into the dst buffer first.
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <unordered_map>
 
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/dnnl_post_ops.h"
+#include "runtime/cpu/epilogue_ops.h"
 #include "runtime/cpu/isa.h"
+#include "runtime/cpu/transient_heap.h"
 
 namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
 
+// The parts of the convolution its exact path re-creates without post-ops.
+struct ConvGeometry {
+  memory::dims strides, dilations, pad_begin, pad_end;
+  memory::desc bias_md;
+};
+
+// The exact path, built on first use: the same convolution without post-ops into a temp,
+// then the epilogue with the own element-wise ops (nonfinite_guard.h).
+struct ExactConv {
+  dnnl::convolution_forward prim;
+  memory weights;  // the fast primitive's, or a reorder of them if this one wants another layout
+  std::unique_ptr<float, void (*)(void*)> temp{nullptr, std::free};
+  std::unique_ptr<char, void (*)(void*)> scratch{nullptr, std::free};
+  memory::desc src_md, dst_md, scratch_md;
+};
+
 class ConvKernel : public CpuKernel {
  public:
-  absl::Status Run(const ExecContext& ctx) override {
-    if (residual_) RETURN_IF_ERROR(residual_->Run(ctx));
-    return call_.Execute(ctx);
-  }
+  absl::Status Run(const ExecContext& ctx) override;
+
   DnnlCall call_;
   std::unique_ptr<CpuKernel> residual_;  // copies the residual into dst before the sum
+  // The guard (nonfinite_guard.h); `guarded` when a post-op is not exact on NaN.
+  bool guarded = false;
+  int x_slot = -1, src_slot = -1, res_slot = -1, dst_slot = -1, y_slot = -1;
+  int64_t src_floats = 0, res_floats = 0, dst_floats = 0;
+  float w_l1 = 0.f, b_max = 0.f;  // max over output channels of sum |w|; max |bias|
+  std::vector<kiln_ops::EpilogueStep> steps;
+  // For the exact path.
+  dnnl::engine engine;
+  dnnl::convolution_forward::primitive_desc pd;
+  ConvGeometry geometry;
+  memory weights, bias;
+
+ private:
+  float OutputBound(const ExecContext& ctx, bool scan) const;
+  absl::Status RunExact(const ExecContext& ctx);
+  absl::Status MakeExact();
+  std::unique_ptr<ExactConv> exact_;
 };
+
+// The bound of the output when every step's input stays within kSafeBound (then the fused
+// primitive cannot have met a NaN or an overflow); +inf otherwise. `scan`: values no kernel
+// recorded are scanned, else taken as unknown.
+float ConvKernel::OutputBound(const ExecContext& ctx, bool scan) const {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  auto bound = [&](int slot, int64_t n) {
+    const float known = ctx.bounds->Known(slot);
+    return known < kInf || !scan ? known : ctx.bounds->Of(slot, ctx.ptrs[slot], n);
+  };
+  float xb = ctx.bounds->Known(x_slot);
+  if (!(xb < kInf)) xb = bound(src_slot, src_floats);
+  float b = (w_l1 * xb + b_max) * 1.001f;
+  for (const kiln_ops::EpilogueStep& s : steps) {
+    if (!(b <= kSafeBound)) return kInf;
+    b = s.op == "Add" ? b + bound(res_slot, res_floats) : ActivationBound(s, b);
+  }
+  return b <= kSafeBound ? b : kInf;
+}
+
+absl::Status ConvKernel::Run(const ExecContext& ctx) {
+  const float out = OutputBound(ctx, guarded);
+  if (residual_) RETURN_IF_ERROR(residual_->Run(ctx));
+  if (guarded && !(out <= kSafeBound)) return RunExact(ctx);
+  RETURN_IF_ERROR(call_.Execute(ctx));
+  if (out <= kSafeBound) {
+    ctx.bounds->Set(dst_slot, out);
+    ctx.bounds->Set(y_slot, out);  // the same values once a post reorder has run
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConvKernel::MakeExact() {
+  TransientHeap::Suspend off_pool;  // these objects outlive the run
+  auto e = std::make_unique<ExactConv>();
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const ConvGeometry& g = geometry;
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                    dnnl::algorithm::convolution_direct, pd.src_desc(),
+                                    memory::desc(pd.weights_desc().dims(), memory::data_type::f32,
+                                                 memory::format_tag::any),
+                                    g.bias_md, pd.dst_desc(), g.strides, g.dilations, g.pad_begin,
+                                    g.pad_end);
+  dnnl::convolution_forward::primitive_desc epd(d, attr, engine);
+  e->prim = dnnl::convolution_forward(epd);
+  e->weights = weights;
+  if (epd.weights_desc() != pd.weights_desc()) {
+    e->weights = memory(epd.weights_desc(), engine);
+    dnnl::stream s(engine);
+    dnnl::reorder(weights, e->weights).execute(s, weights, e->weights);
+    s.wait();
+  }
+  e->src_md = epd.src_desc();
+  e->dst_md = epd.dst_desc();
+  e->scratch_md = epd.scratchpad_desc();
+  e->temp.reset(static_cast<float*>(std::aligned_alloc(64, (dst_floats * 4 + 63) / 64 * 64 + 64)));
+  e->scratch.reset(static_cast<char*>(
+      std::aligned_alloc(64, (e->scratch_md.get_size() + 63) / 64 * 64 + 64)));
+  if (!e->temp || !e->scratch) return absl::ResourceExhaustedError("conv exact path: OOM");
+  exact_ = std::move(e);
+  return absl::OkStatus();
+}
+
+// The convolution without post-ops into the temp (dst holds the residual, copied in or
+// shared, for an Add step), then the steps in order with IEEE semantics.
+absl::Status ConvKernel::RunExact(const ExecContext& ctx) {
+  if (!exact_) {
+    try {
+      RETURN_IF_ERROR(MakeExact());
+    } catch (const dnnl::error& e) {
+      return absl::InternalError(std::string("conv exact path: oneDNN: ") + e.what());
+    }
+  }
+  ExactConv& e = *exact_;
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(e.src_md, engine, ctx.ptrs[src_slot])},
+      {DNNL_ARG_WEIGHTS, e.weights},
+      {DNNL_ARG_DST, memory(e.dst_md, engine, e.temp.get())},
+      {DNNL_ARG_SCRATCHPAD, memory(e.scratch_md, engine, e.scratch.get())}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, bias);
+  e.prim.execute(*ctx.stream, args);
+  float* t = e.temp.get();
+  const float* y = static_cast<const float*>(ctx.ptrs[dst_slot]);
+  for (const kiln_ops::EpilogueStep& s : steps) {
+    if (s.op == "Add") {
+      for (int64_t i = 0; i < dst_floats; ++i) t[i] += y[i];
+    } else if (std::optional<EpilogueActivation> a = MakeEpilogueActivation(s)) {
+      ApplyActivation(*a, t, dst_floats);
+    } else {
+      return absl::InternalError("conv exact path: no own kernel for " + s.op);
+    }
+  }
+  std::memcpy(ctx.ptrs[dst_slot], t, dst_floats * sizeof(float));
+  return absl::OkStatus();
+}
 
 // The post-op chain; sets *residual_value to the Add step's input. false if unsupported.
 bool BuildPostOps(const Node& node, dnnl::post_ops& po, const Value** residual_value) {
@@ -85,6 +218,7 @@ memory::format_tag BlockedTag(size_t rank) {
 struct ConvPrimitive {
   dnnl::convolution_forward::primitive_desc pd;
   memory::desc w_plain, b_md;
+  ConvGeometry geometry;
 };
 
 // The primitive for this node's geometry, src/dst/weights in `any` layout; nullopt when the
@@ -126,7 +260,36 @@ std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node
   } catch (const dnnl::error&) {
     return std::nullopt;
   }
+  c.geometry = {ToDims(g->strides), dil, ToDims(g->pad_begin), ToDims(g->pad_end), c.b_md};
   return c;
+}
+
+// Max over output channels of sum |w| (the gain of the convolution on a bounded input), and
+// max |b|; +inf when a weight or bias is not finite.
+void WeightGains(const Node& node, float* l1, float* bmax) {
+  const Tensor& w = *node.input(1)->constant;
+  const int64_t oc = w.shape()[0], per = oc > 0 ? w.numel() / oc : 0;
+  const float* p = w.data<float>();
+  double best = 0;
+  for (int64_t o = 0; o < oc; ++o) {
+    double sum = 0;
+    for (int64_t i = 0; i < per; ++i) sum += std::fabs(p[o * per + i]);
+    best = std::max(best, sum);
+  }
+  *l1 = std::isfinite(best) ? static_cast<float>(best) : std::numeric_limits<float>::infinity();
+  *bmax = 0.f;
+  if (node.input(2) && node.input(2)->constant) {
+    const Tensor& b = *node.input(2)->constant;
+    *bmax = FiniteMaxAbs(b.data<float>(), b.numel());
+  }
+}
+
+// Whether the epilogue has a step oneDNN does not compute as ONNX does on NaN.
+bool NeedsGuard(const std::vector<kiln_ops::EpilogueStep>& steps) {
+  for (const kiln_ops::EpilogueStep& s : steps) {
+    if (s.op != "Add" && !PostOpKeepsNonFinite(s)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -167,6 +330,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
     absl::StatusOr<memory> bmem = PrepackConstant(ctx, *node.input(2)->constant, c->b_md, c->b_md);
     if (!bmem.ok()) return nullptr;
     k->call_.Owned(DNNL_ARG_BIAS, *bmem);
+    k->bias = *bmem;
   }
   // Layout decisions last: they queue reorders and may move the output to the blocked arena.
   const int src = ctx.ReadAs(xs, pd.src_desc());
@@ -181,6 +345,21 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->call_.Arg(DNNL_ARG_SRC, pd.src_desc(), src, ctx.engine);
   k->call_.Arg(DNNL_ARG_DST, pd.dst_desc(), dst, ctx.engine);
   k->call_.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
+  if (fused) k->steps = kiln_ops::ReadEpilogue(node);
+  k->guarded = NeedsGuard(k->steps);
+  k->x_slot = xs;
+  k->src_slot = src;
+  k->res_slot = residual ? rs : -1;
+  k->dst_slot = dst;
+  k->y_slot = ys;
+  k->src_floats = static_cast<int64_t>(pd.src_desc().get_size() / sizeof(float));
+  k->res_floats = residual ? static_cast<int64_t>(ctx.StoredMd(rs).get_size() / sizeof(float)) : 0;
+  k->dst_floats = static_cast<int64_t>(pd.dst_desc().get_size() / sizeof(float));
+  WeightGains(node, &k->w_l1, &k->b_max);
+  k->engine = ctx.engine;
+  k->pd = pd;
+  k->geometry = c->geometry;
+  k->weights = *wmem;
   return k;
 }
 

@@ -3,6 +3,8 @@
 // dst is `any`, so a pool between two convolutions stays blocked.
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/isa.h"
+#include "runtime/cpu/transient_heap.h"
+#include "runtime/reference/interpreter.h"
 #include "runtime/cpu/conv_geometry.h"
 
 namespace kiln::cpu {
@@ -10,11 +12,70 @@ namespace {
 
 using dnnl::memory;
 
+// Max pooling is guarded (nonfinite_guard.h): oneDNN's drops NaN and starts from -FLT_MAX,
+// so an input that is not all finite takes the exact path, the reference kernel on a plain
+// copy (a pool is cheap even there). Average pools are exact; every pool passes its input's
+// bound on (an average or a max never exceeds it).
+struct ExactPool {
+  dnnl::reorder to_plain, from_plain;
+  memory::desc plain_in, plain_out;
+  Tensor in;
+};
+
 class PoolKernel : public CpuKernel {
  public:
-  absl::Status Run(const ExecContext& ctx) override { return call_.Execute(ctx); }
+  absl::Status Run(const ExecContext& ctx) override;
+
   DnnlCall call_;
+  const Node* node = nullptr;
+  bool guarded = false;
+  int x_slot = -1, src_slot = -1, dst_slot = -1, y_slot = -1;
+  int64_t src_floats = 0;
+  memory::desc src_md, dst_md;
+  dnnl::engine engine;
+  std::vector<int64_t> x_shape;
+
+ private:
+  absl::Status RunExact(const ExecContext& ctx);
+  std::unique_ptr<ExactPool> exact_;
 };
+
+absl::Status PoolKernel::Run(const ExecContext& ctx) {
+  float xb = ctx.bounds->Known(x_slot);
+  if (!(xb <= kSafeBound) && guarded) xb = ctx.bounds->Of(src_slot, ctx.ptrs[src_slot], src_floats);
+  if (guarded && !(xb <= kSafeBound)) return RunExact(ctx);
+  RETURN_IF_ERROR(call_.Execute(ctx));
+  if (xb <= kSafeBound) {
+    ctx.bounds->Set(dst_slot, xb);
+    ctx.bounds->Set(y_slot, xb);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PoolKernel::RunExact(const ExecContext& ctx) {
+  try {
+    if (!exact_) {
+      TransientHeap::Suspend off_pool;  // these objects outlive the run
+      auto e = std::make_unique<ExactPool>();
+      e->plain_in = memory::desc(ToDims(x_shape), memory::data_type::f32, PlainTag(x_shape.size()));
+      e->plain_out = memory::desc(dst_md.dims(), memory::data_type::f32, PlainTag(x_shape.size()));
+      e->to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(engine, src_md, engine, e->plain_in));
+      e->from_plain =
+          dnnl::reorder(dnnl::reorder::primitive_desc(engine, e->plain_out, engine, dst_md));
+      e->in = Tensor(DType::kFloat32, x_shape);
+      exact_ = std::move(e);
+    }
+    ExactPool& e = *exact_;
+    memory src(src_md, engine, ctx.ptrs[src_slot]), plain(e.plain_in, engine, e.in.raw_mutable());
+    e.to_plain.execute(*ctx.stream, src, plain);
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, ref::RunNode(*node, {&e.in}));
+    memory res(e.plain_out, engine, out[0].raw_mutable()), dst(dst_md, engine, ctx.ptrs[dst_slot]);
+    e.from_plain.execute(*ctx.stream, res, dst);
+  } catch (const dnnl::error& err) {
+    return absl::InternalError(std::string("pool exact path: oneDNN: ") + err.what());
+  }
+  return absl::OkStatus();
+}
 
 struct PoolSetup {
   dnnl::algorithm alg;
@@ -124,8 +185,19 @@ std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
   auto k = std::make_unique<PoolKernel>();
   k->call_ = DnnlCall(dnnl::pooling_v2_forward(pd));
   ctx.NoteScratchpad(pd.scratchpad_desc());
-  k->call_.Arg(DNNL_ARG_SRC, src_md, ctx.ReadAs(xs, src_md), ctx.engine);
-  k->call_.Arg(DNNL_ARG_DST, pd.dst_desc(), ctx.WriteAs(ys, pd.dst_desc()), ctx.engine);
+  k->node = &node;
+  k->guarded = s->alg == dnnl::algorithm::pooling_max;
+  k->x_slot = xs;
+  k->src_slot = ctx.ReadAs(xs, src_md);
+  k->dst_slot = ctx.WriteAs(ys, pd.dst_desc());
+  k->y_slot = ys;
+  k->src_floats = static_cast<int64_t>(src_md.get_size() / sizeof(float));
+  k->src_md = src_md;
+  k->dst_md = pd.dst_desc();
+  k->engine = ctx.engine;
+  k->x_shape = ctx.slots[xs].shape;
+  k->call_.Arg(DNNL_ARG_SRC, src_md, k->src_slot, ctx.engine);
+  k->call_.Arg(DNNL_ARG_DST, pd.dst_desc(), k->dst_slot, ctx.engine);
   k->call_.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
   return k;
 }

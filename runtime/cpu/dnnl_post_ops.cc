@@ -35,7 +35,8 @@ bool AppendActivation(dnnl::post_ops& po, const kiln_ops::EpilogueStep& s) {
 
 bool PostOpKeepsNonFinite(const kiln_ops::EpilogueStep& s) {
   if (s.op == "LeakyRelu") return s.alpha != 0.f;
-  return s.op == "Gelu" || s.op == "GeluTanh" || s.op == "SiLU" || s.op == "HardSwish";
+  return s.op == "Gelu" || s.op == "GeluTanh" || s.op == "SiLU" || s.op == "HardSwish" ||
+         s.op == "Sigmoid" || s.op == "Tanh";
 }
 
 }  // namespace kiln::cpu

@@ -8,6 +8,7 @@
 
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
+#include "runtime/cpu/epilogue_ops.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/own_kernels.h"
 
@@ -34,10 +35,9 @@ struct Operand {
 };
 
 struct Step {
-  enum Kind { kAdd, kActivation, kClip } kind = kAdd;
-  Operand operand;                               // kAdd
-  ew::Instr instr{ew::Op::kRelu, {}, 0.f, 0.f};  // kActivation
-  float lo = 0.f, hi = 0.f;                      // kClip
+  bool add = true;
+  Operand operand;             // an Add
+  EpilogueActivation act;      // otherwise
 };
 
 class GemmKernel : public CpuKernel {
@@ -83,20 +83,15 @@ void GemmKernel::Epilogue(int64_t p, int64_t i0, int64_t rows, int64_t j0, int64
   float* y = static_cast<float*>(ctx_->ptrs[y_slot]) + p * m * n;
   for (const Step& s : steps) {
     const float* src = nullptr;
-    if (s.kind == Step::kAdd) {
+    if (s.add) {
       src = s.operand.held ? s.operand.held.get()
                            : static_cast<const float*>(ctx_->ptrs[s.operand.slot]);
       src += Offset(s.operand.batch, p) + j0 * s.operand.cs;
     }
     for (int64_t i = i0; i < i0 + rows; ++i) {
       float* row = y + i * n + j0;
-      if (s.kind == Step::kActivation) {
-        ew::Unary(s.instr, row, row, cols);
-      } else if (s.kind == Step::kClip) {
-        for (int64_t j = 0; j < cols; ++j) {
-          const float v = row[j];
-          row[j] = v < s.lo ? s.lo : (v > s.hi ? s.hi : v);  // NaN passes
-        }
+      if (!s.add) {
+        ApplyActivation(s.act, row, cols);
       } else if (s.operand.cs == 1) {
         ew::Binary(ew::Op::kAdd, row, src + i * s.operand.rs, row, cols);
       } else {
@@ -236,7 +231,6 @@ bool AddOperand(BuildContext& ctx, const Value* v, float scale, const Geometry& 
   const int slot = ctx.SlotOf(v);
   if (slot < 0 || ctx.slots[slot].dtype != DType::kFloat32) return false;
   Step s;
-  s.kind = Step::kAdd;
   if (!PlaceOperand(ctx.slots[slot].shape, g, flat, s.operand)) return false;
   if (v->is_constant() || scale != 1.f) {
     if (!v->is_constant()) return false;  // a runtime C with beta != 1
@@ -252,27 +246,11 @@ bool AddOperand(BuildContext& ctx, const Value* v, float scale, const Geometry& 
 }
 
 bool AddActivation(const kiln_ops::EpilogueStep& e, std::vector<Step>& steps) {
+  std::optional<EpilogueActivation> act = MakeEpilogueActivation(e);
+  if (!act) return false;
   Step s;
-  if (e.op == "Clip") {
-    s.kind = Step::kClip;
-    s.lo = e.alpha;
-    s.hi = e.beta;
-    steps.push_back(std::move(s));
-    return true;
-  }
-  const std::string name = e.op == "GeluTanh" ? "Gelu" : e.op;
-  auto f = [&](const char* attr, float def) {
-    if (std::string(attr) == "alpha") return e.alpha;
-    if (std::string(attr) == "beta") return e.beta;
-    return def;
-  };
-  auto str = [&](const char*, const char* def) {
-    return std::string(e.op == "GeluTanh" ? "tanh" : def);
-  };
-  std::optional<ew::Instr> ins = ew::MakeInstr(name, 1, f, str);
-  if (!ins) return false;
-  s.kind = Step::kActivation;
-  s.instr = *ins;
+  s.add = false;
+  s.act = *act;
   steps.push_back(std::move(s));
   return true;
 }

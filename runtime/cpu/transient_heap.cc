@@ -105,6 +105,9 @@ TransientHeap* TransientHeap::Current() { return t_current; }
 TransientHeap::Scope::Scope(TransientHeap& heap) : previous_(t_current) { t_current = &heap; }
 TransientHeap::Scope::~Scope() { t_current = previous_; }
 
+TransientHeap::Suspend::Suspend() : previous_(t_current) { t_current = nullptr; }
+TransientHeap::Suspend::~Suspend() { t_current = previous_; }
+
 }  // namespace kiln::cpu
 
 #if KILN_TRANSIENT_HEAP_ENABLED

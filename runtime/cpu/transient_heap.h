@@ -50,6 +50,20 @@ class TransientHeap {
     TransientHeap* previous_;
   };
 
+  // Sends this thread's `operator new` back to the process heap until destroyed: for
+  // objects made inside Run that live on after it (a kernel's lazily built slow path), which
+  // would otherwise pin the pool's slot.
+  class Suspend {
+   public:
+    Suspend();
+    ~Suspend();
+    Suspend(const Suspend&) = delete;
+    Suspend& operator=(const Suspend&) = delete;
+
+   private:
+    TransientHeap* previous_;
+  };
+
   // nullptr when the request does not fit (the caller then uses the process heap).
   void* Allocate(size_t bytes);
   // Whether `p` lies in the reserved range; Release is only valid for such pointers.
