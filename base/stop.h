@@ -66,6 +66,12 @@ inline absl::Status CheckStop() {
   return absl::OkStatus();
 }
 
+// Whether a status is a stop (the work was abandoned, not wrong): callers pass it on.
+inline bool IsStopError(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kCancelled ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
 // Whether any scope is open on this thread (loops that poll rarely may skip the clock read).
 inline bool StopActive() { return stop_internal::g_top != nullptr; }
 

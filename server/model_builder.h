@@ -2,6 +2,12 @@
 // engine per (bucket, instance), each checked on warm-up against the reference interpreter
 // running the raw graph. A mismatch bisects the pass pipeline, disables the first pass that
 // moved the answer (for this model only), rebuilds and re-checks.
+//
+// The reference runs once per model, not per bucket: on the smallest bucket's seeded random
+// feed and on the same feed with non-finite values. A larger bucket of a batchable model
+// (whose rows are independent: the batcher relies on that) is checked on a batch that repeats
+// those rows, against the reference's rows, so loading costs one small reference run
+// whatever the buckets.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +34,23 @@ struct CheckSummary {
   double max_abs_err = 0.0, max_rel_err = 0.0;
   std::string message;
   std::set<std::string> disabled_passes;  // switched off by the bisection
+  // The second feed, with NaN, infinities, -0 and denormals in the float inputs: an engine
+  // that computes them differently from the reference (and no pass to blame) still serves,
+  // with the difference reported here.
+  bool nonfinite_checked = false;
+  bool nonfinite_ok = true;
+  std::string nonfinite_message;
+};
+
+// Where a load's time went (milliseconds, all buckets): GetModel and the log report it.
+struct LoadTimes {
+  double reference_ms = 0;  // the reference interpreter's runs for the warm-up check
+  double compile_ms = 0;    // the pass pipeline and memory plan
+  double engine_ms = 0;     // engine builds, layout and thread tuning included
+  double tune_ms = 0;       // of which: tuning
+  double check_ms = 0;      // engine runs of the check, and bisections
+  int cache_hits = 0;       // buckets taken from the engine cache
+  std::string ToString() const;
 };
 
 struct BuiltModel {
@@ -37,6 +60,7 @@ struct BuiltModel {
   std::map<int64_t, std::vector<std::unique_ptr<runtime::Engine>>> engines;
   std::string report_json;  // the compile report of the largest bucket
   CheckSummary check;
+  LoadTimes times;
 };
 
 // Reports progress ("compiling batch 4") while building; may be empty.

@@ -1,6 +1,10 @@
 #include "runtime/check/differential.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -36,6 +40,60 @@ absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRange
       }
     }
     out[in->name] = std::move(t);
+  }
+  return out;
+}
+
+ref::TensorMap WithNonFiniteValues(const ref::TensorMap& feed, uint64_t seed) {
+  constexpr double kSpecial[] = {std::numeric_limits<double>::quiet_NaN(),
+                                 std::numeric_limits<double>::infinity(),
+                                 -std::numeric_limits<double>::infinity(), -0.0, 1e-40, -1e-42};
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  ref::TensorMap out;
+  for (const auto& [name, t] : feed) {
+    Tensor c = t.Clone();
+    if (IsFloatDType(t.dtype())) {
+      for (int64_t i = 0; i < c.numel(); ++i) {
+        if (rng() % 11 == 0) c.SetDouble(i, kSpecial[rng() % std::size(kSpecial)]);
+      }
+    }
+    out[name] = std::move(c);
+  }
+  return out;
+}
+
+absl::StatusOr<ref::TensorMap> TileRows(const std::vector<const ref::TensorMap*>& sources,
+                                        int64_t rows) {
+  if (sources.empty() || rows < 1) return absl::InvalidArgumentError("nothing to tile");
+  ref::TensorMap out;
+  for (const auto& [name, first] : *sources[0]) {
+    if (first.rank() < 1) return absl::InvalidArgumentError("'" + name + "' has no rows");
+    std::vector<const Tensor*> parts;
+    int64_t total = 0;
+    for (const ref::TensorMap* src : sources) {
+      auto it = src->find(name);
+      if (it == src->end() || it->second.rank() != first.rank() ||
+          it->second.dtype() != first.dtype() ||
+          !std::equal(it->second.shape().begin() + 1, it->second.shape().end(),
+                      first.shape().begin() + 1)) {
+        return absl::InvalidArgumentError("'" + name + "' differs between the row sources");
+      }
+      parts.push_back(&it->second);
+      total += it->second.dim(0);
+    }
+    if (total == 0) return absl::InvalidArgumentError("'" + name + "' has no rows");
+    std::vector<int64_t> shape = first.shape();
+    shape[0] = rows;
+    Tensor t(first.dtype(), shape);
+    const size_t row_bytes = first.dim(0) > 0 ? first.nbytes() / first.dim(0) : 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t k = r % total;
+      size_t p = 0;
+      while (k >= parts[p]->dim(0)) k -= parts[p++]->dim(0);
+      std::memcpy(static_cast<char*>(t.raw_mutable()) + r * row_bytes,
+                  static_cast<const char*>(parts[p]->raw()) + k * row_bytes, row_bytes);
+    }
+    out[name] = std::move(t);
   }
   return out;
 }

@@ -30,6 +30,19 @@ struct InputRanges {
 // One tensor per graph input (shapes must be static: Specialize first).
 absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRanges& ranges);
 
+// The same feed with IEEE edge values sprinkled into every floating-point input (about one
+// element in 11 becomes NaN, +Inf, -Inf, -0 or a denormal), seeded: the second feed of the
+// warm-up check and of `kiln check --nonfinite`, so a fused kernel that computes NaN or an
+// infinity differently from the ops it replaces is seen before a model serves.
+ref::TensorMap WithNonFiniteValues(const ref::TensorMap& feed, uint64_t seed);
+
+// A batch of `rows` built from the rows (dim 0) of `sources`, cycling through all their rows
+// in order (sources[0]'s rows, then sources[1]'s, ...): every tensor name must be in every
+// source, with the same dims past the first. The larger buckets of a batchable model are
+// checked on such batches against the reference outputs of the rows they repeat.
+absl::StatusOr<ref::TensorMap> TileRows(const std::vector<const ref::TensorMap*>& sources,
+                                        int64_t rows);
+
 Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
                           const Tolerance& tol);
 

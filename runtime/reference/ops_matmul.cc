@@ -12,13 +12,13 @@ namespace {
 
 // c[m x n] += a[m x k] * b[k x n], all row-major.
 template <class T>
-void GemmAccumulate(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
-  constexpr int64_t kBlockK = 128, kBlockN = 512;
+void GemmRows(const T* a, const T* b, T* c, int64_t i0, int64_t i1, int64_t k, int64_t n,
+              int64_t kBlockK, int64_t kBlockN) {
   for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
     const int64_t k1 = std::min(k, k0 + kBlockK);
     for (int64_t n0 = 0; n0 < n; n0 += kBlockN) {
       const int64_t n1 = std::min(n, n0 + kBlockN);
-      for (int64_t i = 0; i < m; ++i) {
+      for (int64_t i = i0; i < i1; ++i) {
         T* __restrict crow = c + i * n;
         for (int64_t p = k0; p < k1; ++p) {
           const T av = a[i * k + p];
@@ -27,6 +27,17 @@ void GemmAccumulate(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t 
         }
       }
     }
+  }
+}
+
+// Rows are independent, so large products split them over the OpenMP team: each element
+// still sums its terms in the same order, so the result is the serial one, bit for bit.
+template <class T>
+void GemmAccumulate(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
+  constexpr int64_t kBlockK = 128, kBlockN = 512, kRows = 8;
+#pragma omp parallel for schedule(static) if (m * n * k >= (int64_t{1} << 20) && m > kRows)
+  for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+    GemmRows(a, b, c, r0, std::min(m, r0 + kRows), k, n, kBlockK, kBlockN);
   }
 }
 
