@@ -26,8 +26,10 @@ void ApplyOne(double* v, int64_t len, int64_t stride, MaxKind kind) {
     for (int64_t i = 0; i < len; ++i) v[i * stride] = i == arg ? 1.0 : 0.0;
     return;
   }
-  // Subtracting the max keeps exp() finite; an all -inf slice keeps mx finite-safe below.
-  if (std::isinf(mx)) mx = 0.0;
+  // Subtracting the max keeps exp() finite. An all -inf slice keeps mx finite-safe below
+  // (it comes out NaN either way, as numpy's x - max gives). A +inf in the slice is left
+  // as the max: inf - inf is NaN and the whole slice is NaN, as in ONNX's NumPy definition.
+  if (mx == -std::numeric_limits<double>::infinity()) mx = 0.0;
   double sum = 0.0;
   for (int64_t i = 0; i < len; ++i) sum += std::exp(v[i * stride] - mx);
   const double log_sum = std::log(sum);

@@ -169,5 +169,23 @@ TEST(CpuNonFinite, ElementwisePrograms) {
   ExpectSameAsReference(*b.Build(), {2, 33});
 }
 
+TEST(CpuNonFinite, SoftmaxLayerNormAndReductions) {
+  for (const std::string op : {"Softmax", "LayerNormalization", "ReduceMax", "ReduceSum"}) {
+    SCOPED_TRACE(op);
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {3, 7});
+    Value* y = nullptr;
+    if (op == "LayerNormalization") {
+      y = b.Op(op, {x, b.Constant("g", Random({7}, 8)), b.Constant("b", Random({7}, 9))});
+    } else if (op == "Softmax") {
+      y = b.Op(op, {x});
+    } else {
+      y = b.Op(op, {x, b.Constant("axes", Tensor::FromInt64({1}, {1}))});
+    }
+    b.Output(y);
+    ExpectSameAsReference(*b.Build(), {3, 7});
+  }
+}
+
 }  // namespace
 }  // namespace kiln
