@@ -57,6 +57,12 @@ absl::Status ApplyServerSection(const YAML::Node& node, ServerConfig& c) {
       RETURN_IF_ERROR(Read(v, full, c.max_message_bytes));
     } else if (key == "max_model_bytes") {
       RETURN_IF_ERROR(Read(v, full, c.max_model_bytes));
+    } else if (key == "max_concurrent_uploads") {
+      RETURN_IF_ERROR(Read(v, full, c.max_concurrent_uploads));
+    } else if (key == "max_upload_bytes_in_flight") {
+      RETURN_IF_ERROR(Read(v, full, c.max_upload_bytes_in_flight));
+    } else if (key == "upload_stall_timeout_ms") {
+      RETURN_IF_ERROR(Read(v, full, c.upload_stall_timeout_ms));
     } else if (key == "drain_timeout_ms") {
       RETURN_IF_ERROR(Read(v, full, c.drain_timeout_ms));
     } else if (key == "auth_token") {
@@ -116,6 +122,11 @@ absl::Status Validate(const ServerConfig& c) {
   if (c.grpc_address.empty()) return Bad("server.grpc_address", "must not be empty");
   if (c.max_message_bytes < 1024) return Bad("server.max_message_bytes", "must be >= 1024");
   if (c.max_model_bytes < 1) return Bad("server.max_model_bytes", "must be >= 1");
+  if (c.max_concurrent_uploads < 1) return Bad("server.max_concurrent_uploads", "must be >= 1");
+  if (c.max_upload_bytes_in_flight < c.max_model_bytes) {
+    return Bad("server.max_upload_bytes_in_flight", "must be >= server.max_model_bytes");
+  }
+  if (c.upload_stall_timeout_ms < 1) return Bad("server.upload_stall_timeout_ms", "must be >= 1");
   if (c.drain_timeout_ms < 0) return Bad("server.drain_timeout_ms", "must be >= 0");
   if (c.model_repository.empty()) return Bad("model_repository", "must not be empty");
   if (c.tls.cert_file.empty() != c.tls.key_file.empty()) {
@@ -184,7 +195,13 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml, const st
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": invalid YAML: ", e.what()));
   }
-  absl::Status s = ApplyRoot(root, c);
+  absl::Status s;
+  try {
+    s = ApplyRoot(root, c);
+  } catch (const YAML::Exception& e) {
+    // A key that is not a scalar (`{[1, 2]: x}`) throws where the key is read as text.
+    s = absl::InvalidArgumentError(absl::StrCat("unreadable YAML: ", e.what()));
+  }
   if (s.ok()) s = Validate(c);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
   return c;

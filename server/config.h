@@ -24,6 +24,12 @@ struct ServerConfig {
   std::string http_address = "0.0.0.0:8501";  // empty: no HTTP server
   int64_t max_message_bytes = 64 << 20;
   int64_t max_model_bytes = int64_t{1} << 30;
+  // LoadModel calls in progress at once (receiving and building); more are refused.
+  int max_concurrent_uploads = 4;
+  // Bytes all uploads in progress may have received together (their staged files on disk).
+  int64_t max_upload_bytes_in_flight = int64_t{2} << 30;
+  // A LoadModel stream that sends nothing for this long is cancelled.
+  int64_t upload_stall_timeout_ms = 30000;
   int64_t drain_timeout_ms = 10000;
   std::string auth_token;  // empty: LoadModel/UnloadModel are open
   TlsConfig tls;

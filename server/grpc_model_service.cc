@@ -1,5 +1,4 @@
 // kiln.v1.ModelService (declared in grpc_services.h).
-#include "compiler/onnx/importer.h"
 #include "server/grpc_services.h"
 
 namespace kiln::server {
@@ -45,27 +44,6 @@ void FillEngines(const ModelVersion& mv, v1::ModelInfo* out) {
   }
 }
 
-// Reads the whole upload: the first chunk carries the name (and optional version/config).
-absl::Status ReadUpload(grpc::ServerReader<v1::LoadModelChunk>& reader, int64_t max_bytes,
-                        v1::LoadModelChunk& head, std::string& bytes) {
-  v1::LoadModelChunk chunk;
-  bool first = true;
-  while (reader.Read(&chunk)) {
-    if (first) {
-      head = chunk;
-      head.clear_data();
-      first = false;
-    }
-    if (static_cast<int64_t>(bytes.size() + chunk.data().size()) > max_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the model exceeds max_model_bytes (", max_bytes, ")"));
-    }
-    bytes += chunk.data();
-  }
-  if (first || bytes.empty()) return absl::InvalidArgumentError("the upload holds no model bytes");
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
@@ -104,41 +82,38 @@ absl::Status ModelServiceImpl::Authorize(const grpc::ServerContext& ctx) const {
   return absl::OkStatus();
 }
 
+// Streams the chunks into `staged` as they come. A client that sends nothing for
+// upload_stall_timeout_ms is cancelled (it sees CANCELLED), which frees this thread.
+absl::StatusOr<UploadHead> ModelServiceImpl::Receive(grpc::ServerContext& ctx,
+                                                     grpc::ServerReader<v1::LoadModelChunk>& reader,
+                                                     UploadLimiter::Slot& slot,
+                                                     StagedModel& staged) {
+  UploadReceiver receiver(options_.uploads, slot, staged);
+  StallWatchdog::Watch watch = watchdog_.Start([&ctx] { ctx.TryCancel(); });
+  v1::LoadModelChunk chunk;
+  while (reader.Read(&chunk)) {
+    watch.Touch();
+    RETURN_IF_ERROR(receiver.Add(chunk));
+  }
+  if (watch.fired()) {
+    return absl::DeadlineExceededError(absl::StrCat("the upload sent nothing for ",
+                                                    options_.uploads.stall_timeout.count(), " ms"));
+  }
+  if (ctx.IsCancelled()) return absl::CancelledError("the upload was cancelled");
+  return receiver.Finish();
+}
+
 grpc::Status ModelServiceImpl::LoadModel(grpc::ServerContext* ctx,
                                          grpc::ServerReader<v1::LoadModelChunk>* reader,
                                          v1::LoadModelResponse* resp) {
   auto run = [&]() -> absl::Status {
     RETURN_IF_ERROR(Authorize(*ctx));
-    v1::LoadModelChunk head;
-    std::string bytes;
-    RETURN_IF_ERROR(ReadUpload(*reader, options_.max_model_bytes, head, bytes));
-    RETURN_IF_ERROR(ValidateModelName(head.name()));
-    if (!head.config_yaml().empty()) {
-      RETURN_IF_ERROR(ParseModelConfig(head.config_yaml(), ModelConfig{}, "config_yaml").status());
-    }
-    // Rejects garbage before it reaches the repository (where a restart would meet it again).
-    RETURN_IF_ERROR(onnx_io::ImportModelBytes(bytes).status());
-    const absl::StatusOr<RepositoryModel> before = registry_.repository().Find(head.name());
-    ASSIGN_OR_RETURN(int64_t version,
-                     registry_.repository().Store(head.name(),
-                                                  VersionOf(head.version()),
-                                                  bytes, head.config_yaml()));
-    absl::Status loaded = registry_.LoadFromRepository(head.name(), version);
-    if (!loaded.ok()) {
-      // A rejected upload leaves the server as it was: no FAILED entry (it would hold /readyz
-      // at 503 until unloaded), no files, and the model's previous config.yaml if it had one.
-      (void)registry_.Unload(head.name(), version);
-      if (!before.ok()) {
-        (void)registry_.repository().Remove(head.name(), std::nullopt);
-      } else {
-        (void)registry_.repository().Remove(head.name(), version);
-        if (!head.config_yaml().empty()) {
-          (void)registry_.repository().SetConfig(head.name(), before->config_yaml);
-        }
-      }
-      return loaded;
-    }
-    ASSIGN_OR_RETURN(auto mv, registry_.Find(head.name(), version));
+    ASSIGN_OR_RETURN(UploadLimiter::Slot slot, limiter_.Acquire());
+    ASSIGN_OR_RETURN(std::unique_ptr<StagedModel> staged, registry_.repository().Stage());
+    ASSIGN_OR_RETURN(const UploadHead head, Receive(*ctx, *reader, slot, *staged));
+    // Builds beside what serves now; files and registry change only once it is READY.
+    ASSIGN_OR_RETURN(auto mv, registry_.LoadUpload(head.name, VersionOf(head.version),
+                                                   std::move(staged)));
     FillModelInfo(*mv, true, resp->mutable_model());
     return absl::OkStatus();
   };
@@ -151,10 +126,7 @@ grpc::Status ModelServiceImpl::UnloadModel(grpc::ServerContext* ctx,
   auto run = [&]() -> absl::Status {
     RETURN_IF_ERROR(Authorize(*ctx));
     RETURN_IF_ERROR(ValidateModelName(req->name()));
-    const auto version = VersionOf(req->version());
-    RETURN_IF_ERROR(registry_.Unload(req->name(), version));
-    if (req->delete_from_repository()) RETURN_IF_ERROR(registry_.repository().Remove(req->name(), version));
-    return absl::OkStatus();
+    return registry_.Unload(req->name(), VersionOf(req->version()), req->delete_from_repository());
   };
   return ToGrpcStatus(run());
 }

@@ -77,7 +77,12 @@ grpc::Status Finish(const ModelRegistry& registry, const std::string& model, con
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+  // The message travels in a response header: past the client's metadata limit (8 KB by
+  // default) the client would see RESOURCE_EXHAUSTED instead of this status. Client text in
+  // messages is bounded where it is quoted (EchoName); this bounds everything else.
+  std::string message(s.message().substr(0, kMaxStatusMessageBytes));
+  if (s.message().size() > kMaxStatusMessageBytes) message += "...";
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::move(message));
 }
 
 grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::PredictRequest* req,

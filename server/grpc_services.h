@@ -12,10 +12,14 @@
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "server/model_registry.h"
+#include "server/stall_watchdog.h"
+#include "server/upload.h"
 
 namespace kiln::server {
 
-// absl and gRPC share the canonical code numbering; the message passes through.
+// absl and gRPC share the canonical code numbering; the message passes through, cut at
+// kMaxStatusMessageBytes.
+inline constexpr size_t kMaxStatusMessageBytes = 2048;
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
 class InferenceServiceImpl final : public v1::InferenceService::Service {
@@ -32,13 +36,16 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
 
 struct ModelServiceOptions {
   std::string auth_token;  // empty: Load/Unload need no credentials
-  int64_t max_model_bytes = int64_t{1} << 30;
+  UploadLimits uploads;
 };
 
 class ModelServiceImpl final : public v1::ModelService::Service {
  public:
   ModelServiceImpl(ModelRegistry& registry, ModelServiceOptions options)
-      : registry_(registry), options_(std::move(options)) {}
+      : registry_(registry),
+        options_(std::move(options)),
+        limiter_(options_.uploads),
+        watchdog_(options_.uploads.stall_timeout) {}
   grpc::Status LoadModel(grpc::ServerContext* ctx, grpc::ServerReader<v1::LoadModelChunk>* reader,
                          v1::LoadModelResponse* resp) override;
   grpc::Status UnloadModel(grpc::ServerContext* ctx, const v1::UnloadModelRequest* req,
@@ -50,8 +57,13 @@ class ModelServiceImpl final : public v1::ModelService::Service {
 
  private:
   absl::Status Authorize(const grpc::ServerContext& ctx) const;
+  absl::StatusOr<UploadHead> Receive(grpc::ServerContext& ctx,
+                                     grpc::ServerReader<v1::LoadModelChunk>& reader,
+                                     UploadLimiter::Slot& slot, StagedModel& staged);
   ModelRegistry& registry_;
   const ModelServiceOptions options_;
+  UploadLimiter limiter_;
+  StallWatchdog watchdog_;
 };
 
 // The ModelInfo of one loaded version; `full` adds the compile report.

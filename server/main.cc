@@ -16,6 +16,7 @@
 
 #include "base/openmp_env.h"
 #include "server/config.h"
+#include "server/crash_point.h"
 #include "server/engine_cache.h"
 #include "server/grpc_credentials.h"
 #include "server/grpc_services.h"
@@ -55,8 +56,13 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
   builder.SetMaxReceiveMessageSize(static_cast<int>(c.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(c.max_message_bytes));
   services.push_back(std::make_unique<InferenceServiceImpl>(registry));
-  services.push_back(std::make_unique<ModelServiceImpl>(
-      registry, ModelServiceOptions{c.auth_token, c.max_model_bytes}));
+  ModelServiceOptions model_options;
+  model_options.auth_token = c.auth_token;
+  model_options.uploads.max_model_bytes = c.max_model_bytes;
+  model_options.uploads.max_concurrent = c.max_concurrent_uploads;
+  model_options.uploads.max_bytes_in_flight = c.max_upload_bytes_in_flight;
+  model_options.uploads.stall_timeout = std::chrono::milliseconds(c.upload_stall_timeout_ms);
+  services.push_back(std::make_unique<ModelServiceImpl>(registry, std::move(model_options)));
   for (auto& s : services) builder.RegisterService(s.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return absl::UnavailableError(absl::StrCat("cannot listen on grpc address ", c.grpc_address));
@@ -68,6 +74,10 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
   if (!repository.ok()) {
     spdlog::critical("{}", std::string(repository.status().message()));
     return 1;
+  }
+  // Before anything can upload: what a crash left half done is finished or removed.
+  for (const std::string& note : repository->Recover()) {
+    spdlog::warn("model repository: {}", note);
   }
   ModelRegistry registry(std::move(*repository), c.model_defaults);
   // Always in memory (a reload of the same file is cheap); on disk too with engine_cache_dir.
@@ -101,6 +111,9 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("kilnd: signal {}, draining (at most {} ms)", sig, c.drain_timeout_ms);
+  // Loads in progress (an upload's or the start-up's) stop at their next step, so neither
+  // the drain nor the loader's join waits for a compile.
+  registry.BeginShutdown();
   if (health) health->Shutdown();  // every service reports NOT_SERVING from now on
   grpc_server->Shutdown(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(c.drain_timeout_ms));
@@ -137,6 +150,14 @@ int main(int argc, char** argv) {
     }
     std::fputs("kilnd: TEST FAULTS ENABLED (a broken pass is registered); never in production\n",
                stderr);
+  }
+  // Hidden and test-only: the chaos test's crash points (server/crash_point.h).
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    if (it->rfind("--test-crash-at=", 0) == 0) {
+      kiln::server::ArmCrashPoint(it->substr(std::string("--test-crash-at=").size()));
+      args.erase(it);
+      break;
+    }
   }
   auto config = kiln::server::LoadServerConfig(args);
   if (!config.ok()) {

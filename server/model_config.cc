@@ -153,7 +153,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml, const Mode
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": invalid YAML: ", e.what()));
   }
-  absl::Status s = ApplyModelConfig(root, c);
+  absl::Status s;
+  try {
+    s = ApplyModelConfig(root, c);
+  } catch (const YAML::Exception& e) {
+    // A key that is not a scalar (`{[1, 2]: x}`) throws where the key is read as text.
+    s = absl::InvalidArgumentError(absl::StrCat("unreadable YAML: ", e.what()));
+  }
   if (s.ok()) s = FinalizeModelConfig(c);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
   return c;

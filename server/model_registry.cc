@@ -6,7 +6,11 @@
 #include <thread>
 
 #include "base/file.h"
+#include "base/stop.h"
 #include "compiler/onnx/importer.h"
+#include "compiler/onnx/normalize.h"
+#include "server/crash_point.h"
+#include "server/echo.h"
 #include "server/metrics/kiln_metrics.h"
 
 namespace kiln::server {
@@ -84,6 +88,19 @@ CacheContext CacheFor(EngineCache* cache, const std::string& path) {
   return CacheContext{cache, ContentHash(*bytes)};
 }
 
+// ai.onnx opsets newer than the normalizer's internal form may change what an operator means
+// (a new attribute default, a new input), which Kiln would then compute silently wrong.
+absl::Status CheckOpsets(const Graph& g) {
+  for (const auto& [domain, version] : g.opsets) {
+    if ((domain.empty() || domain == "ai.onnx") && version > onnx_io::kInternalOpset) {
+      return absl::UnimplementedError(absl::StrCat(
+          "the model imports ai.onnx opset ", version, "; Kiln implements ai.onnx opsets up to ",
+          onnx_io::kInternalOpset));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void ModelRegistry::SetStateListener(StateListener l) { listener_ = std::move(l); }
@@ -109,54 +126,32 @@ void ModelRegistry::LoadRepository() {
   }
   for (const RepositoryModel& m : *models) {
     for (int64_t v : m.versions) {
+      if (stopping_) break;
       (void)LoadVersion(m.name, v, m.config_yaml);  // logs its own outcome; FAILED stays visible
     }
   }
   repository_loaded_ = true;
 }
 
-absl::Status ModelRegistry::LoadFromRepository(const std::string& name,
-                                               std::optional<int64_t> version) {
-  ASSIGN_OR_RETURN(RepositoryModel m, repository_.Find(name));
-  absl::Status first = absl::OkStatus();
-  for (int64_t v : m.versions) {
-    if (version && v != *version) continue;
-    absl::Status s = LoadVersion(name, v, m.config_yaml);
-    if (first.ok()) first = s;
-  }
-  return first;
-}
-
 absl::Status ModelRegistry::LoadVersion(const std::string& name, int64_t version,
                                         const std::string& yaml) {
-  std::lock_guard<std::mutex> load_lock(load_mu_);
+  const KeyedMutex::Lock name_lock = name_locks_.Acquire(name);
   ModelConfig fallback = defaults_;
   RETURN_IF_ERROR(FinalizeModelConfig(fallback));
   auto config = yaml.empty() ? absl::StatusOr<ModelConfig>(fallback)
                              : ParseModelConfig(yaml, defaults_, name + "/config.yaml");
   auto mv = std::make_shared<ModelVersion>(name, version, config.ok() ? *config : fallback);
-  mv->SetReason("importing");
+  mv->SetReason("waiting to load");
   {
     std::lock_guard<std::mutex> lk(mu_);
+    // An upload that committed this version after the scan already serves it.
+    if (models_[name].count(version)) return absl::OkStatus();
     models_[name][version] = mv;
     NotifyLocked(name);
   }
   spdlog::info("model {} version {}: loading on {}", name, version, mv->config().device);
   absl::Status status = config.status();
-  if (status.ok()) {
-    const std::string path = repository_.ModelPath(name, version);
-    auto graph = onnx_io::ImportModelFile(path);
-    status = graph.status();
-    if (status.ok()) {
-      const CacheContext cache = CacheFor(cache_.get(), path);
-      const auto build_start = std::chrono::steady_clock::now();
-      auto built = BuildModel(**graph, mv->config(),
-                              [&](const std::string& p) { mv->SetReason(p); }, cache);
-      metrics::RecordModelBuild(name, built.ok() ? &built->check : nullptr, built.status(),
-                                build_start);
-      status = built.ok() ? mv->Start(std::move(*built)) : built.status();
-    }
-  }
+  if (status.ok()) status = Build(*mv, repository_.ModelPath(name, version));
   if (!status.ok()) mv->Fail(std::string(status.message()));
   spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::err, "model {} version {}: {}{}",
               name, version, ModelStateName(mv->state()),
@@ -166,12 +161,108 @@ absl::Status ModelRegistry::LoadVersion(const std::string& name, int64_t version
   return status;
 }
 
+absl::Status ModelRegistry::Build(ModelVersion& mv, const std::string& path) {
+  std::lock_guard<std::mutex> build_lock(build_mu_);
+  // BeginShutdown sets stopping_: the compiler, the engines' tuning and the warm-up check
+  // poll it between steps, so a build in progress never holds up a shutdown.
+  const StopScope stop({StopCondition::Clock::time_point::max(), &stopping_, "model load"});
+  auto stopped = [] { return absl::CancelledError("the server is stopping: model load stopped"); };
+  if (stopping_) return stopped();
+  mv.SetReason("importing");
+  ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(path));
+  RETURN_IF_ERROR(CheckOpsets(*graph));
+  CrashPoint("build-started");
+  const CacheContext cache = CacheFor(cache_.get(), path);
+  const auto build_start = std::chrono::steady_clock::now();
+  auto built = BuildModel(*graph, mv.config(), [&](const std::string& p) { mv.SetReason(p); },
+                          cache);
+  // Whatever a stopped build returned (its step's CANCELLED, or an error the stop caused),
+  // the reason is the stop.
+  if (stopping_) return stopped();
+  metrics::RecordModelBuild(mv.name(), built.ok() ? &built->check : nullptr, built.status(),
+                            build_start);
+  if (!built.ok()) return built.status();
+  return mv.Start(std::move(*built));
+}
+
+absl::StatusOr<int64_t> ModelRegistry::ChooseVersion(const std::string& name,
+                                                     std::optional<int64_t> version) const {
+  if (version) {
+    if (*version < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("model version must be >= 1, got ", *version));
+    }
+    return *version;
+  }
+  // Above every stored and every loaded version: a loaded version whose files were removed
+  // behind the server's back is not silently replaced.
+  int64_t newest = 0;
+  if (auto stored = repository_.Find(name); stored.ok()) newest = stored->versions.back();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = models_.find(name);
+    if (it != models_.end() && !it->second.empty()) {
+      newest = std::max(newest, it->second.rbegin()->first);
+    }
+  }
+  return NextVersion(name, newest);
+}
+
+// The uploaded config_yaml, else the model's stored config.yaml (what a restart would use).
+absl::StatusOr<ModelConfig> ModelRegistry::UploadConfig(const std::string& name,
+                                                        const std::string& yaml) const {
+  if (!yaml.empty()) return ParseModelConfig(yaml, defaults_, "config_yaml");
+  ASSIGN_OR_RETURN(std::string stored, repository_.ReadConfig(name));
+  if (!stored.empty()) return ParseModelConfig(stored, defaults_, name + "/config.yaml");
+  ModelConfig config = defaults_;
+  RETURN_IF_ERROR(FinalizeModelConfig(config));
+  return config;
+}
+
+absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::LoadUpload(
+    const std::string& name, std::optional<int64_t> version, std::unique_ptr<StagedModel> staged) {
+  RETURN_IF_ERROR(ValidateModelName(name));
+  std::shared_ptr<ModelVersion> mv, replaced;
+  {
+    const KeyedMutex::Lock name_lock = name_locks_.Acquire(name);
+    if (stopping_) return absl::UnavailableError("the server is stopping");
+    ASSIGN_OR_RETURN(const int64_t v, ChooseVersion(name, version));
+    ASSIGN_OR_RETURN(ModelConfig config, UploadConfig(name, staged->config_yaml()));
+    mv = std::make_shared<ModelVersion>(name, v, std::move(config));
+    spdlog::info("model {} version {}: loading an upload on {}", name, v, mv->config().device);
+    if (absl::Status s = Build(*mv, staged->model_path()); !s.ok()) {
+      spdlog::error("model {} version {}: upload rejected ({})", name, v, std::string(s.message()));
+      return s;
+    }
+    CrashPoint("upload-built");
+    RETURN_IF_ERROR(repository_.Commit(*staged, name, v));
+    CrashPoint("upload-committed");
+    replaced = Publish(mv);
+    spdlog::info("model {} version {}: READY{}", name, v, replaced ? " (replaced)" : "");
+  }
+  if (replaced) {
+    // Returns once the replaced engines are freed, so back-to-back uploads never hold more
+    // than two copies of a model.
+    std::vector<std::weak_ptr<ModelVersion>> gone = {replaced};
+    replaced.reset();
+    WaitUntilReleased(gone);
+  }
+  return mv;
+}
+
+std::shared_ptr<ModelVersion> ModelRegistry::Publish(std::shared_ptr<ModelVersion> mv) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string name = mv->name();
+  models_[name][mv->version()].swap(mv);
+  NotifyLocked(name);
+  return mv;  // what the slot held before
+}
+
 absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::Find(
     const std::string& name, std::optional<int64_t> version) const {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = models_.find(name);
   if (it == models_.end() || it->second.empty()) {
-    return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
+    return absl::NotFoundError(absl::StrCat("model '", EchoName(name), "' is not loaded"));
   }
   const auto& versions = it->second;
   if (version) {
@@ -188,23 +279,31 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::Find(
   return versions.rbegin()->second;
 }
 
-absl::Status ModelRegistry::Unload(const std::string& name, std::optional<int64_t> version) {
+absl::Status ModelRegistry::Unload(const std::string& name, std::optional<int64_t> version,
+                                  bool delete_files) {
   std::vector<std::weak_ptr<ModelVersion>> gone;
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = models_.find(name);
-    if (it == models_.end()) {
-      return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
+    // Not while an upload of this name builds or commits: its files and entry would come
+    // back after this removed them.
+    const KeyedMutex::Lock name_lock = name_locks_.Acquire(name);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = models_.find(name);
+      if (it == models_.end()) {
+        return absl::NotFoundError(absl::StrCat("model '", EchoName(name), "' is not loaded"));
+      }
+      for (const auto& [v, mv] : it->second) {
+        if (!version || v == *version) gone.push_back(mv);
+      }
+      if (version && gone.empty()) {
+        return absl::NotFoundError(
+            absl::StrCat("model '", name, "' has no loaded version ", *version));
+      }
+      if (version) it->second.erase(*version);
+      if (!version || it->second.empty()) models_.erase(it);
+      NotifyLocked(name);
     }
-    for (const auto& [v, mv] : it->second) {
-      if (!version || v == *version) gone.push_back(mv);
-    }
-    if (version && gone.empty()) {
-      return absl::NotFoundError(absl::StrCat("model '", name, "' has no loaded version ", *version));
-    }
-    if (version) it->second.erase(*version);
-    if (!version || it->second.empty()) models_.erase(it);
-    NotifyLocked(name);
+    if (delete_files) RETURN_IF_ERROR(repository_.Remove(name, version));
   }
   WaitUntilReleased(gone);
   spdlog::info("model {}: unloaded{}", name, version ? absl::StrCat(" version ", *version) : "");

@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "server/batcher.h"
 #include "server/engine_cache.h"
+#include "server/keyed_mutex.h"
 #include "server/model_builder.h"
 #include "server/model_config.h"
 #include "server/model_repository.h"
@@ -83,22 +84,39 @@ class ModelRegistry {
   // True once LoadRepository has finished: until then models not yet reached are not in
   // List(), so readiness must not be judged from List() alone.
   bool repository_loaded() const { return repository_loaded_.load(); }
-  // Loads one model's versions from the repository (all, or just `version`). Blocks until
-  // the model is READY or FAILED; returns the first failure.
-  absl::Status LoadFromRepository(const std::string& name, std::optional<int64_t> version);
+  // An upload: builds the staged model beside whatever serves under its name (it is not
+  // visible until READY), then commits its files to the repository and publishes it,
+  // replacing the same version if one is loaded (requests on the old one finish on it).
+  // `version` absent: one above the newest stored or loaded version. On any failure the
+  // registry and the repository are as they were. Blocks until done.
+  absl::StatusOr<std::shared_ptr<ModelVersion>> LoadUpload(const std::string& name,
+                                                           std::optional<int64_t> version,
+                                                           std::unique_ptr<StagedModel> staged);
   // NOT_FOUND when the model (or the pinned version) is not loaded. Without a version: the
   // newest READY version, else the newest.
   absl::StatusOr<std::shared_ptr<ModelVersion>> Find(const std::string& name,
                                                      std::optional<int64_t> version) const;
-  // Removes the version(s) so no new request finds them, then waits (at most kUnloadWait)
-  // until the requests already using them are done and their engines are freed.
-  absl::Status Unload(const std::string& name, std::optional<int64_t> version);
+  // Removes the version(s) so no new request finds them (and their files when
+  // `delete_files`), then waits (at most kUnloadWait) until the requests already using them
+  // are done and their engines are freed.
+  absl::Status Unload(const std::string& name, std::optional<int64_t> version,
+                      bool delete_files = false);
   std::vector<std::shared_ptr<ModelVersion>> List() const;  // by name, then version
+  // The first step of shutdown: loads in progress stop at their next step (compile passes,
+  // kernels, reference nodes) with CANCELLED, and new ones are refused (UNAVAILABLE).
+  void BeginShutdown() { stopping_ = true; }
   // Stops every batcher (queued requests fail UNAVAILABLE). For shutdown, after draining.
   void StopAll();
 
  private:
   absl::Status LoadVersion(const std::string& name, int64_t version, const std::string& yaml);
+  // Imports `path`, compiles and checks it, and starts `mv` (READY). One build at a time.
+  absl::Status Build(ModelVersion& mv, const std::string& path);
+  absl::StatusOr<int64_t> ChooseVersion(const std::string& name,
+                                        std::optional<int64_t> version) const;
+  absl::StatusOr<ModelConfig> UploadConfig(const std::string& name, const std::string& yaml) const;
+  // Puts `mv` in place (replacing its name and version); returns what it replaced, if any.
+  std::shared_ptr<ModelVersion> Publish(std::shared_ptr<ModelVersion> mv);
   void NotifyLocked(const std::string& name);  // precondition: mu_ held
   static void WaitUntilReleased(const std::vector<std::weak_ptr<ModelVersion>>& gone);
 
@@ -108,10 +126,14 @@ class ModelRegistry {
   const ModelConfig defaults_;
   StateListener listener_;
   std::shared_ptr<EngineCache> cache_;
-  std::mutex load_mu_;  // one load at a time: compiling is CPU-bound, and it orders writes
+  // Held across everything that writes one name: version choice, build, commit, publish,
+  // unload. Taken before build_mu_ and mu_.
+  KeyedMutex name_locks_;
+  std::mutex build_mu_;  // one build at a time: compiling is CPU-bound
   mutable std::mutex mu_;  // guards models_; never held while compiling
   std::map<std::string, std::map<int64_t, std::shared_ptr<ModelVersion>>> models_;
   std::atomic<bool> repository_loaded_{false};
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace kiln::server

@@ -1,6 +1,7 @@
 #include "server/request_validation.h"
 
 #include "absl/strings/str_join.h"
+#include "server/echo.h"
 #include "server/tensor_codec.h"
 
 namespace kiln::server {
@@ -55,7 +56,7 @@ absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoT
     bool known = false;
     for (const auto& s : sig.inputs) known |= s.name == name;
     if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown input '", name, "'; the model takes: ",
+      return absl::InvalidArgumentError(absl::StrCat("unknown input '", EchoName(name), "'; the model takes: ",
                                                      absl::StrJoin(InputNames(sig), ", ")));
     }
   }
@@ -88,7 +89,7 @@ absl::StatusOr<std::vector<size_t>> SelectOutputs(
     if (i == sig.outputs.size()) {
       std::vector<std::string> names;
       for (const auto& s : sig.outputs) names.push_back(s.name);
-      return absl::InvalidArgumentError(absl::StrCat("unknown output '", name,
+      return absl::InvalidArgumentError(absl::StrCat("unknown output '", EchoName(name),
                                                      "' in output_filter; the model has: ",
                                                      absl::StrJoin(names, ", ")));
     }

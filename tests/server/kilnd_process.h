@@ -48,6 +48,12 @@ class KilndProcess {
     return Wait();
   }
 
+  // kill -9 and wait: what a crash, the OOM killer or an impatient orchestrator does.
+  void Kill() {
+    if (pid_ > 0) kill(pid_, SIGKILL);
+    Wait();
+  }
+
   // Waits for the process to end on its own; its exit status.
   int Wait() {
     if (pid_ > 0) {

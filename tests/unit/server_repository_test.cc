@@ -1,11 +1,14 @@
 // The model repository on disk: scanning, versions, atomic stores, removal, names.
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "server/http.h"
 #include "server/model_registry.h"
+#include "base/file.h"
 #include "server/model_repository.h"
 
 namespace kiln::server {
@@ -79,6 +82,100 @@ TEST_F(RepositoryTest, RemoveVersionAndModel) {
   EXPECT_EQ(repo->Find("m").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(RepositoryTest, AStagedUploadTouchesNothingUntilCommitted) {
+  auto repo = ModelRepository::Open(root_.string());
+  ASSERT_TRUE(repo->Store("m", 1, "old", "old: config\n").ok());
+  fs::path staged_dir;
+  {
+    auto staged = repo->Stage();
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    ASSERT_TRUE((*staged)->Append("ne").ok());
+    ASSERT_TRUE((*staged)->Append("w").ok());
+    ASSERT_TRUE((*staged)->Finish("new: config\n").ok());
+    EXPECT_EQ((*staged)->bytes(), 3);
+    staged_dir = fs::path((*staged)->model_path()).parent_path();
+    EXPECT_TRUE(fs::exists(staged_dir / "config.yaml"));
+    // Not committed: the repository is as it was.
+    EXPECT_EQ(ReadWholeFile(repo->ModelPath("m", 1)), "old");
+    EXPECT_EQ(repo->Find("m")->config_yaml, "old: config\n");
+  }
+  EXPECT_FALSE(fs::exists(staged_dir)) << "an abandoned upload is removed";
+  auto staged = repo->Stage();
+  ASSERT_TRUE((*staged)->Append("new").ok());
+  EXPECT_EQ(repo->Commit(**staged, "m", 1).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*staged)->Finish("new: config\n").ok());
+  ASSERT_TRUE(repo->Commit(**staged, "m", 1).ok());
+  EXPECT_EQ(ReadWholeFile(repo->ModelPath("m", 1)), "new");
+  EXPECT_EQ(repo->Find("m")->config_yaml, "new: config\n");
+  EXPECT_TRUE(fs::is_empty(root_ / ".staging"));
+}
+
+TEST_F(RepositoryTest, ConcurrentStagesNeverShareAFolder) {
+  auto repo = ModelRepository::Open(root_.string());
+  std::vector<std::unique_ptr<StagedModel>> staged;
+  std::set<std::string> paths;
+  for (int i = 0; i < 20; ++i) {
+    staged.push_back(*repo->Stage());
+    paths.insert(staged.back()->model_path());
+  }
+  EXPECT_EQ(paths.size(), 20u);
+}
+
+TEST_F(RepositoryTest, VersionOverflowIsOutOfRange) {
+  EXPECT_EQ(*NextVersion("m", 0), 1);
+  EXPECT_EQ(*NextVersion("m", 41), 42);
+  EXPECT_EQ(NextVersion("m", std::numeric_limits<int64_t>::max()).status().code(),
+            absl::StatusCode::kOutOfRange);
+  auto repo = ModelRepository::Open(root_.string());
+  ASSERT_TRUE(repo->Store("m", std::numeric_limits<int64_t>::max(), "a", "").ok());
+  EXPECT_EQ(repo->Store("m", std::nullopt, "b", "").status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(repo->Find("m")->versions.size(), 1u);
+}
+
+// What kill -9 can leave: a staged upload without its commit record (removed), one with it
+// (finished: moved into place), temporary files of atomic writes and empty version folders
+// (removed). Models and configs that were in place stay.
+TEST_F(RepositoryTest, RecoverFinishesCommitsAndRemovesLeftovers) {
+  Touch(root_ / "keep" / "1" / "model.onnx", "kept");
+  Touch(root_ / "keep" / "config.yaml", "instances: 1\n");
+  Touch(root_ / ".staging" / "upload.1.0" / "model.onnx", "half an upload");
+  Touch(root_ / ".staging" / "upload.1.1" / "model.onnx", "committed");
+  Touch(root_ / ".staging" / "upload.1.1" / "config.yaml", "max_batch_size: 1\n");
+  Touch(root_ / ".staging" / "upload.1.1" / "commit", "keep\n2\n");
+  Touch(root_ / ".staging" / "upload.1.2" / "model.onnx", "bad record");
+  Touch(root_ / ".staging" / "upload.1.2" / "commit", "../etc\n2\n");
+  Touch(root_ / ".staging" / "upload.1.3" / ".commit.tmp.1.0", "keep\n3\n");
+  Touch(root_ / "keep" / "1" / ".model.onnx.tmp.4242", "partial");
+  Touch(root_ / "keep" / ".config.yaml.tmp.4242.7", "partial");
+  fs::create_directories(root_ / "keep" / "9");
+  auto repo = ModelRepository::Open(root_.string());
+  const std::vector<std::string> notes = repo->Recover();
+  EXPECT_EQ(notes.size(), 7u);
+  for (const auto& n : notes) std::printf("  recover: %s\n", n.c_str());
+  EXPECT_TRUE(fs::is_empty(root_ / ".staging"));
+  EXPECT_EQ(repo->Find("keep")->versions, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ReadWholeFile(repo->ModelPath("keep", 1)), "kept");
+  EXPECT_EQ(ReadWholeFile(repo->ModelPath("keep", 2)), "committed");
+  EXPECT_EQ(repo->Find("keep")->config_yaml, "max_batch_size: 1\n");
+  EXPECT_FALSE(fs::exists(root_ / "keep" / "9"));
+  EXPECT_FALSE(fs::exists(root_ / "keep" / "1" / ".model.onnx.tmp.4242"));
+  EXPECT_TRUE(repo->Recover().empty()) << "a second pass finds nothing";
+  std::vector<std::string> skipped;
+  EXPECT_EQ(repo->Scan(&skipped)->size(), 1u);
+  EXPECT_TRUE(skipped.empty()) << skipped[0];
+}
+
+// A full disk is the client's to retry elsewhere or later (tests/server/chaos_test.cc fills a
+// real one); other I/O errors are the server's.
+TEST_F(RepositoryTest, FileErrorsSayWhetherTheDiskIsFull) {
+  auto w = FileWriter::Create(root_ / "x");  // root_ does not exist yet
+  EXPECT_FALSE(w.ok());
+  EXPECT_EQ(FileError(ENOSPC, "cannot write f").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(FileError(EIO, "cannot write f").code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(IsTempName(TempNameFor(root_ / "model.onnx").filename().string()));
+  EXPECT_FALSE(IsTempName("model.onnx"));
+}
+
 TEST(ModelName, Validation) {
   EXPECT_TRUE(ValidateModelName("resnet-50_v1.2").ok());
   EXPECT_FALSE(ValidateModelName("").ok());
@@ -86,6 +183,10 @@ TEST(ModelName, Validation) {
   EXPECT_FALSE(ValidateModelName("a/b").ok());
   EXPECT_FALSE(ValidateModelName(".hidden").ok());
   EXPECT_FALSE(ValidateModelName(std::string(200, 'a')).ok());
+  // A long name is quoted back cut short, whatever it holds.
+  const absl::Status s = ValidateModelName(std::string(10000, '/'));
+  EXPECT_LT(s.message().size(), 200u);
+  EXPECT_NE(s.message().find("(10000 bytes)"), std::string::npos) << s.message();
 }
 
 // Strict readiness: before the startup scan has reached every model, the registry lists

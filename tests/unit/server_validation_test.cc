@@ -151,6 +151,21 @@ TEST(TensorCodec, RoundTripsRawAndTyped) {
   EXPECT_TRUE(p.bool_data(1));
 }
 
+// A status message rides in a response header: a client's 10 KB name quoted whole would push
+// it past the client's 8 KB metadata limit and turn the answer into RESOURCE_EXHAUSTED.
+TEST(ValidateInputs, LongClientNamesAreQuotedCutShort) {
+  ProtoTensorMap m;
+  m["x"] = Floats({1, 3}, 3);
+  m["ids"] = Ids(1);
+  m[std::string(10000, 'q') + "\n"] = Ids(1);
+  const std::string msg = Message(m);
+  EXPECT_EQ(msg, "unknown input '" + std::string(64, 'q') +
+                     "...(10001 bytes)'; the model takes: x, ids");
+  google::protobuf::RepeatedPtrField<std::string> f;
+  *f.Add() = std::string(10000, 'w');
+  EXPECT_LT(SelectOutputs(Sig(), f).status().message().size(), 200u);
+}
+
 TEST(SelectOutputs, FilterByName) {
   google::protobuf::RepeatedPtrField<std::string> f;
   EXPECT_EQ(*SelectOutputs(Sig(), f), (std::vector<size_t>{0, 1}));
