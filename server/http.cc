@@ -1,6 +1,13 @@
 #include "server/http.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
 
 #include "server/metrics/kiln_metrics.h"
 
@@ -23,44 +30,118 @@ Readiness CheckReadiness(const ModelRegistry& registry) {
   return r;
 }
 
+namespace {
+
+// A request the listener already read whole, as cpp-httplib's input; the response goes
+// straight to the socket, bounded by a deadline so a client that does not read cannot hold a
+// worker.
+class BufferedRequestStream final : public httplib::Stream {
+ public:
+  BufferedRequestStream(int fd, std::string request, std::chrono::milliseconds write_timeout)
+      : fd_(fd), request_(std::move(request)),
+        deadline_(std::chrono::steady_clock::now() + write_timeout) {}
+
+  bool is_readable() const override { return pos_ < request_.size(); }
+  bool is_writable() const override { return std::chrono::steady_clock::now() < deadline_; }
+  ssize_t read(char* ptr, size_t size) override {
+    const size_t n = std::min(size, request_.size() - pos_);
+    std::memcpy(ptr, request_.data() + pos_, n);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    size_t done = 0;
+    while (done < size) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline_ - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLOUT, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return -1;
+      const ssize_t n = send(fd_, ptr + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) return -1;
+      done += static_cast<size_t>(n);
+    }
+    return static_cast<ssize_t>(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    Address(getpeername, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    Address(getsockname, ip, port);
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  void Address(int (*get)(int, sockaddr*, socklen_t*), std::string& ip, int& port) const {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "";
+    if (get(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+        getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+      ip = host;
+      port = std::atoi(serv);
+    }
+  }
+
+  const int fd_;
+  const std::string request_;
+  size_t pos_ = 0;
+  const std::chrono::steady_clock::time_point deadline_;
+};
+
+}  // namespace
+
+// cpp-httplib's routing and response writing, fed by HttpListener instead of its own accept
+// loop (whose thread per connection any eight slow clients could hold).
+class HttpServer::Router : public httplib::Server {
+ public:
+  void Serve(httplib::Stream& stream) {
+    bool closed = false;
+    process_request(stream, /*close_connection=*/true, closed, [](httplib::Request&) {});
+  }
+};
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
-                                                              const ModelRegistry& registry) {
+                                                              const ModelRegistry& registry,
+                                                              const HttpLimits& limits) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("http address '", address, "' needs host:port"));
   }
   const std::string host = address.substr(0, colon);
   int port = 0;
-  try {
-    port = std::stoi(address.substr(colon + 1));
-  } catch (...) {
+  const std::string port_text = address.substr(colon + 1);
+  auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("http address '", address, "': bad port"));
   }
   std::unique_ptr<HttpServer> s(new HttpServer());
-  s->server_ = std::make_unique<httplib::Server>();
-  s->server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+  s->router_ = std::make_unique<Router>();
+  s->router_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
-  s->server_->Get("/readyz", [&registry](const httplib::Request&, httplib::Response& res) {
+  s->router_->Get("/readyz", [&registry](const httplib::Request&, httplib::Response& res) {
     const Readiness r = CheckReadiness(registry);
     res.status = r.ready ? 200 : 503;
     res.set_content(r.body, "text/plain");
   });
-  s->server_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
+  s->router_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics::RenderAll(registry), metrics::kContentType);
   });
-  if (!s->server_->bind_to_port(host, port)) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on http address ", address));
-  }
-  s->thread_ = std::thread([raw = s->server_.get()] { raw->listen_after_bind(); });
+  auto serve = [router = s->router_.get(), timeout = limits.write_timeout](int fd, std::string request) {
+    BufferedRequestStream stream(fd, std::move(request), timeout);
+    router->Serve(stream);
+    close(fd);
+  };
+  ASSIGN_OR_RETURN(s->listener_, HttpListener::Start(host, port, limits, std::move(serve)));
   return s;
 }
 
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Stop() {
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (listener_) listener_->Stop();
 }
 
 }  // namespace kiln::server

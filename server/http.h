@@ -1,19 +1,16 @@
 // The HTTP side door: GET /healthz (200 while the process serves), GET /readyz (200 only
 // when every loaded model is READY, else 503 listing the models that are not, and why) and
 // GET /metrics (Prometheus text format 0.0.4, server/metrics/kiln_metrics.h).
-// Served by cpp-httplib on its own threads.
+// Requests are admitted whole by HttpListener (slow clients never hold a thread) and then
+// routed and answered by cpp-httplib.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "base/status.h"
+#include "server/http_listener.h"
 #include "server/model_registry.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace kiln::server {
 
@@ -21,15 +18,17 @@ class HttpServer {
  public:
   // Binds `address` ("host:port") and starts serving. `registry` must outlive the server.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address,
-                                                           const ModelRegistry& registry);
+                                                           const ModelRegistry& registry,
+                                                           const HttpLimits& limits = {});
   ~HttpServer();  // Stop()s
-  // Stops accepting and joins the listener thread. Idempotent.
+  // Stops accepting, answers the requests already read, joins every thread. Idempotent.
   void Stop();
 
  private:
+  class Router;
   HttpServer() = default;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<Router> router_;  // declared first: the listener's workers use it
+  std::unique_ptr<HttpListener> listener_;
 };
 
 // The /readyz verdict: ok, and one line per model that is not READY.

@@ -1,0 +1,181 @@
+// The HTTP front door: the admission rule (a request is handed to a worker only once whole)
+// and the listener's bounds (request timeout, pending connections, request size), with a
+// small handler instead of kilnd's routes.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "server/http_listener.h"
+#include "tests/server/free_port.h"
+
+namespace kiln::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(ParseRequestState, WaitsForTheWholeHeadAndBody) {
+  const size_t max = 1024;
+  EXPECT_EQ(ParseRequestState("", max), RequestState::kIncomplete);
+  EXPECT_EQ(ParseRequestState("GET /healthz HTTP/1.1\r\nHost: x\r\n", max), RequestState::kIncomplete);
+  EXPECT_EQ(ParseRequestState("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", max), RequestState::kComplete);
+  EXPECT_EQ(ParseRequestState("GET / HTTP/1.0\n\n", max), RequestState::kComplete);
+  // Pipelined bytes after a whole request do not matter.
+  EXPECT_EQ(ParseRequestState("GET / HTTP/1.1\r\n\r\nGET / HT", max), RequestState::kComplete);
+  const std::string post = "POST /x HTTP/1.1\r\ncOnTeNt-LeNgTh:  5 \r\n\r\n";
+  EXPECT_EQ(ParseRequestState(post + "abc", max), RequestState::kIncomplete);
+  EXPECT_EQ(ParseRequestState(post + "abcde", max), RequestState::kComplete);
+}
+
+TEST(ParseRequestState, RefusesWhatAProbeNeverSends) {
+  const size_t max = 64;
+  EXPECT_EQ(ParseRequestState(std::string(65, 'a'), max), RequestState::kTooLarge);
+  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n", max),
+            RequestState::kTooLarge);
+  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", 1 << 20),
+            RequestState::kBad);
+  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", max), RequestState::kBad);
+  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", max),
+            RequestState::kBad);
+}
+
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+// Everything the server sends until it closes (or `wait` passes).
+std::string ReadAll(int fd, milliseconds wait = milliseconds(3000)) {
+  std::string out;
+  char buf[512];
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+// True when the server closed `fd` (EOF) within `wait`; closes it either way.
+bool ClosedByServer(int fd, milliseconds wait) {
+  pollfd p{fd, POLLIN, 0};
+  char c;
+  const bool eof = poll(&p, 1, static_cast<int>(wait.count())) == 1 && recv(fd, &c, 1, 0) == 0;
+  close(fd);
+  return eof;
+}
+
+class ListenerTest : public ::testing::Test {
+ protected:
+  void Start(HttpLimits limits) {
+    port_ = FreePort();
+    auto l = HttpListener::Start("127.0.0.1", port_, limits, [this](int fd, std::string req) {
+      ++handled_;
+      const std::string body = req.substr(0, req.find(' '));
+      const std::string resp = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                               "\r\nConnection: close\r\n\r\n" + body;
+      (void)!send(fd, resp.data(), resp.size(), MSG_NOSIGNAL);
+      close(fd);
+    });
+    ASSERT_TRUE(l.ok()) << l.status();
+    listener_ = std::move(*l);
+  }
+  std::string Get(const std::string& method = "GET") {
+    const int fd = Connect(port_);
+    const std::string req = method + " / HTTP/1.1\r\nHost: t\r\n\r\n";
+    (void)!send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    return ReadAll(fd);
+  }
+  int port_ = 0;
+  std::atomic<int> handled_{0};
+  std::unique_ptr<HttpListener> listener_;
+};
+
+TEST_F(ListenerTest, AnswersWholeRequestsWhileSlowClientsWait) {
+  HttpLimits limits;
+  limits.workers = 1;
+  Start(limits);
+  std::vector<int> slow;
+  for (int i = 0; i < 50; ++i) {
+    slow.push_back(Connect(port_));
+    (void)!send(slow.back(), "GET / HTTP/1.1\r\n", 16, MSG_NOSIGNAL);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NE(Get().find("\r\n\r\nGET"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(500));
+  EXPECT_EQ(handled_.load(), 1);  // the slow ones never reached a worker
+  for (int fd : slow) close(fd);
+}
+
+TEST_F(ListenerTest, ASlowRequestIsClosedAtTheRequestTimeout) {
+  HttpLimits limits;
+  limits.request_timeout = milliseconds(300);
+  Start(limits);
+  const int fd = Connect(port_);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread dribble([fd] {
+    for (int i = 0; i < 20; ++i) {
+      if (send(fd, "X-A: b\r\n", 8, MSG_NOSIGNAL) < 0) return;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  });
+  (void)!send(fd, "GET / HTTP/1.1\r\n", 16, MSG_NOSIGNAL);
+  const std::string got = ReadAll(dup(fd));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  dribble.join();
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 408", 0), 0u) << got;
+  EXPECT_GE(took, milliseconds(250));
+  EXPECT_LT(took, milliseconds(900));
+  EXPECT_EQ(handled_.load(), 0);
+}
+
+TEST_F(ListenerTest, TheOldestPendingConnectionMakesRoom) {
+  HttpLimits limits;
+  limits.max_pending = 4;
+  Start(limits);
+  std::vector<int> idle;
+  for (int i = 0; i < 10; ++i) idle.push_back(Connect(port_));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_NE(Get().find("200 OK"), std::string::npos);
+  // The first ones were closed to make room (the server's close reads as EOF).
+  EXPECT_TRUE(ClosedByServer(idle[0], milliseconds(300)));
+  EXPECT_FALSE(ClosedByServer(idle[9], milliseconds(100)));
+  for (size_t i = 1; i < idle.size() - 1; ++i) close(idle[i]);
+}
+
+TEST_F(ListenerTest, OversizedAndChunkedRequestsAreRefused) {
+  HttpLimits limits;
+  limits.max_request_bytes = 256;
+  Start(limits);
+  int fd = Connect(port_);
+  const std::string big = "GET / HTTP/1.1\r\nX: " + std::string(400, 'a') + "\r\n\r\n";
+  (void)!send(fd, big.data(), big.size(), MSG_NOSIGNAL);
+  EXPECT_EQ(ReadAll(fd).rfind("HTTP/1.1 413", 0), 0u);
+  fd = Connect(port_);
+  const std::string chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  (void)!send(fd, chunked.data(), chunked.size(), MSG_NOSIGNAL);
+  EXPECT_EQ(ReadAll(fd).rfind("HTTP/1.1 400", 0), 0u);
+  EXPECT_EQ(handled_.load(), 0);
+  listener_->Stop();
+  listener_->Stop();  // idempotent
+}
+
+}  // namespace
+}  // namespace kiln::server
