@@ -224,6 +224,7 @@ absl::Status CpuEngine::BuildKernels() {
     const int y = ctx_.SlotOf(node.output(0));
     const std::string label = (k->is_fallback() ? "[ref] " : "") + node.op_type + " " +
                               node.name + (y < 0 ? "" : " " + ShapeToString(ctx_.slots[y].shape));
+    info_.layout_reorders += static_cast<int>(pre.size() + post.size());
     for (auto& p : pre) AddKernel(std::move(p), "(reorder in) " + node.name);
     AddKernel(std::move(k), label);
     for (auto& p : post) AddKernel(std::move(p), "(reorder out) " + node.name);

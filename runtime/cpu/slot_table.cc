@@ -41,8 +41,19 @@ absl::Status AddPlanned(BuildContext& ctx, const Value* v, const plan::MemoryPla
   return absl::OkStatus();
 }
 
+// A Concat of rank-3..5 activations along their channels.
+bool IsChannelConcat(const Node& n) {
+  if (!n.domain.empty() || n.op_type != "Concat" || !n.output(0) || !n.output(0)->shape) {
+    return false;
+  }
+  const int64_t rank = static_cast<int64_t>(n.output(0)->shape->size());
+  const int64_t axis = n.GetInt("axis", 0);
+  return rank >= 3 && rank <= 5 && (axis == 1 || axis == 1 - rank);
+}
+
 // A value may stay blocked when it is f32 of rank 3..5, not a graph output, and every use is
-// the activation input (or the residual) of a conv-family node.
+// the activation input (or the residual) of a conv-family node, or an input of a channel
+// Concat (which then works in that layout or reorders it itself).
 void MarkBlockable(const Graph& graph, BuildContext& ctx) {
   for (Slot& s : ctx.slots) {
     s.blocked_ok = s.storage == Storage::kArena && s.dtype == DType::kFloat32 &&
@@ -53,6 +64,7 @@ void MarkBlockable(const Graph& graph, BuildContext& ctx) {
       const int s = ctx.SlotOf(n->inputs[i]);
       if (s < 0) continue;
       const bool residual = n->domain == kKilnDomain && i >= 3;
+      if (IsChannelConcat(*n)) continue;  // concat_kernel.cc works in those layouts
       if (!IsConvFamily(*n) || (i != 0 && !residual)) ctx.slots[s].blocked_ok = false;
     }
   }

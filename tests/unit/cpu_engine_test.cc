@@ -528,6 +528,34 @@ TEST(CpuEngineInputs, WrongShapeDtypeOrCountIsInvalidArgument) {
   EXPECT_GT(engine->info().arena_bytes, 0);
 }
 
+// Concat of convolution outputs along channels, then a convolution: in the blocked layout
+// (whole blocks) and channels-last the concat works in the convolutions' layout, so the
+// only reorder left is at the graph's input and output. Channel counts that are not whole
+// blocks take the plain concat, through reorders, with the same answers.
+std::unique_ptr<Graph> ConcatGraph(int64_t c1, int64_t c2) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 8, 6, 6});
+  Value* a = b.Op("Conv", {x, b.Constant("wa", Random({c1, 8, 1, 1}, 51))});
+  Value* p = b.Op("Conv", {x, b.Constant("wb", Random({c2, 8, 3, 3}, 52))},
+                  {{"pads", Ints({1, 1, 1, 1})}});
+  Value* cat = b.Op("Concat", {a, p}, {{"axis", Attribute::Int(1)}});
+  b.Output(b.Op("Conv", {cat, b.Constant("wc", Random({16, c1 + c2, 1, 1}, 53))}));
+  return b.Build();
+}
+
+TEST(CpuEngineLayouts, ConcatStaysInTheConvolutionsLayout) {
+  Outcome whole = ExpectMatchesReference(ConcatGraph(16, 32));
+  cpu::CpuEngineOptions eo;
+  eo.layout = cpu::ActivationLayout::kBlocked;
+  auto blocked = cpu::BuildCpuEngine(whole.compiled, eo);
+  ASSERT_TRUE(blocked.ok()) << blocked.status();
+  // The graph input into each convolution's layout and the graph output out; around the
+  // concat at most one input that its convolution left in another layout (a primitive
+  // without a blocked kernel keeps its own), where the plain concat needs 6 in all.
+  EXPECT_LE((*blocked)->info().layout_reorders, 4);
+  ExpectMatchesReference(ConcatGraph(12, 20));  // not whole blocks: the plain concat
+}
+
 TEST(CpuEngineSteadyState, RunAllocatesNothingAfterTheFirstCall) {
   // Own kernels only (view, element-wise, softmax, layer norm, transpose).
   GraphBuilder b;

@@ -131,6 +131,7 @@ absl::Status Bench(const BenchArgs& b) {
   for (const auto& t : info.slow_ops) slow += (slow.empty() ? "" : ",") + t;
   w.Field("slow_ops", slow);
   w.Field("isa", info.isa);
+  w.Field("layout_reorders", static_cast<int64_t>(info.layout_reorders));
   w.Field("arena_bytes", info.arena_bytes);
   w.Field("layout", info.layout);
   w.Field("tune_ms", info.tune_ms);
