@@ -65,9 +65,14 @@ std::optional<ProductMatch> MatchHardSwishClip(const Graph& graph, Node& clip) {
 }
 
 // Conv/Gemm/MatMul + Sigmoid + Mul is left to the epilogue fusions, which know it as SiLU
-// and run it inside the primary's kernel; a FusedElementwise there would hide it.
+// and run it inside the primary's kernel; a FusedElementwise there would hide it. A
+// BatchNormalization between them (EfficientNet's Conv -> BN -> SiLU) is seen through:
+// fold_batchnorm, later, makes it part of the Conv.
 bool FeedsAnEpilogue(const Value* x) {
   const Node* p = x->producer;
+  while (p && p->domain.empty() && p->op_type == "BatchNormalization" && p->input(0)) {
+    p = p->input(0)->producer;
+  }
   return p && p->domain.empty() &&
          (p->op_type == "Conv" || p->op_type == "Gemm" || p->op_type == "MatMul");
 }

@@ -142,6 +142,11 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node);
 // allocate per call or change NaN (see MakeDnnlMatMul).
 std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node);
+// Add/Sub/Mul/Div of a convolution-laid-out activation and a per-channel or scalar operand
+// (dnnl_binary.cc), in the activation's layout.
+std::unique_ptr<CpuKernel> MakeDnnlBinary(BuildContext& ctx, const Node& node);
+// Which input of `node` is such an activation (0 or 1), or -1 when the node is not one.
+int LayoutBinaryActivationInput(const Node& node);
 std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeFallback(BuildContext& ctx, const Node& node);
 

@@ -52,8 +52,9 @@ bool IsChannelConcat(const Node& n) {
 }
 
 // A value may stay blocked when it is f32 of rank 3..5, not a graph output, and every use is
-// the activation input (or the residual) of a conv-family node, or an input of a channel
-// Concat (which then works in that layout or reorders it itself).
+// the activation input (or the residual) of a conv-family node, an input of a channel
+// Concat, or the activation of a per-channel Add/Sub/Mul/Div (which work in that layout or
+// reorder it themselves).
 void MarkBlockable(const Graph& graph, BuildContext& ctx) {
   for (Slot& s : ctx.slots) {
     s.blocked_ok = s.storage == Storage::kArena && s.dtype == DType::kFloat32 &&
@@ -65,6 +66,7 @@ void MarkBlockable(const Graph& graph, BuildContext& ctx) {
       if (s < 0) continue;
       const bool residual = n->domain == kKilnDomain && i >= 3;
       if (IsChannelConcat(*n)) continue;  // concat_kernel.cc works in those layouts
+      if (LayoutBinaryActivationInput(*n) == static_cast<int>(i)) continue;  // dnnl_binary.cc
       if (!IsConvFamily(*n) || (i != 0 && !residual)) ctx.slots[s].blocked_ok = false;
     }
   }

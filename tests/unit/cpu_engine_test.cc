@@ -556,6 +556,33 @@ TEST(CpuEngineLayouts, ConcatStaysInTheConvolutionsLayout) {
   ExpectMatchesReference(ConcatGraph(12, 20));  // not whole blocks: the plain concat
 }
 
+// A squeeze-and-excitation block: the activation times a per-channel scale (operand order
+// both ways), and a subtraction of it from a scale (s - x: the own kernel's, since oneDNN
+// broadcasts only its second operand). The products stay in the convolutions' layout.
+std::unique_ptr<Graph> SqueezeExcitationGraph() {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 16, 5, 5});
+  Value* c = b.Op("Conv", {x, b.Constant("w1", Random({32, 16, 3, 3}, 61))},
+                  {{"pads", Ints({1, 1, 1, 1})}});
+  Value* s = b.Op("Sigmoid", {b.Op("Conv", {b.Op("GlobalAveragePool", {c}),
+                                            b.Constant("w2", Random({32, 32, 1, 1}, 62))})});
+  Value* scaled = b.Op("Mul", {s, c});
+  Value* c2 = b.Op("Conv", {scaled, b.Constant("w3", Random({32, 32, 1, 1}, 63))});
+  Value* m = b.Op("Mul", {c2, b.Constant("k", Random({1, 32, 1, 1}, 64))});
+  b.Output(b.Op("Sub", {b.Constant("k2", Random({32, 1, 1}, 65)), m}));
+  return b.Build();
+}
+
+TEST(CpuEngineLayouts, PerChannelProductsStayInTheConvolutionsLayout) {
+  Outcome o = ExpectMatchesReference(SqueezeExcitationGraph());
+  cpu::CpuEngineOptions eo;
+  eo.layout = cpu::ActivationLayout::kBlocked;
+  auto blocked = cpu::BuildCpuEngine(o.compiled, eo);
+  ASSERT_TRUE(blocked.ok()) << blocked.status();
+  // In, the Sub's reorder of its activation to plain, and none around the products.
+  EXPECT_LE((*blocked)->info().layout_reorders, 3);
+}
+
 TEST(CpuEngineSteadyState, RunAllocatesNothingAfterTheFirstCall) {
   // Own kernels only (view, element-wise, softmax, layer norm, transpose).
   GraphBuilder b;
