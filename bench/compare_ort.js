@@ -4,7 +4,7 @@
 //
 //   node bench/compare_ort.js --kiln build/tools/kiln[,other/kiln] [--models DIR] [--batches 1,8]
 //                             [--threads 2] [--rounds 4] [--runs 10] [--only m1,m2] [--with-o0]
-//                             [--dim NAME=N ...]
+//                             [--dim NAME=N ...] [--json FILE]
 //
 // For every model folder under DIR (default ~/.cache/kiln/models) and batch: `rounds`
 // rounds, each running `kiln bench --runs R` (its own warm-up) and then R timed ORT runs
@@ -16,6 +16,9 @@
 // --with-o0 adds, for every entry, a row at -O0: what the optimizer's passes buy.
 // --dim gives a symbolic input dim other than the batch a size (a text model's sequence), on
 // both sides (`kiln bench --dim`); unnamed or unlisted ones are 1.
+// --json FILE writes every row, with what kiln bench reported of its engine (ISA, layout,
+// fallback and slow ops, layout reorders, build and tuning time); a model either side fails
+// on is a row with its error, and the run goes on.
 'use strict';
 const fs = require('fs');
 const os = require('os');
@@ -35,6 +38,7 @@ function parseArgs(argv) {
     else if (a === '--rounds') o.rounds = Number(v);
     else if (a === '--runs') o.runs = Number(v);
     else if (a === '--only') o.only = v.split(',');
+    else if (a === '--json') o.json = v;
     else if (a === '--dim') {
       const [name, size] = v.split('=');
       if (!name || !(Number(size) > 0)) { process.stderr.write(`--dim takes NAME=N, got ${v}\n`); process.exit(2); }
@@ -81,7 +85,7 @@ async function timeOrt(session, feeds, runs) {
   return times;
 }
 
-function timeKiln(o, kiln, model, batch) {
+function timeKiln(o, kiln, model, batch, report) {
   const json = path.join(os.tmpdir(), `kiln_bench_${process.pid}.json`);
   // Each side waits the way it does by default: kiln's bounded OpenMP spin
   // (base/openmp_env.h), ORT's intra-op spinning (allow_spinning 1, its default).
@@ -90,7 +94,9 @@ function timeKiln(o, kiln, model, batch) {
   execFileSync(bin, ['bench', model, ...dimArgs, '--batch', String(batch), '--threads', String(o.threads),
                      '--runs', String(o.runs), '--json', json, ...extra],
                {stdio: ['ignore', 'ignore', 'inherit']});
-  return JSON.parse(fs.readFileSync(json, 'utf8')).times_ms;
+  const r = JSON.parse(fs.readFileSync(json, 'utf8'));
+  if (report) Object.assign(report, r);
+  return r.times_ms;
 }
 
 async function main() {
@@ -99,31 +105,48 @@ async function main() {
   const names = fs.readdirSync(o.models).filter((m) => fs.existsSync(path.join(o.models, m, 'model.onnx')))
                   .filter((m) => !o.only || o.only.includes(m)).sort();
   console.log('model           batch  kiln_p50  kiln_p99   ort_p50   ort_p99  kiln/ort');
+  const rows = [];
   for (const m of names) {
-    const model = path.join(o.models, m, 'model.onnx');
-    const session = await ort.InferenceSession.create(model, {
-      graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1,
-      executionMode: 'sequential'});
-    for (const batch of o.batches) {
-      const feeds = makeFeeds(ort, session, batch, o.dims);
-      await timeOrt(session, feeds, 3);  // warm-up
-      const kiln = o.kiln.map(() => []), ortTimes = [];
-      for (let r = 0; r < o.rounds; ++r) {
-        o.kiln.forEach((bin, i) => kiln[i].push(...timeKiln(o, bin, model, batch)));
-        ortTimes.push(...(await timeOrt(session, feeds, o.runs)));
-        // ORT's pool spins for a while after a run: let it park before kiln's next turn, or
-        // kiln would be timed beside a busy core.
-        await new Promise((resolve) => setTimeout(resolve, o.settleMs));
-      }
-      const o50 = percentile(ortTimes, 0.5);
-      kiln.forEach((times, i) => {
-        const k50 = percentile(times, 0.5);
-        const tag = o.kiln.length > 1 ? `  ${o.kiln[i]}` : '';
-        console.log(`${m.padEnd(15)} ${String(batch).padStart(5)} ${k50.toFixed(2).padStart(9)} ` +
-                    `${percentile(times, 0.99).toFixed(2).padStart(9)} ${o50.toFixed(2).padStart(9)} ` +
-                    `${percentile(ortTimes, 0.99).toFixed(2).padStart(9)} ${(k50 / o50).toFixed(2).padStart(9)}${tag}`);
-      });
+    try {
+      await benchModel(o, ort, m, rows);
+    } catch (e) {
+      const msg = String(e.message || e).split('\n')[0];
+      console.log(`${m.padEnd(15)} error: ${msg}`);
+      rows.push({model: m, error: msg});
     }
+    if (o.json) fs.writeFileSync(o.json, JSON.stringify({rows}, null, 1) + '\n');
+  }
+}
+
+async function benchModel(o, ort, m, rows) {
+  const model = path.join(o.models, m, 'model.onnx');
+  const session = await ort.InferenceSession.create(model, {
+    graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1,
+    executionMode: 'sequential'});
+  for (const batch of o.batches) {
+    const feeds = makeFeeds(ort, session, batch, o.dims);
+    await timeOrt(session, feeds, 3);  // warm-up
+    const kiln = o.kiln.map(() => []), ortTimes = [];
+    const reports = o.kiln.map(() => ({}));
+    for (let r = 0; r < o.rounds; ++r) {
+      o.kiln.forEach((bin, i) => kiln[i].push(...timeKiln(o, bin, model, batch, reports[i])));
+      ortTimes.push(...(await timeOrt(session, feeds, o.runs)));
+      // ORT's pool spins for a while after a run: let it park before kiln's next turn, or
+      // kiln would be timed beside a busy core.
+      await new Promise((resolve) => setTimeout(resolve, o.settleMs));
+    }
+    const o50 = percentile(ortTimes, 0.5);
+    kiln.forEach((times, i) => {
+      const k50 = percentile(times, 0.5);
+      const tag = o.kiln.length > 1 ? `  ${o.kiln[i]}` : '';
+      console.log(`${m.padEnd(15)} ${String(batch).padStart(5)} ${k50.toFixed(2).padStart(9)} ` +
+                  `${percentile(times, 0.99).toFixed(2).padStart(9)} ${o50.toFixed(2).padStart(9)} ` +
+                  `${percentile(ortTimes, 0.99).toFixed(2).padStart(9)} ${(k50 / o50).toFixed(2).padStart(9)}${tag}`);
+      const rep = reports[i];
+      delete rep.times_ms;
+      rows.push({model: m, batch, kiln: o.kiln[i], kiln_p50: k50, kiln_p99: percentile(times, 0.99),
+                 ort_p50: o50, ort_p99: percentile(ortTimes, 0.99), ratio: k50 / o50, engine: rep});
+    });
   }
 }
 

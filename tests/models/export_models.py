@@ -16,6 +16,11 @@ test_data_set_0/{input_K,output_K}.pb. Inputs are seeded random tensors; the exp
 are computed by ONNX Runtime (tools/ort/run_ort.js, onnxruntime-node), not by torch; the
 ORT-vs-torch difference is printed as a sanity check.
 
+`--models zoo` exports every classification model torchvision ships instead (resnets,
+VGG, DenseNet, GoogLeNet, Inception, MobileNets, EfficientNets, RegNets, ConvNeXt, ViT, Swin,
+...), for the parity table of bench/zoo.sh; a name from that list exports that one model.
+Models whose weights alone exceed ONNX's 2 GB protobuf limit are skipped with the reason.
+
 DIR defaults to ${KILN_CACHE_DIR:-$HOME/.cache/kiln}/models. A model whose stamp
 (DIR/<name>/.kiln-export-stamp) matches this script's version is not exported again.
 
@@ -38,6 +43,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 RUN_ORT = os.path.join(REPO, "tools", "ort", "run_ort.js")
 ORT_PKG = os.path.join(REPO, "tools", "ort", "node_modules", "onnxruntime-node")
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_tiny")
+
+
+# Inputs other than 224 x 224: Inception v3 is defined for 299 (its aux-free eval graph still
+# shrinks 224 below its last pooling window).
+ZOO_INPUT_SIZE = {"inception_v3": 299}
+# Over ONNX's 2 GB protobuf limit with random float32 weights.
+ZOO_TOO_LARGE = {"vit_h_14": "632M parameters (2.5 GB): over ONNX's 2 GB protobuf limit",
+                 "regnet_y_128gf": "645M parameters (2.6 GB): over ONNX's 2 GB protobuf limit"}
+
+
+def zoo_models(torchvision):
+    """Every classification model of torchvision (torchvision.models' own builders)."""
+    return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
 def default_dir():
@@ -151,7 +169,8 @@ def make_model(name, torch, torchvision):
     else:
         model = getattr(torchvision.models, name)(weights=None)
         randomize_batchnorm(torch, model)
-        inputs = [torch.randn(1, 3, 224, 224, generator=g)]
+        size = ZOO_INPUT_SIZE.get(name, 224)
+        inputs = [torch.randn(1, 3, size, size, generator=g)]
         in_names, out_names = ["input"], ["logits"]
         dyn = {"input": {0: "batch"}, "logits": {0: "batch"}}
     model.eval()
@@ -253,11 +272,6 @@ def main():
     ap.add_argument("--force", action="store_true", help="export even when the stamp matches")
     args = ap.parse_args()
     names = [m for m in args.models.split(",") if m]
-    bad = [m for m in names if m not in MODELS]
-    if bad:
-        print(f"export_models: unknown model(s) {', '.join(bad)}; have {', '.join(MODELS)}",
-              file=sys.stderr)
-        return 2
 
     try:
         import numpy  # noqa: F401
@@ -273,6 +287,17 @@ def main():
         skip(f"onnxruntime-node is not installed in {os.path.dirname(ORT_PKG)} "
              f"(run scripts/install-deps.sh)")
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    zoo = zoo_models(torchvision)
+    if names == ["zoo"]:
+        names = zoo
+    bad = [m for m in names if m not in MODELS and m not in zoo]
+    if bad:
+        print(f"export_models: unknown model(s) {', '.join(bad)}; have {', '.join(MODELS)}, "
+              f"zoo, or one of the zoo's models", file=sys.stderr)
+        return 2
+    for name in [m for m in names if m in ZOO_TOO_LARGE]:
+        print(f"{name:<13} skipped: {ZOO_TOO_LARGE[name]}")
+    names = [m for m in names if m not in ZOO_TOO_LARGE]
 
     out_root = os.path.abspath(args.out)
     os.makedirs(out_root, exist_ok=True)
