@@ -129,12 +129,24 @@ void Worker::Complete(Call* call) {
   std::unique_ptr<Call> owned(call);
   last_done_ = Clock::now();
   --inflight_;
-  result_.latencies_ns.push_back(std::chrono::nanoseconds(last_done_ - call->start).count());
+  const int64_t latency = std::chrono::nanoseconds(last_done_ - call->start).count();
   const grpc::StatusCode code = call->status.error_code();
+  ++result_.count;
+  result_.latency_sum_ns += static_cast<double>(latency);
   ++result_.codes[code];
-  if (code != grpc::StatusCode::OK) {
-    ++result_.errors[absl::StrCat("rpc error: code = ", GoCodeName(static_cast<int>(code)),
-                                  " desc = ", call->status.error_message())];
+  std::string error;
+  if (code == grpc::StatusCode::OK) {
+    result_.latencies_ns.push_back(latency);
+  } else {
+    error = absl::StrCat("rpc error: code = ", GoCodeName(static_cast<int>(code)), " desc = ",
+                         call->status.error_message());
+    ++result_.errors[error];
+  }
+  if (result_.details.size() < kMaxDetails) {
+    // The steady clock's start as wall-clock time: now minus how long ago it was.
+    const int64_t unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
+    result_.details.push_back({unix_now - latency, latency, static_cast<int>(code), std::move(error)});
   }
 }
 
@@ -188,6 +200,11 @@ RunResult RunPhase(const Options& options, int64_t total, std::chrono::nanosecon
   for (auto& w : workers) {
     RunResult& r = w->result();
     merged.latencies_ns.insert(merged.latencies_ns.end(), r.latencies_ns.begin(), r.latencies_ns.end());
+    merged.count += r.count;
+    merged.latency_sum_ns += r.latency_sum_ns;
+    for (CallDetail& d : r.details) {
+      if (merged.details.size() < kMaxDetails) merged.details.push_back(std::move(d));
+    }
     for (auto& [code, n] : r.codes) merged.codes[code] += n;
     for (auto& [msg, n] : r.errors) merged.errors[msg] += n;
     last = std::max(last, w->last_done());

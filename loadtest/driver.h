@@ -12,13 +12,28 @@
 
 namespace kiln::load {
 
-// What one phase measured. Latencies are of every call, failed ones included (as ghz does).
+// One call as ghz's report details it.
+struct CallDetail {
+  int64_t start_unix_ns = 0;  // when it was sent (or scheduled, open loop)
+  int64_t latency_ns = 0;
+  int code = 0;               // grpc::StatusCode
+  std::string error;          // ghz's "rpc error: ..." text; empty when OK
+};
+
+// What one phase measured, counted as ghz counts: the count, rps and average cover every
+// call; latencies (percentiles, fastest, slowest, histogram) only the successful ones.
 struct RunResult {
-  std::vector<int64_t> latencies_ns;
+  std::vector<int64_t> latencies_ns;           // successful calls
+  int64_t count = 0;                           // every call
+  double latency_sum_ns = 0;                   // every call
+  std::vector<CallDetail> details;             // the first kMaxDetails calls
   std::map<int, int64_t> codes;                // grpc::StatusCode -> calls
   std::map<std::string, int64_t> errors;       // ghz's "rpc error: code = .. desc = .." -> calls
   std::chrono::nanoseconds total{0};           // first send (or schedule) to last answer
 };
+
+// ghz keeps at most this many call details in a report.
+inline constexpr size_t kMaxDetails = 1000000;
 
 // The name Go's grpc gives a status code ("OK", "DeadlineExceeded", ...), as ghz prints it.
 const char* GoCodeName(int code);

@@ -50,6 +50,11 @@ assert all(isinstance(p, int) for p in lat), "ghz reads percentages as integers"
 assert lat[50] <= lat[99] <= r["slowest"], lat
 assert sum(b["count"] for b in r["histogram"]) == 200, r["histogram"]
 assert abs(sum(b["frequency"] for b in r["histogram"]) - 1) < 1e-3
+assert len(r["details"]) == 200 and all(d["status"] == "OK" and d["error"] == "" for d in r["details"])
+assert r["date"].endswith("Z") and all(d["timestamp"].endswith("Z") for d in r["details"]), r["date"]
+o = r["options"]
+assert o["insecure"] is True and o["binary"] is False and o["CPUs"] >= 1, o
+assert "rps" not in o and "latencyP999" not in r, "fields ghz does not write"
 print("ghz report OK:", r["count"], "calls,", round(r["rps"]), "rps")
 PY
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,13 +32,31 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-int64_t Average(const std::vector<int64_t>& ns) {
-  if (ns.empty()) return 0;
-  return static_cast<int64_t>(std::accumulate(ns.begin(), ns.end(), 0.0) / ns.size());
+// Over every call, failed ones too, as ghz averages.
+int64_t Average(const RunResult& r) {
+  return r.count > 0 ? static_cast<int64_t>(r.latency_sum_ns / static_cast<double>(r.count)) : 0;
 }
 
 double Rps(const RunResult& r) {
-  return r.total.count() > 0 ? r.latencies_ns.size() / Seconds(r.total.count()) : 0;
+  return r.total.count() > 0 ? static_cast<double>(r.count) / Seconds(r.total.count()) : 0;
+}
+
+// RFC 3339 in UTC with a "Z", as Go's time.Time marshals (nanoseconds when `nanos`).
+std::string GoTime(int64_t unix_ns, bool nanos) {
+  return absl::FormatTime(nanos ? "%Y-%m-%dT%H:%M:%E*SZ" : "%Y-%m-%dT%H:%M:%SZ",
+                          absl::FromUnixNanos(unix_ns), absl::UTCTimeZone());
+}
+
+std::string Details(const std::vector<CallDetail>& details) {
+  if (details.empty()) return "null";  // Go's nil slice
+  std::string out = "[";
+  for (size_t i = 0; i < details.size(); ++i) {
+    const CallDetail& d = details[i];
+    absl::StrAppend(&out, i ? "," : "", R"({"timestamp":")", GoTime(d.start_unix_ns, true),
+                    R"(","latency":)", d.latency_ns, R"(,"error":)", JsonString(d.error),
+                    R"(,"status":")", GoCodeName(d.code), R"("})");
+  }
+  return out + "]";
 }
 
 // ghz's histogram (the one it inherited from hey): 10 equal buckets from the fastest to the
@@ -84,9 +101,10 @@ int64_t Percentile(const std::vector<int64_t>& sorted_ns, double pct) {
 
 std::string TextReport(const RunResult& r) {
   const auto& l = r.latencies_ns;
-  std::string out = absl::StrFormat("count    %d\ntotal    %.3f s\nrps      %.1f\n", l.size(),
+  std::string out = absl::StrFormat("count    %d\ntotal    %.3f s\nrps      %.1f\n", r.count,
                                     Seconds(r.total.count()), Rps(r));
-  out += absl::StrCat("average  ", Ms(Average(l)), "\nfastest  ", Ms(l.empty() ? 0 : l.front()), "\n");
+  out += absl::StrCat("average  ", Ms(Average(r)), "\nlatencies of the ", l.size(),
+                      " successful calls:\nfastest  ", Ms(l.empty() ? 0 : l.front()), "\n");
   for (const double p : {50.0, 90.0, 95.0, 99.0, 99.9}) {
     out += absl::StrFormat("p%-7s %s\n", absl::StrCat(p), Ms(Percentile(l, p)));
   }
@@ -100,29 +118,37 @@ std::string TextReport(const RunResult& r) {
 std::string GhzJson(const RunResult& r, const Options& options) {
   const auto& l = r.latencies_ns;
   std::vector<std::string> dist;
-  // ghz's percentages (integers: its Go struct reads them as int).
+  // ghz's percentages (integers: its Go struct reads them as int), of successful calls.
   for (const int p : {10, 25, 50, 75, 90, 95, 99}) {
-    dist.push_back(absl::StrFormat(R"({"percentage":%d,"latency":%d})", p, Percentile(l, p)));
+    if (!l.empty()) {
+      dist.push_back(absl::StrFormat(R"({"percentage":%d,"latency":%d})", p, Percentile(l, p)));
+    }
   }
   std::map<std::string, int64_t> codes;
   for (const auto& [code, n] : r.codes) codes[GoCodeName(code)] += n;
   std::string out = "{";
-  out += absl::StrFormat(R"("date":%s,"endReason":"normal",)",
-                         JsonString(absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone())));
-  out += absl::StrFormat(R"("options":{"call":%s,"host":%s,"concurrency":%d,"rps":%d},)",
-                         JsonString(options.call == "batch_predict" ? "kiln.v1.InferenceService.BatchPredict"
-                                                                    : "kiln.v1.InferenceService.Predict"),
-                         JsonString(options.target), options.concurrency,
-                         static_cast<int64_t>(options.rps));  // ghz: an unsigned integer
+  const int64_t now = absl::ToUnixNanos(absl::Now());
+  out += absl::StrFormat(R"("date":%s,"endReason":"normal",)", JsonString(GoTime(now, false)));
+  // ghz's Options: "insecure", "binary" and "CPUs" are always present, "qps" when set.
+  out += absl::StrFormat(R"("options":{"host":%s,"call":%s,"insecure":true,)",
+                         JsonString(options.target),
+                         JsonString(options.call == "batch_predict"
+                                        ? "kiln.v1.InferenceService.BatchPredict"
+                                        : "kiln.v1.InferenceService.Predict"));
+  if (options.total > 0) out += absl::StrFormat(R"("total":%d,)", options.total);
+  out += absl::StrFormat(R"("concurrency":%d,)", options.concurrency);
+  if (options.rps > 0) out += absl::StrFormat(R"("qps":%d,)", static_cast<int64_t>(options.rps));
+  if (options.duration.count() > 0) out += absl::StrFormat(R"("duration":%d,)", options.duration.count());
+  out += absl::StrFormat(R"("timeout":%d,"binary":false,"CPUs":%d},)",
+                         std::chrono::nanoseconds(options.timeout).count(), options.threads);
   out += absl::StrFormat(R"("count":%d,"total":%d,"average":%d,"fastest":%d,"slowest":%d,"rps":%.3f,)",
-                         l.size(), r.total.count(), Average(l), l.empty() ? 0 : l.front(),
+                         r.count, r.total.count(), Average(r), l.empty() ? 0 : l.front(),
                          l.empty() ? 0 : l.back(), Rps(r));
-  // Not a ghz field (its percentages are integers): the 99.9th percentile, in ns.
-  out += absl::StrFormat(R"("latencyP999":%d,)", Percentile(l, 99.9));
-  out += absl::StrCat(R"("latencyDistribution":[)", absl::StrJoin(dist, ","), "],");
-  out += absl::StrCat(R"("histogram":)", Histogram(l), ",");
+  out += absl::StrCat(R"("errorDistribution":)", Distribution(r.errors), ",");
   out += absl::StrCat(R"("statusCodeDistribution":)", Distribution(codes), ",");
-  out += absl::StrCat(R"("errorDistribution":)", Distribution(r.errors), "}\n");
+  out += absl::StrCat(R"("latencyDistribution":)", l.empty() ? "null" : "[" + absl::StrJoin(dist, ",") + "]", ",");
+  out += absl::StrCat(R"("histogram":)", l.empty() ? "null" : Histogram(l), ",");
+  out += absl::StrCat(R"("details":)", Details(r.details), "}\n");
   return out;
 }
 

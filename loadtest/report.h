@@ -13,11 +13,14 @@ void Finalize(RunResult& result);
 // Nearest-rank percentile of sorted latencies, 0 when there are none.
 int64_t Percentile(const std::vector<int64_t>& sorted_ns, double pct);
 
-// count, rps, p50/p90/p95/p99/p99.9, max, errors by code; human-readable.
+// count, rps, p50/p90/p95/p99/p99.9 and max of successful calls, errors by code;
+// human-readable.
 std::string TextReport(const RunResult& result);
 
-// ghz's report fields: count, total, average, fastest, slowest, rps (durations in ns),
-// latencyDistribution, histogram, statusCodeDistribution, errorDistribution.
+// ghz's report, field for field (its Report and Options as it marshals them): count, total,
+// average, fastest, slowest, rps (durations in ns), errorDistribution,
+// statusCodeDistribution, latencyDistribution, histogram and details. Latency statistics
+// cover successful calls only, as ghz computes them; count, average and rps every call.
 std::string GhzJson(const RunResult& result, const Options& options);
 
 }  // namespace kiln::load

@@ -73,6 +73,13 @@ python3 - "$work" "$root/loadtest/results.md" "$seconds" "$(nproc)" "${models[@]
 import json, sys, datetime
 work, out, seconds, cores, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 ms = lambda ns: f"{ns / 1e6:.2f}"
+
+
+def p999(r):  # ghz has no 99.9th percentile: nearest rank over the successful calls' details
+    lat = sorted(d["latency"] for d in (r["details"] or []) if not d["error"])
+    return lat[min(len(lat), max(1, -(-999 * len(lat) // 1000))) - 1] if lat else 0
+
+
 lines = ["# kilnd load test (loadtest/run.sh)", "",
          f"{datetime.date.today()}, {cores} cores, kilnd and kiln-load on the same machine (loopback), "
          f"kilnd's default OpenMP wait policy (PASSIVE, GOMP_SPINCOUNT=1000), closed loop, {seconds} s per row after warm-up, one-row random "
@@ -87,7 +94,7 @@ for model in models:
             errors = r["count"] - r["statusCodeDistribution"].get("OK", 0)
             batching = f"on ({delay} us)" if delay != "0" else "off (0)"
             lines.append(f"| {model} | {batching} | {c} | {r['count']} | {r['rps']:.0f} | {ms(lat[50])} | "
-                         f"{ms(lat[90])} | {ms(lat[95])} | {ms(lat[99])} | {ms(r['latencyP999'])} | "
+                         f"{ms(lat[90])} | {ms(lat[95])} | {ms(lat[99])} | {ms(p999(r))} | "
                          f"{ms(r['slowest'])} | {errors} |")
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -87,59 +87,98 @@ google::protobuf::Struct ParseJson(const std::string& text) {
   return s;
 }
 
+// 97 successful calls of 1..97 us and 3 failed ones of 1 ms each.
 RunResult SampleRun() {
   RunResult r;
-  for (int64_t i = 1; i <= 100; ++i) r.latencies_ns.push_back((101 - i) * 1000);  // unsorted
+  const std::string error = "rpc error: code = ResourceExhausted desc = queue \"full\"\n";
+  for (int64_t i = 1; i <= 100; ++i) {
+    const bool ok = i <= 97;
+    const int64_t ns = ok ? (98 - i) * 1000 : 1'000'000;  // unsorted
+    if (ok) r.latencies_ns.push_back(ns);
+    ++r.count;
+    r.latency_sum_ns += static_cast<double>(ns);
+    r.details.push_back({1'700'000'000'000'000'000 + i, ns,
+                         ok ? 0 : static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED),
+                         ok ? "" : error});
+  }
   r.codes[grpc::StatusCode::OK] = 97;
   r.codes[grpc::StatusCode::RESOURCE_EXHAUSTED] = 3;
-  r.errors["rpc error: code = ResourceExhausted desc = queue \"full\"\n"] = 3;
+  r.errors[error] = 3;
   r.total = std::chrono::milliseconds(50);
   Finalize(r);
   return r;
 }
 
-TEST(GhzJson, CarriesGhzFieldsThatAgreeWithTheLatencies) {
+TEST(GhzJson, CountsAsGhzDoes) {
   Options options;
   options.concurrency = 4;
+  options.total = 100;
   const auto json = ParseJson(GhzJson(SampleRun(), options));
   const auto& f = json.fields();
+  // count, rps and average over every call...
   EXPECT_EQ(f.at("count").number_value(), 100);
   EXPECT_EQ(f.at("total").number_value(), 50e6);
-  EXPECT_EQ(f.at("fastest").number_value(), 1000);
-  EXPECT_EQ(f.at("slowest").number_value(), 100000);
-  EXPECT_EQ(f.at("average").number_value(), 50500);
   EXPECT_NEAR(f.at("rps").number_value(), 2000, 1e-6);
-  EXPECT_EQ(f.at("options").struct_value().fields().at("concurrency").number_value(), 4);
+  EXPECT_EQ(f.at("average").number_value(), (97 * 98 / 2 * 1000 + 3 * 1'000'000) / 100);
+  // ...latencies over the successful ones only: the failed 1 ms calls are not the slowest.
+  EXPECT_EQ(f.at("fastest").number_value(), 1000);
+  EXPECT_EQ(f.at("slowest").number_value(), 97000);
   const auto& dist = f.at("latencyDistribution").list_value().values();
   ASSERT_EQ(dist.size(), 7);
   EXPECT_EQ(dist[2].struct_value().fields().at("percentage").number_value(), 50);
-  EXPECT_EQ(dist[2].struct_value().fields().at("latency").number_value(), 50000);
+  EXPECT_EQ(dist[2].struct_value().fields().at("latency").number_value(), 49000);
   double histogram_total = 0;
   for (const auto& bucket : f.at("histogram").list_value().values()) {
     histogram_total += bucket.struct_value().fields().at("count").number_value();
   }
-  EXPECT_EQ(histogram_total, 100);
+  EXPECT_EQ(histogram_total, 97);
   const auto& codes = f.at("statusCodeDistribution").struct_value().fields();
   EXPECT_EQ(codes.at("OK").number_value(), 97);
   EXPECT_EQ(codes.at("ResourceExhausted").number_value(), 3);
   // The error text keeps its quotes and newline through JSON escaping.
   const auto& errors = f.at("errorDistribution").struct_value().fields();
   EXPECT_EQ(errors.at("rpc error: code = ResourceExhausted desc = queue \"full\"\n").number_value(), 3);
+  EXPECT_FALSE(f.contains("latencyP999"));
+}
+
+TEST(GhzJson, OptionsDateAndDetailsAreGhzs) {
+  Options options;
+  options.rps = 250;
+  options.threads = 2;
+  const auto json = ParseJson(GhzJson(SampleRun(), options));
+  const auto& f = json.fields();
+  const std::string date = f.at("date").string_value();
+  EXPECT_EQ(date.back(), 'Z') << date;
+  const auto& o = f.at("options").struct_value().fields();
+  EXPECT_EQ(o.at("qps").number_value(), 250);
+  EXPECT_FALSE(o.contains("rps"));
+  EXPECT_TRUE(o.at("insecure").bool_value());
+  EXPECT_FALSE(o.at("binary").bool_value());
+  EXPECT_EQ(o.at("CPUs").number_value(), 2);
+  const auto& details = f.at("details").list_value().values();
+  ASSERT_EQ(details.size(), 100);
+  const auto& last = details[99].struct_value().fields();
+  EXPECT_EQ(last.at("status").string_value(), "ResourceExhausted");
+  EXPECT_EQ(last.at("latency").number_value(), 1'000'000);
+  EXPECT_NE(last.at("error").string_value().find("queue"), std::string::npos);
+  EXPECT_EQ(details[0].struct_value().fields().at("error").string_value(), "");
+  EXPECT_EQ(details[0].struct_value().fields().at("timestamp").string_value().back(), 'Z');
 }
 
 TEST(GhzJson, AnEmptyRunIsStillValidJson) {
   RunResult empty;
   const auto json = ParseJson(GhzJson(empty, Options{}));
   EXPECT_EQ(json.fields().at("count").number_value(), 0);
-  EXPECT_EQ(json.fields().at("histogram").list_value().values_size(), 0);
   EXPECT_EQ(json.fields().at("rps").number_value(), 0);
+  EXPECT_TRUE(json.fields().at("histogram").has_null_value());
+  EXPECT_TRUE(json.fields().at("details").has_null_value());
 }
 
 TEST(TextReport, PrintsPercentilesAndCodes) {
   const std::string text = TextReport(SampleRun());
   EXPECT_NE(text.find("count    100\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("p50      0.050 ms"), std::string::npos) << text;
-  EXPECT_NE(text.find("p99.9    0.100 ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("p50      0.049 ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("p99.9    0.097 ms"), std::string::npos) << text;
   EXPECT_NE(text.find("ResourceExhausted  3"), std::string::npos) << text;
 }
 
