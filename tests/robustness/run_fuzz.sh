@@ -1,24 +1,39 @@
 #!/usr/bin/env bash
-# Builds tests/robustness/fuzz_importer.cc with clang++ -fsanitize=fuzzer,address,undefined
-# (the main build is g++, which has no libFuzzer) and fuzzes the ONNX importer for a bounded
-# time, seeded with a few conformance models when ../shared/onnx-tests is there.
+# Builds one libFuzzer target with clang++ -fsanitize=fuzzer,address,undefined (the main
+# build is g++, which has no libFuzzer) and fuzzes it for a bounded time.
 #
-#   tests/robustness/run_fuzz.sh [--seconds N] [--out DIR] [--jobs N]
+#   tests/robustness/run_fuzz.sh [--target T] [--seconds N] [--out DIR] [--jobs N] [--build DIR]
 #
-# Only compiler/onnx/**.cc and compiler/ir/*.cc are compiled (a dozen files), with ccache when
-# present, so a rebuild on a 2-core CI machine is quick. Exit status: 0 when the time ran out
-# without findings, non-zero on a crash (the reproducer is left in DIR/artifacts).
+# Targets:
+#   importer  compiler/onnx + compiler/ir (fuzz_importer.cc), seeded with conformance models
+#             when ../shared/onnx-tests is there
+#   predict   Predict/BatchPredict decoding and validation (fuzz_predict.cc)
+#   upload    LoadModel's stream handling, staging and commit (fuzz_upload.cc)
+#   config    the server and model YAML configs (fuzz_config.cc)
+# The server targets compile the server sources under test with the sanitizers and link the
+# rest (generated protos, compiler libraries) from an existing CMake build, --build DIR
+# (default: build): the code under test is instrumented, its dependencies are not. Their seeds
+# are committed in tests/robustness/corpus/<target>/ and copied to DIR/corpus-<target>, where
+# what the fuzzer adds stays.
+#
+# Sources compile with ccache when present, so a rebuild on a 2-core CI machine is quick.
+# Exit status: 0 when the time ran out without findings, non-zero on a crash (the reproducer
+# is left in DIR/artifacts-<target>; run it with DIR/fuzz_<target> FILE).
 set -euo pipefail
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+target=importer
 seconds=60
 out="$src/build-fuzz"
 jobs=2
+build="$src/build"
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --target) target="$2"; shift 2 ;;
     --seconds) seconds="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
     *) echo "run_fuzz.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -35,34 +50,72 @@ command -v ccache >/dev/null && launcher="ccache"
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -DONNX_ML=1 -DONNX_NAMESPACE=onnx -I"$src"
        $(pkg-config --cflags protobuf absl_status absl_statusor absl_strings))
-libs=(-lonnx_proto $(pkg-config --libs protobuf absl_status absl_statusor absl_strings))
+base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings))
+# The server targets' uninstrumented dependencies, from the CMake build.
+server_libs=(-Wl,--start-group "$build"/proto/libkiln_proto.a "$build"/compiler/libkiln_compile.a
+             "$build"/compiler/libkiln_passes.a "$build"/compiler/libkiln_plan.a
+             "$build"/compiler/libkiln_shape.a "$build"/runtime/libkiln_reference.a
+             "$build"/compiler/libkiln_onnx.a "$build"/compiler/libkiln_ir.a -Wl,--end-group
+             -lonnx_proto -lyaml-cpp -lspdlog -lfmt -lgomp)
 
-mkdir -p "$out/obj" "$out/corpus" "$out/artifacts"
-sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/compiler/ir/*.cc "$src"/tests/robustness/fuzz_importer.cc)
+case "$target" in
+  importer)
+    sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/compiler/ir/*.cc)
+    libs=(-lonnx_proto "${base_libs[@]}") ;;
+  predict)
+    sources=("$src"/server/request_validation.cc "$src"/server/tensor_codec.cc)
+    libs=("${server_libs[@]}" "${base_libs[@]}") ;;
+  upload)
+    sources=("$src"/server/upload.cc "$src"/server/model_repository.cc
+             "$src"/server/repository_files.cc "$src"/server/model_config.cc)
+    libs=("${server_libs[@]}" "${base_libs[@]}") ;;
+  config)
+    sources=("$src"/server/config.cc "$src"/server/model_config.cc
+             "$build"/server/embedded_config.cc)
+    libs=("${server_libs[@]}" "${base_libs[@]}") ;;
+  *) echo "run_fuzz.sh: unknown target $target (importer|predict|upload|config)" >&2; exit 2 ;;
+esac
+sources+=("$src/tests/robustness/fuzz_$target.cc")
+if [[ "$target" != importer ]]; then
+  if [[ ! -f "$build/proto/libkiln_proto.a" ]]; then
+    echo "run_fuzz.sh: --build $build has no libkiln_proto.a: build kilnd there first" >&2
+    exit 2
+  fi
+  flags+=(-isystem "$build/proto")
+fi
+
+obj="$out/obj-$target"
+corpus="$out/corpus-$target"
+artifacts="$out/artifacts-$target"
+mkdir -p "$obj" "$corpus" "$artifacts"
 
 # Compile in parallel, at most $jobs at a time; ccache makes a rebuild nearly free.
-rm -f "$out"/obj/*.o
+rm -f "$obj"/*.o
 pids=()
 for s in "${sources[@]}"; do
-  o="$out/obj/$(basename "$(dirname "$s")")_$(basename "$s" .cc).o"
+  o="$obj/$(basename "$(dirname "$s")")_$(basename "$s" .cc).o"
   $launcher "$cxx" "${flags[@]}" -c "$s" -o "$o" &
   pids+=($!)
   while (( $(jobs -rp | wc -l) >= jobs )); do sleep 0.2; done
 done
 for p in "${pids[@]}"; do wait "$p"; done
-"$cxx" "${flags[@]}" "$out"/obj/*.o "${libs[@]}" -o "$out/fuzz_importer"
+"$cxx" "${flags[@]}" "$obj"/*.o "${libs[@]}" -o "$out/fuzz_$target"
 
-# Seeds: small real models of several opsets (old forms exercise the normalizer).
-tests="${KILN_ONNX_TESTS:-$src/../shared/onnx-tests}"
-for t in node/test_conv_with_strides_padding node/test_resize_upsample_scales_nearest \
-         node/test_split_variable_parts_1d_opset18 node/test_upsample_nearest \
-         node/test_clip_default_inbounds node/test_constantofshape_int_zeros \
-         node/test_layer_normalization_4d_axis0 pytorch-converted/test_Softmax \
-         pytorch-converted/test_BatchNorm2d_eval pytorch-converted/test_PixelShuffle; do
-  [[ -f "$tests/$t/model.onnx" ]] && cp "$tests/$t/model.onnx" "$out/corpus/$(basename "$t").onnx"
-done
+if [[ "$target" == importer ]]; then
+  # Seeds: small real models of several opsets (old forms exercise the normalizer).
+  tests="${KILN_ONNX_TESTS:-$src/../shared/onnx-tests}"
+  for t in node/test_conv_with_strides_padding node/test_resize_upsample_scales_nearest \
+           node/test_split_variable_parts_1d_opset18 node/test_upsample_nearest \
+           node/test_clip_default_inbounds node/test_constantofshape_int_zeros \
+           node/test_layer_normalization_4d_axis0 pytorch-converted/test_Softmax \
+           pytorch-converted/test_BatchNorm2d_eval pytorch-converted/test_PixelShuffle; do
+    [[ -f "$tests/$t/model.onnx" ]] && cp "$tests/$t/model.onnx" "$corpus/$(basename "$t").onnx"
+  done
+else
+  cp -n "$src/tests/robustness/corpus/$target"/* "$corpus/" 2>/dev/null || true
+fi
 
 # ASan's allocator limit keeps hostile sizes from turning into host OOM.
 ASAN_OPTIONS="${ASAN_OPTIONS:-allocator_may_return_null=1:detect_leaks=1}" \
-  "$out/fuzz_importer" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 \
-  -timeout=10 -artifact_prefix="$out/artifacts/" -print_final_stats=1 "$out/corpus"
+  "$out/fuzz_$target" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 \
+  -timeout=10 -artifact_prefix="$artifacts/" -print_final_stats=1 "$corpus"

@@ -39,6 +39,38 @@ TEST(ServerConfig, BadValuesAreNamed) {
   EXPECT_FALSE(ParseServerConfig("[1, 2", "f").ok());
 }
 
+// Found by fuzz_config: a key that is not a scalar threw out of the parser. In a LoadModel
+// config_yaml that ended kilnd.
+TEST(ServerConfig, KeysThatAreNotScalarsAreInvalidArgument) {
+  for (const char* yaml : {"{[1, 2]: 3}", "server: {[a]: 1}", "log: {{a: b}: c}",
+                           "model_defaults: {[x]: 1}"}) {
+    auto c = ParseServerConfig(yaml, "f.yaml");
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
+  }
+  for (const char* yaml : {"{[1, 2]: 3}", "warmup: {[a]: 1}", "input_shapes: {[a]: [1]}",
+                           "warmup: {input_ranges: {[a]: [0, 1]}}"}) {
+    auto c = ParseModelConfig(yaml, ModelConfig{}, "config_yaml");
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << yaml;
+  }
+}
+
+TEST(ServerConfig, UploadLimits) {
+  auto c = ParseServerConfig(
+      "server: {max_concurrent_uploads: 3, max_upload_bytes_in_flight: 2000000000, "
+      "upload_stall_timeout_ms: 5000}", "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_concurrent_uploads, 3);
+  EXPECT_EQ(c->max_upload_bytes_in_flight, 2000000000);
+  EXPECT_EQ(c->upload_stall_timeout_ms, 5000);
+  auto msg = [](const std::string& yaml) {
+    return std::string(ParseServerConfig(yaml, "f").status().message());
+  };
+  EXPECT_NE(msg("server: {max_concurrent_uploads: 0}").find("max_concurrent_uploads"), std::string::npos);
+  EXPECT_NE(msg("server: {upload_stall_timeout_ms: 0}").find("upload_stall_timeout_ms"), std::string::npos);
+  EXPECT_NE(msg("server: {max_model_bytes: 100, max_upload_bytes_in_flight: 99}")
+                .find("must be >= server.max_model_bytes"), std::string::npos);
+}
+
 TEST(ServerConfig, TlsKeysAndTheirRules) {
   auto c = ParseServerConfig("server: {tls: {cert_file: c.pem, key_file: k.pem, client_ca_file: ca.pem}}", "f");
   ASSERT_TRUE(c.ok()) << c.status();
