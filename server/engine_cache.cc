@@ -14,6 +14,8 @@
 #include <spdlog/spdlog.h>
 
 #include "base/file.h"
+#include "base/stop.h"
+#include "server/crash_point.h"
 
 namespace kiln::server {
 namespace {
@@ -226,6 +228,14 @@ EngineCache::EngineCache(std::string dir, size_t memory_budget_bytes)
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec) spdlog::warn("engine cache: cannot create {}: {}", dir_, ec.message());
+    // A crash between writing an entry's temporary and renaming it leaves the temporary;
+    // nothing reads it, so it would only take space.
+    for (const auto& e : fs::directory_iterator(dir_, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find(".kec.tmp.") == std::string::npos) continue;
+      spdlog::warn("engine cache: removed the temporary file {}", e.path().string());
+      fs::remove(e.path(), ec);
+    }
   }
 }
 
@@ -315,6 +325,7 @@ absl::Status EngineCache::Store(const EngineCacheKey& key, EngineCacheEntry entr
       return absl::InternalError("engine cache: cannot write " + tmp);
     }
   }
+  CrashPoint("cache-written");
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return absl::InternalError("engine cache: cannot rename to " + path + ": " + ec.message());
@@ -322,6 +333,9 @@ absl::Status EngineCache::Store(const EngineCacheKey& key, EngineCacheEntry entr
 }
 
 void EngineCache::Invalidate(const EngineCacheKey& key) {
+  // A build being stopped (shutdown) fails its re-verification because of the stop, not
+  // because of the entry: keep the entry for the next start.
+  if (!CheckStop().ok()) return;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = memory_.find(key.ToString());

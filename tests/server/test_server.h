@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -197,6 +198,18 @@ class TestServer {
     return models_->UnloadModel(&ctx, req, &resp);
   }
 
+  // The loaded versions of `name` (ListModels), ascending, with their states.
+  std::map<int64_t, v1::ModelState> Versions(const std::string& name) const {
+    grpc::ClientContext ctx;
+    v1::ListModelsResponse list;
+    std::map<int64_t, v1::ModelState> out;
+    if (!models_->ListModels(&ctx, v1::ListModelsRequest(), &list).ok()) return out;
+    for (const auto& m : list.models()) {
+      if (m.name() == name) out[m.version()] = m.state();
+    }
+    return out;
+  }
+
   // Waits until `name` is no longer LOADING (or `seconds` pass); its state.
   v1::ModelState WaitLoaded(const std::string& name, int seconds = 60) const {
     v1::ModelInfo info;
@@ -205,6 +218,15 @@ class TestServer {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return info.state();
+  }
+
+  // Waits (at most `seconds`) for /readyz to say 200: every model loaded and READY.
+  bool WaitReady(int seconds = 60) const {
+    for (int i = 0; i < seconds * 20; ++i) {
+      if (Readyz() == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
   }
 
   // GET /readyz's status code (0: no answer).
