@@ -52,7 +52,7 @@ void Slowloris(int port, milliseconds every, const std::atomic<bool>& stop, std:
 TEST(HttpProbes, AnswerWhileSixtyFourSlowClientsDribbleHeaders) {
   TestServer s("probes");
   s.Start();
-  ASSERT_EQ(s.Readyz(), 200);
+  ASSERT_TRUE(s.WaitReady(10));  // the (empty) repository scanned
   std::atomic<bool> stop{false};
   std::atomic<int> dropped{0};
   std::vector<std::thread> slow;
