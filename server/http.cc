@@ -129,7 +129,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   s->router_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics::RenderAll(registry), metrics::kContentType);
   });
-  auto serve = [router = s->router_.get(), timeout = limits.write_timeout](int fd, std::string request) {
+  auto serve = [router = s->router_.get(), timeout = limits.write_timeout](int fd,
+                                                                          std::string request) {
     BufferedRequestStream stream(fd, std::move(request), timeout);
     router->Serve(stream);
     close(fd);

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
-
-#include <spdlog/spdlog.h>
 
 namespace kiln::server {
 namespace {
@@ -29,7 +28,8 @@ bool NameIs(std::string_view line, std::string_view name) {
 
 std::string_view Trim(std::string_view v) {
   while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r'))
+    v.remove_suffix(1);
   return v;
 }
 
@@ -57,7 +57,8 @@ absl::StatusOr<int> Listen(const std::string& host, int port) {
     }
   }
   freeaddrinfo(found);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot listen on http address ", host, ":", port));
+  if (fd < 0)
+    return absl::UnavailableError(absl::StrCat("cannot listen on http address ", host, ":", port));
   return fd;
 }
 
@@ -66,10 +67,12 @@ absl::StatusOr<int> Listen(const std::string& host, int port) {
 RequestState ParseRequestState(std::string_view bytes, size_t max_bytes) {
   size_t end = bytes.find("\r\n\r\n");
   size_t head_len = end == std::string_view::npos ? 0 : end + 4;
-  if (const size_t lf = bytes.find("\n\n"); lf != std::string_view::npos && (!head_len || lf + 2 < head_len)) {
+  if (const size_t lf = bytes.find("\n\n");
+      lf != std::string_view::npos && (!head_len || lf + 2 < head_len)) {
     head_len = lf + 2;
   }
-  if (head_len == 0) return bytes.size() > max_bytes ? RequestState::kTooLarge : RequestState::kIncomplete;
+  if (head_len == 0)
+    return bytes.size() > max_bytes ? RequestState::kTooLarge : RequestState::kIncomplete;
   size_t body = 0;
   std::string_view head = bytes.substr(0, head_len);
   head.remove_prefix(std::min(head.size(), head.find('\n') + 1));  // the request line
@@ -94,8 +97,7 @@ void WriteStatusAndClose(int fd, int status, std::string_view reason) {
   close(fd);
 }
 
-absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(const std::string& host,
-                                                                  int port,
+absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(const std::string& host, int port,
                                                                   const HttpLimits& limits,
                                                                   Handler handler) {
   ASSIGN_OR_RETURN(const int fd, Listen(host, port));
@@ -104,7 +106,8 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(const std::str
   if (pipe2(l->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     return absl::InternalError("http: cannot create the wake-up pipe");
   }
-  for (int i = 0; i < limits.workers; ++i) l->workers_.emplace_back([raw = l.get()] { raw->Work(); });
+  for (int i = 0; i < limits.workers; ++i)
+    l->workers_.emplace_back([raw = l.get()] { raw->Work(); });
   l->loop_ = std::thread([raw = l.get()] { raw->Loop(); });
   return l;
 }
@@ -135,7 +138,8 @@ void HttpListener::Loop() {
     for (const Pending& p : pending_) {
       fds.push_back({p.fd, POLLIN, 0});
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(p.deadline - now).count();
-      timeout_ms = timeout_ms < 0 ? std::max<int>(0, left) : std::min<int>(timeout_ms, std::max<int>(0, left));
+      timeout_ms = timeout_ms < 0 ? std::max<int>(0, left)
+                                  : std::min<int>(timeout_ms, std::max<int>(0, left));
     }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[1].revents) break;  // Stop()
@@ -182,10 +186,17 @@ bool HttpListener::ReadSome(Pending& p) {
     }
     p.bytes.append(buf, static_cast<size_t>(n));
     switch (ParseRequestState(p.bytes, limits_.max_request_bytes)) {
-      case RequestState::kIncomplete: continue;
-      case RequestState::kComplete: Admit(p); return false;
-      case RequestState::kTooLarge: WriteStatusAndClose(p.fd, 413, "Payload Too Large"); return false;
-      case RequestState::kBad: WriteStatusAndClose(p.fd, 400, "Bad Request"); return false;
+      case RequestState::kIncomplete:
+        continue;
+      case RequestState::kComplete:
+        Admit(p);
+        return false;
+      case RequestState::kTooLarge:
+        WriteStatusAndClose(p.fd, 413, "Payload Too Large");
+        return false;
+      case RequestState::kBad:
+        WriteStatusAndClose(p.fd, 400, "Bad Request");
+        return false;
     }
   }
 }

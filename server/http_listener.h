@@ -76,7 +76,7 @@ class HttpListener {
   const HttpLimits limits_;
   const Handler handler_;
   int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};  // a pipe: Stop() writes to end the poll
+  int wake_[2] = {-1, -1};        // a pipe: Stop() writes to end the poll
   std::vector<Pending> pending_;  // the poll loop's own, oldest first
   std::mutex mu_;
   std::condition_variable ready_;

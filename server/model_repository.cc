@@ -1,17 +1,17 @@
 #include "server/model_repository.h"
 
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <filesystem>
 #include <limits>
 #include <system_error>
-
-#include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "base/file.h"
 #include "server/crash_point.h"
@@ -63,13 +63,14 @@ int64_t BytesUnder(const fs::path& dir) {
 
 absl::Status ValidateModelName(const std::string& name) {
   if (name.empty() || name.size() > 128 || name[0] == '.') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid model name '", EchoName(name), "': 1..128 characters, not starting with '.'"));
+    return absl::InvalidArgumentError(absl::StrCat("invalid model name '", EchoName(name),
+                                                   "': 1..128 characters, not starting with '.'"));
   }
   for (char ch : name) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.')) {
-      return absl::InvalidArgumentError(absl::StrCat("invalid model name '", EchoName(name),
-                                                     "': only letters, digits, '_', '-' and '.' are allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid model name '", EchoName(name),
+                       "': only letters, digits, '_', '-' and '.' are allowed"));
     }
   }
   return absl::OkStatus();
@@ -211,8 +212,8 @@ absl::Status ModelRepository::Commit(StagedModel& staged, const std::string& nam
     fs::remove(dest.parent_path(), ec);
     return s;
   };
-  absl::Status recorded = WriteFileAtomically(staged.dir_ / kCommitRecord,
-                                              absl::StrCat(name, "\n", version, "\n"));
+  absl::Status recorded =
+      WriteFileAtomically(staged.dir_ / kCommitRecord, absl::StrCat(name, "\n", version, "\n"));
   if (!recorded.ok()) return undo(recorded);
   staged.committed_ = true;
   CrashPoint("commit-recorded");
@@ -227,7 +228,8 @@ absl::Status ModelRepository::Commit(StagedModel& staged, const std::string& nam
   // From here the model is in place; a config.yaml that cannot move now stays recorded and
   // moves at the next start (Recover), as after a crash.
   absl::Status rest = MoveIntoPlace(staged.dir_, name, version);
-  if (!rest.ok()) spdlog::error("commit of {} version {}: {}", name, version, std::string(rest.message()));
+  if (!rest.ok())
+    spdlog::error("commit of {} version {}: {}", name, version, std::string(rest.message()));
   return absl::OkStatus();
 }
 

@@ -75,7 +75,8 @@ class ModelRepository {
   // Every model folder with at least one version, sorted by name. Folders that are not valid
   // model names or hold no version are skipped (with the reason in `skipped`); hidden ones
   // (.staging) silently.
-  absl::StatusOr<std::vector<RepositoryModel>> Scan(std::vector<std::string>* skipped = nullptr) const;
+  absl::StatusOr<std::vector<RepositoryModel>> Scan(
+      std::vector<std::string>* skipped = nullptr) const;
   absl::StatusOr<RepositoryModel> Find(const std::string& name) const;
   // The model's config.yaml, empty when there is none (or no such model).
   absl::StatusOr<std::string> ReadConfig(const std::string& name) const;

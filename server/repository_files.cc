@@ -47,7 +47,8 @@ absl::Status FileWriter::Append(std::string_view bytes) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return FileError(n < 0 ? errno : EIO, absl::StrCat("cannot write ", path_.string()));
+    if (n <= 0)
+      return FileError(n < 0 ? errno : EIO, absl::StrCat("cannot write ", path_.string()));
     bytes.remove_prefix(static_cast<size_t>(n));
     bytes_ += n;
   }

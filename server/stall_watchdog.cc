@@ -46,7 +46,8 @@ StallWatchdog::Watch StallWatchdog::Start(std::function<void()> cancel) {
 
 void StallWatchdog::Run() {
   // Checks a few times per timeout: a stalled call ends between 1x and 1.25x the timeout.
-  const auto period = std::max<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(1));
+  const auto period =
+      std::max<std::chrono::milliseconds>(timeout_ / 4, std::chrono::milliseconds(1));
   std::unique_lock<std::mutex> lk(mu_);
   while (!wake_.wait_for(lk, period, [this] { return stop_; })) {
     const int64_t now = NowNs();
@@ -54,7 +55,8 @@ void StallWatchdog::Run() {
     std::erase_if(watched_, [](const std::weak_ptr<State>& w) { return w.expired(); });
     for (const auto& w : watched_) {
       std::shared_ptr<State> s = w.lock();
-      if (!s || !s->cancel || s->fired || now - s->last_ns.load(std::memory_order_relaxed) < limit) continue;
+      if (!s || !s->cancel || s->fired || now - s->last_ns.load(std::memory_order_relaxed) < limit)
+        continue;
       s->fired = true;
       s->cancel();
     }

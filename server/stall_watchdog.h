@@ -57,8 +57,8 @@ class StallWatchdog {
   const std::chrono::milliseconds timeout_;
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;                            // guarded by mu_
-  std::vector<std::weak_ptr<State>> watched_;    // guarded by mu_
+  bool stop_ = false;                          // guarded by mu_
+  std::vector<std::weak_ptr<State>> watched_;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -16,9 +16,9 @@ UploadLimiter::Slot::~Slot() {
 absl::Status UploadLimiter::Slot::Reserve(int64_t bytes) {
   std::lock_guard<std::mutex> lk(owner_->mu_);
   if (owner_->bytes_ + bytes > owner_->limits_.max_bytes_in_flight) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "uploads in progress would exceed max_upload_bytes_in_flight (",
-        owner_->limits_.max_bytes_in_flight, "); retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("uploads in progress would exceed max_upload_bytes_in_flight (",
+                     owner_->limits_.max_bytes_in_flight, "); retry later"));
   }
   owner_->bytes_ += bytes;
   bytes_ += bytes;
@@ -28,8 +28,9 @@ absl::Status UploadLimiter::Slot::Reserve(int64_t bytes) {
 absl::StatusOr<UploadLimiter::Slot> UploadLimiter::Acquire() {
   std::lock_guard<std::mutex> lk(mu_);
   if (active_ >= limits_.max_concurrent) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_concurrent_uploads (", limits_.max_concurrent, ") uploads are in progress; retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat("max_concurrent_uploads (",
+                                                     limits_.max_concurrent,
+                                                     ") uploads are in progress; retry later"));
   }
   ++active_;
   return Slot(this);

@@ -17,8 +17,8 @@
 namespace kiln::server {
 
 struct UploadLimits {
-  int64_t max_model_bytes = int64_t{1} << 30;  // one upload
-  int max_concurrent = 4;                      // LoadModel calls in progress, build included
+  int64_t max_model_bytes = int64_t{1} << 30;      // one upload
+  int max_concurrent = 4;                          // LoadModel calls in progress, build included
   int64_t max_bytes_in_flight = int64_t{2} << 30;  // received by every call in progress
   std::chrono::milliseconds stall_timeout{30000};  // a stream that sends nothing this long ends
 };
@@ -55,8 +55,8 @@ class UploadLimiter {
  private:
   const UploadLimits limits_;
   mutable std::mutex mu_;
-  int active_ = 0;          // guarded by mu_
-  int64_t bytes_ = 0;       // guarded by mu_
+  int active_ = 0;     // guarded by mu_
+  int64_t bytes_ = 0;  // guarded by mu_
 };
 
 // What the first chunk said.

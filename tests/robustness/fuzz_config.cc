@@ -27,11 +27,14 @@ void CheckError(const absl::Status& s) {
 
 void CheckModel(const kiln::server::ModelConfig& c) {
   if (c.max_batch_size < 1 || c.max_batch_size > 4096) Fail("max_batch_size out of range");
-  if (c.batch_buckets.empty() || c.batch_buckets.back() != c.max_batch_size) Fail("buckets do not end at max_batch_size");
+  if (c.batch_buckets.empty() || c.batch_buckets.back() != c.max_batch_size)
+    Fail("buckets do not end at max_batch_size");
   for (size_t i = 0; i < c.batch_buckets.size(); ++i) {
-    if (c.batch_buckets[i] < 1 || (i && c.batch_buckets[i] <= c.batch_buckets[i - 1])) Fail("buckets not ascending");
+    if (c.batch_buckets[i] < 1 || (i && c.batch_buckets[i] <= c.batch_buckets[i - 1]))
+      Fail("buckets not ascending");
   }
-  if (c.instances < 1 || c.max_queue_size < 1 || c.max_queue_delay_us < 0) Fail("a range was not checked");
+  if (c.instances < 1 || c.max_queue_size < 1 || c.max_queue_delay_us < 0)
+    Fail("a range was not checked");
 }
 
 }  // namespace

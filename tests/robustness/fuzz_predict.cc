@@ -38,7 +38,8 @@ const ModelSignature& Signature(int which) {
     text.inputs = {{"ids", DType::kInt64, {-1, 5}}, {"mask", DType::kBool, {-1, 5}}};
     text.outputs = {{"logits", DType::kFloat32, {-1, 2}}, {"pooled", DType::kFloat64, {-1}}};
     ModelSignature fixed;  // not batchable: a fixed shape, narrow integer types
-    fixed.inputs = {{"a", DType::kInt8, {2, 2}}, {"b", DType::kUInt16, {}}, {"c", DType::kInt32, {1}}};
+    fixed.inputs = {
+        {"a", DType::kInt8, {2, 2}}, {"b", DType::kUInt16, {}}, {"c", DType::kInt32, {1}}};
     fixed.outputs = {{"o", DType::kFloat32, {2}}};
     fixed.batchable = false;
     fixed.max_batch_size = 1;
@@ -49,7 +50,8 @@ const ModelSignature& Signature(int which) {
 
 void CheckError(const absl::Status& s) {
   if (s.code() != absl::StatusCode::kInvalidArgument) Fail("not INVALID_ARGUMENT: " + s.ToString());
-  if (s.message().size() > 1024) Fail("an unbounded message: " + std::string(s.message().substr(0, 200)));
+  if (s.message().size() > 1024)
+    Fail("an unbounded message: " + std::string(s.message().substr(0, 200)));
 }
 
 void CheckAccepted(const ModelSignature& sig, const kiln::server::ValidatedInputs& in) {
@@ -58,7 +60,8 @@ void CheckAccepted(const ModelSignature& sig, const kiln::server::ValidatedInput
   for (size_t i = 0; i < in.tensors.size(); ++i) {
     const kiln::Tensor& t = in.tensors[i];
     const auto& spec = sig.inputs[i];
-    if (t.dtype() != spec.dtype || t.rank() != static_cast<int64_t>(spec.shape.size())) Fail("dtype or rank");
+    if (t.dtype() != spec.dtype || t.rank() != static_cast<int64_t>(spec.shape.size()))
+      Fail("dtype or rank");
     for (size_t d = 0; d < spec.shape.size(); ++d) {
       const int64_t want = spec.shape[d] < 0 ? in.rows : spec.shape[d];
       if (t.dim(d) != want) Fail("a dim differs from the signature");
@@ -74,7 +77,8 @@ void CheckAccepted(const ModelSignature& sig, const kiln::server::ValidatedInput
 }
 
 template <class Filter>
-void Validate(const ModelSignature& sig, kiln::server::ProtoTensorMap* inputs, const Filter& filter) {
+void Validate(const ModelSignature& sig, kiln::server::ProtoTensorMap* inputs,
+              const Filter& filter) {
   auto selected = kiln::server::SelectOutputs(sig, filter);
   if (!selected.ok()) CheckError(selected.status());
   auto in = kiln::server::ValidateInputs(sig, inputs);
@@ -102,6 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   kiln::v1::BatchPredictRequest req;
   if (!req.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
-  for (auto& sample : *req.mutable_samples()) Validate(sig, sample.mutable_inputs(), req.output_filter());
+  for (auto& sample : *req.mutable_samples())
+    Validate(sig, sample.mutable_inputs(), req.output_filter());
   return 0;
 }

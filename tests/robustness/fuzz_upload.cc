@@ -91,14 +91,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!head.ok()) {
       CheckError(head.status());
     } else {
-      if (kiln::ReadWholeFile((*staged)->model_path()) != sent) Fail("the staged file is not the chunks' data");
+      if (kiln::ReadWholeFile((*staged)->model_path()) != sent)
+        Fail("the staged file is not the chunks' data");
       const int64_t version = head->version ? head->version : 1;
-      if (absl::Status s = repo.Commit(**staged, head->name, version); !s.ok()) Fail("commit: " + s.ToString());
-      if (kiln::ReadWholeFile(repo.ModelPath(head->name, version)) != sent) Fail("committed bytes differ");
+      if (absl::Status s = repo.Commit(**staged, head->name, version); !s.ok())
+        Fail("commit: " + s.ToString());
+      if (kiln::ReadWholeFile(repo.ModelPath(head->name, version)) != sent)
+        Fail("committed bytes differ");
       auto found = repo.Find(head->name);
-      if (!found.ok() || found->versions != std::vector<int64_t>{version}) Fail("the commit is not found");
+      if (!found.ok() || found->versions != std::vector<int64_t>{version})
+        Fail("the commit is not found");
       if (found->config_yaml != head->config_yaml) Fail("the committed config differs");
-      if (absl::Status s = repo.Remove(head->name, std::nullopt); !s.ok()) Fail("remove: " + s.ToString());
+      if (absl::Status s = repo.Remove(head->name, std::nullopt); !s.ok())
+        Fail("remove: " + s.ToString());
     }
   }
   if (!repo.Recover().empty()) Fail("the upload left something behind");

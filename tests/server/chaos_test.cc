@@ -35,7 +35,8 @@ std::vector<std::string> Leftovers(const fs::path& dir) {
   if (!fs::exists(dir)) return out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const std::string rel = fs::relative(e.path(), dir).string();
-    if (e.is_regular_file() && (rel.rfind(".staging/", 0) == 0 || rel.find(".tmp.") != std::string::npos)) {
+    if (e.is_regular_file() &&
+        (rel.rfind(".staging/", 0) == 0 || rel.find(".tmp.") != std::string::npos)) {
       out.push_back(rel);
     }
   }
@@ -71,7 +72,7 @@ void ExpectConsistent(TestServer& s, const std::string& new_model, std::optional
 TEST(Chaos, KillAtEveryStepOfAReupload) {
   // Before the commit record the upload never happened; from it on, it is finished at start.
   const std::vector<std::pair<std::string, bool>> steps = {
-      {"upload-streaming", false}, {"upload-staged", false}, {"upload-built", false},
+      {"upload-streaming", false}, {"upload-staged", false},     {"upload-built", false},
       {"commit-recorded", true},   {"commit-model-moved", true}, {"upload-committed", true}};
   const std::string new_model = MlpOnnx(16, 3);
   for (const auto& [step, want_new] : steps) {
@@ -164,7 +165,9 @@ TEST(Chaos, KillDuringALongCompileAtArbitraryMoments) {
   for (int delay_ms : {100, 400, 900, 1600}) {
     s.Start();
     ASSERT_EQ(s.WaitLoaded("m"), v1::MODEL_STATE_READY);
-    auto upload = std::async(std::launch::async, [&] { return s.Upload({"slow", slow, 0, kOldConfig}); });
+    auto upload = std::async(std::launch::async, [&] {
+      return s.Upload({"slow", slow, 0, kOldConfig});
+    });
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     s.Kill();
     upload.get();
@@ -199,12 +202,14 @@ TEST(Chaos, AFullDiskGivesCleanErrorsAndLosesNothing) {
   if (!repo.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   Tmpfs cache(s.dir() / "cache", "32k");
   SeedRepository(s);
-  s.Start("max_model_bytes: 67108864", "engine_cache_dir: '" + (s.dir() / "cache").string() + "'\n");
+  s.Start("max_model_bytes: 67108864",
+          "engine_cache_dir: '" + (s.dir() / "cache").string() + "'\n");
   ASSERT_EQ(s.WaitLoaded("m"), v1::MODEL_STATE_READY);  // engine cache writes failed: logged
   // 4 MB into 1 MB: the staging write fails.
   grpc::Status st = s.Upload({"m", MlpOnnx(1024, 1), 1, kNewConfig});
   EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
-  EXPECT_NE(st.error_message().find("No space left on device"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("No space left on device"), std::string::npos)
+      << st.error_message();
   st = s.Upload({"big", MlpOnnx(1024, 2)});
   EXPECT_EQ(st.error_code(), StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   ExpectConsistent(s, "", false, "a full disk");
@@ -255,7 +260,8 @@ TEST(Chaos, UploadsUnloadsAndPredictsOnOneName) {
   stop = true;
   for (auto& t : threads) t.join();
   for (const auto& [what, n] : outcomes) std::printf("  %s: %d\n", what.c_str(), n);
-  const std::set<std::string> allowed = {"upload 0", "unload 0", "unload 5", "predict 0", "predict 5"};
+  const std::set<std::string> allowed = {"upload 0", "unload 0", "unload 5", "predict 0",
+                                         "predict 5"};
   for (const auto& [what, n] : outcomes) EXPECT_TRUE(allowed.count(what)) << what << " x" << n;
   // Loaded versions have their files; files without a loaded version were unloaded without
   // deleting them, which a restart loads again.

@@ -32,7 +32,8 @@ int Connect(int port) {
 
 // One slow client: a request line, then a header line every `every`, forever; a new
 // connection whenever the server closes this one. Counts the server's closes.
-void Slowloris(int port, milliseconds every, const std::atomic<bool>& stop, std::atomic<int>& dropped) {
+void Slowloris(int port, milliseconds every, const std::atomic<bool>& stop,
+               std::atomic<int>& dropped) {
   int fd = -1;
   while (!stop) {
     if (fd < 0) {
@@ -57,7 +58,8 @@ TEST(HttpProbes, AnswerWhileSixtyFourSlowClientsDribbleHeaders) {
   std::atomic<int> dropped{0};
   std::vector<std::thread> slow;
   for (int i = 0; i < 64; ++i) {
-    slow.emplace_back(Slowloris, s.http_port(), milliseconds(400), std::cref(stop), std::ref(dropped));
+    slow.emplace_back(Slowloris, s.http_port(), milliseconds(400), std::cref(stop),
+                      std::ref(dropped));
   }
   std::this_thread::sleep_for(milliseconds(300));
   std::vector<double> ms;
@@ -70,16 +72,18 @@ TEST(HttpProbes, AnswerWhileSixtyFourSlowClientsDribbleHeaders) {
     const char* path = i % 3 == 0 ? "/healthz" : i % 3 == 1 ? "/readyz" : "/metrics";
     const auto t0 = std::chrono::steady_clock::now();
     auto r = http.Get(path);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (!r || r->status != 200) ++failed;
     std::this_thread::sleep_for(milliseconds(50));
   }
   stop = true;
   for (auto& t : slow) t.join();
   std::sort(ms.begin(), ms.end());
-  std::printf("probes under 64 slow clients: %zu probes, %d failed, p50 %.1f ms, p99 %.1f ms, "
-              "max %.1f ms; slow connections dropped by the server: %d\n",
-              ms.size(), failed, ms[ms.size() / 2], ms[ms.size() * 99 / 100], ms.back(), dropped.load());
+  std::printf(
+      "probes under 64 slow clients: %zu probes, %d failed, p50 %.1f ms, p99 %.1f ms, "
+      "max %.1f ms; slow connections dropped by the server: %d\n",
+      ms.size(), failed, ms[ms.size() / 2], ms[ms.size() * 99 / 100], ms.back(), dropped.load());
   EXPECT_EQ(failed, 0);
   EXPECT_LT(ms[ms.size() * 99 / 100], 500.0);
   // Each slow connection is dropped after the 2 s request timeout: over ~5 s, 64 clients.

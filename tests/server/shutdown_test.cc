@@ -9,7 +9,7 @@
 namespace kiln::server::testing {
 namespace {
 
-constexpr int kLayers = 250;  // ~35 s to load uncancelled on 2 cores
+constexpr int kLayers = 250;           // ~35 s to load uncancelled on 2 cores
 constexpr double kDrainSeconds = 2.0;  // TestServer's drain_timeout_ms
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
@@ -50,8 +50,8 @@ TEST(Shutdown, SigtermDuringAnUploadsBuildCancelsItAndExits) {
   EXPECT_EQ(s.Stop(), 0);
   const double took = SecondsSince(t0);
   const grpc::Status st = upload.get();
-  std::printf("SIGTERM during an upload's build: exit after %.2f s; the upload got %d (%s)\n",
-              took, st.error_code(), st.error_message().c_str());
+  std::printf("SIGTERM during an upload's build: exit after %.2f s; the upload got %d (%s)\n", took,
+              st.error_code(), st.error_message().c_str());
   EXPECT_LT(took, kDrainSeconds + 1.0);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED) << st.error_message();
   // A cancelled upload was never seen to succeed: nothing of it stays.

@@ -3,6 +3,9 @@
 // integration test keeps its own shared server).
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,10 +19,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "base/file.h"
 #include "compiler/ir/builder.h"
@@ -116,8 +115,8 @@ class TestServer {
     grpc_port_ = FreePort();
     http_port_ = FreePort();
     std::ofstream(dir_ / "server.yaml")
-        << "server: {grpc_address: '127.0.0.1:" << grpc_port_ << "', http_address: '127.0.0.1:"
-        << http_port_ << "', drain_timeout_ms: 2000"
+        << "server: {grpc_address: '127.0.0.1:" << grpc_port_
+        << "', http_address: '127.0.0.1:" << http_port_ << "', drain_timeout_ms: 2000"
         << (server_yaml.empty() ? "" : ", ") << server_yaml << "}\n"
         << "model_repository: '" << repo().string() << "'\nlog: {level: warn}\n"
         << "model_defaults: {max_batch_size: 2, device: reference}\n"
@@ -134,8 +133,8 @@ class TestServer {
   // A fresh channel per call where calls overlap (one channel would serialize nothing, but
   // a stream that the server cancels must not take other calls with it).
   std::unique_ptr<v1::ModelService::Stub> NewModelStub() const {
-    return v1::ModelService::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", grpc_port_), grpc::InsecureChannelCredentials()));
+    return v1::ModelService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
+                                                         grpc::InsecureChannelCredentials()));
   }
 
   grpc::Status Upload(const UploadSpec& u, v1::LoadModelResponse* resp = nullptr) const {
@@ -166,8 +165,7 @@ class TestServer {
 
   // One one-row Predict: `features` floats as input `input` (the example's x: 8).
   grpc::Status Predict(const std::string& model, int64_t features, int64_t version = 0,
-                       v1::PredictResponse* out = nullptr,
-                       const std::string& input = "x") const {
+                       v1::PredictResponse* out = nullptr, const std::string& input = "x") const {
     v1::PredictRequest req;
     req.set_model(model);
     req.set_version(version);

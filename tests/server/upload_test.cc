@@ -33,7 +33,8 @@ TEST(Upload, AFailedReuploadLeavesTheServingModelAndItsFiles) {
     EXPECT_TRUE(p.ok()) << p.error_message();
     EXPECT_TRUE(ReadFile(s.repo() / "double/1/model.onnx") == good) << "the stored model changed";
     EXPECT_EQ(ReadFile(s.repo() / "double/config.yaml"), "max_batch_size: 2\n");
-    EXPECT_EQ(s.RepoFiles(), (std::vector<std::string>{"double/1/model.onnx", "double/config.yaml"}));
+    EXPECT_EQ(s.RepoFiles(),
+              (std::vector<std::string>{"double/1/model.onnx", "double/config.yaml"}));
     EXPECT_EQ(s.Readyz(), 200);
   }
   // A rejected first upload of a name leaves no trace either.
@@ -92,7 +93,8 @@ TEST(Upload, ConcurrentUploadsToOneNameAllLand) {
   EXPECT_EQ(versions, (std::set<int64_t>{1, 2, 3, 4}));
   // Every version holds one of the uploads, whole, and no two the same.
   std::set<std::string> stored;
-  for (int64_t v : versions) stored.insert(ReadFile(s.repo() / "same" / std::to_string(v) / "model.onnx"));
+  for (int64_t v : versions)
+    stored.insert(ReadFile(s.repo() / "same" / std::to_string(v) / "model.onnx"));
   std::set<std::string> sent;
   for (const auto& u : ups) sent.insert(u.bytes);
   EXPECT_EQ(stored, sent);
@@ -156,7 +158,9 @@ TEST(Upload, VersionOverflowIsRefusedCleanly) {
 
 int Threads(pid_t pid) {
   int n = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) ++n;
+  for ([[maybe_unused]] const auto& e :
+       fs::directory_iterator(absl::StrCat("/proc/", pid, "/task")))
+    ++n;
   return n;
 }
 
@@ -198,7 +202,8 @@ TEST(Upload, StalledStreamsAreBoundedAndTimedOut) {
   const auto t0 = std::chrono::steady_clock::now();
   std::map<StatusCode, int> codes;
   for (auto& c : stalled) codes[c->writer->Finish().error_code()]++;
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(codes[StatusCode::RESOURCE_EXHAUSTED], 28);
   EXPECT_EQ(codes[StatusCode::CANCELLED], 2);  // the two admitted: cancelled by the timeout
   EXPECT_LT(waited, 3.0);
@@ -249,7 +254,8 @@ TEST(Upload, AnUploadStreamsToDiskNotToMemory) {
 TEST(Upload, OversizedAndMalformedStreams) {
   TestServer s("limits");
   s.Start("max_model_bytes: 100000, max_upload_bytes_in_flight: 150000, max_concurrent_uploads: 3");
-  EXPECT_EQ(s.Upload({"huge", std::string(200000, 'x')}).error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(s.Upload({"huge", std::string(200000, 'x')}).error_code(),
+            StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(s.Upload({"empty", ""}).error_code(), StatusCode::INVALID_ARGUMENT);
   // A config key that is not a scalar threw out of the YAML reader and ended kilnd (found by
   // fuzz_config); now it is a bad config like any other.

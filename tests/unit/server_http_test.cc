@@ -2,6 +2,7 @@
 // and the listener's bounds (request timeout, pending connections, request size), with a
 // small handler instead of kilnd's routes.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,8 +11,6 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "server/http_listener.h"
 #include "tests/server/free_port.h"
@@ -24,8 +23,10 @@ using std::chrono::milliseconds;
 TEST(ParseRequestState, WaitsForTheWholeHeadAndBody) {
   const size_t max = 1024;
   EXPECT_EQ(ParseRequestState("", max), RequestState::kIncomplete);
-  EXPECT_EQ(ParseRequestState("GET /healthz HTTP/1.1\r\nHost: x\r\n", max), RequestState::kIncomplete);
-  EXPECT_EQ(ParseRequestState("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", max), RequestState::kComplete);
+  EXPECT_EQ(ParseRequestState("GET /healthz HTTP/1.1\r\nHost: x\r\n", max),
+            RequestState::kIncomplete);
+  EXPECT_EQ(ParseRequestState("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", max),
+            RequestState::kComplete);
   EXPECT_EQ(ParseRequestState("GET / HTTP/1.0\n\n", max), RequestState::kComplete);
   // Pipelined bytes after a whole request do not matter.
   EXPECT_EQ(ParseRequestState("GET / HTTP/1.1\r\n\r\nGET / HT", max), RequestState::kComplete);
@@ -39,9 +40,11 @@ TEST(ParseRequestState, RefusesWhatAProbeNeverSends) {
   EXPECT_EQ(ParseRequestState(std::string(65, 'a'), max), RequestState::kTooLarge);
   EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n", max),
             RequestState::kTooLarge);
-  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", 1 << 20),
+  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+                              1 << 20),
             RequestState::kBad);
-  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", max), RequestState::kBad);
+  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", max),
+            RequestState::kBad);
   EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", max),
             RequestState::kBad);
 }

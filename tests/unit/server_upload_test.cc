@@ -1,10 +1,10 @@
 // LoadModel's stream handling without gRPC: the chunk rules, the limits on uploads in
 // progress, the per-name lock and the stall watchdog.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <filesystem>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "base/file.h"
 #include "server/keyed_mutex.h"
