@@ -51,12 +51,13 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
        -fno-sanitize-recover=undefined -DONNX_ML=1 -DONNX_NAMESPACE=onnx -I"$src"
        $(pkg-config --cflags protobuf absl_status absl_statusor absl_strings))
 base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings))
-# The server targets' uninstrumented dependencies, from the CMake build.
-server_libs=(-Wl,--start-group "$build"/proto/libkiln_proto.a "$build"/compiler/libkiln_compile.a
-             "$build"/compiler/libkiln_passes.a "$build"/compiler/libkiln_plan.a
-             "$build"/compiler/libkiln_shape.a "$build"/runtime/libkiln_reference.a
-             "$build"/compiler/libkiln_onnx.a "$build"/compiler/libkiln_ir.a -Wl,--end-group
-             -lonnx_proto -lyaml-cpp -lspdlog -lfmt -lgomp)
+# The server targets' uninstrumented dependencies: every library the CMake build made below
+# proto/, compiler/ and runtime/ (the linker takes only the members the targets use; the
+# server's own library is left out, its sources under test are compiled here instead).
+server_libs=(-Wl,--start-group
+             $(find "$build/proto" "$build/compiler" "$build/runtime" -name 'libkiln_*.a' \
+                 -not -path '*/CMakeFiles/*' 2>/dev/null | sort)
+             -Wl,--end-group -lonnx_proto $(pkg-config --libs spdlog yaml-cpp) -lgomp)
 
 case "$target" in
   importer)
@@ -81,7 +82,8 @@ if [[ "$target" != importer ]]; then
     echo "run_fuzz.sh: --build $build has no libkiln_proto.a: build kilnd there first" >&2
     exit 2
   fi
-  flags+=(-isystem "$build/proto")
+  # spdlog as the main build uses it (the shared library, with the system fmt).
+  flags+=(-isystem "$build/proto" $(pkg-config --cflags spdlog yaml-cpp))
 fi
 
 obj="$out/obj-$target"
