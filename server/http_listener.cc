@@ -132,9 +132,12 @@ void HttpListener::Stop() {
 void HttpListener::Loop() {
   std::vector<pollfd> fds;
   while (true) {
-    fds.assign({{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}});
-    int timeout_ms = -1;
     const auto now = Clock::now();
+    // While accepting is paused (out of descriptors) the listening socket is not polled:
+    // it would stay readable and spin the loop.
+    const bool accepting = now >= accept_paused_until_;
+    fds.assign({{accepting ? listen_fd_ : -1, POLLIN, 0}, {wake_[0], POLLIN, 0}});
+    int timeout_ms = accepting ? -1 : kAcceptPauseMs;
     for (const Pending& p : pending_) {
       fds.push_back({p.fd, POLLIN, 0});
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(p.deadline - now).count();
@@ -165,7 +168,13 @@ void HttpListener::Loop() {
 void HttpListener::AcceptAll() {
   while (true) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or out of descriptors: the backlog keeps the rest
+    if (fd < 0) {
+      // Out of descriptors: the backlog keeps the rest while the pending ones finish.
+      if (errno == EMFILE || errno == ENFILE) {
+        accept_paused_until_ = Clock::now() + std::chrono::milliseconds(kAcceptPauseMs);
+      }
+      return;  // EAGAIN: all taken
+    }
     if (pending_.size() >= limits_.max_pending) {
       // The oldest has had the longest to send its request: it goes, the newcomer waits.
       close(pending_.front().fd);

@@ -73,8 +73,11 @@ class HttpListener {
   void Admit(Pending& p);
   void Work();
 
+  static constexpr int kAcceptPauseMs = 50;
+
   const HttpLimits limits_;
   const Handler handler_;
+  std::chrono::steady_clock::time_point accept_paused_until_;  // the poll loop's own
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};        // a pipe: Stop() writes to end the poll
   std::vector<Pending> pending_;  // the poll loop's own, oldest first

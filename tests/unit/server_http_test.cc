@@ -2,9 +2,11 @@
 // and the listener's bounds (request timeout, pending connections, request size), with a
 // small handler instead of kilnd's routes.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -161,6 +163,48 @@ TEST_F(ListenerTest, TheOldestPendingConnectionMakesRoom) {
   EXPECT_TRUE(ClosedByServer(idle[0], milliseconds(300)));
   EXPECT_FALSE(ClosedByServer(idle[9], milliseconds(100)));
   for (size_t i = 1; i < idle.size() - 1; ++i) close(idle[i]);
+}
+
+int OpenDescriptors() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += fcntl(fd, F_GETFD) != -1;
+  return n;
+}
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Out of descriptors, accept fails while the listening socket stays readable: polling it
+// then would spin a core. The loop pauses accepting instead, and recovers.
+TEST_F(ListenerTest, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {
+  Start(HttpLimits{});
+  rlimit old{};
+  getrlimit(RLIMIT_NOFILE, &old);
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(OpenDescriptors() + 8);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> clients;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) break;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)!connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    clients.push_back(fd);
+  }
+  std::this_thread::sleep_for(milliseconds(100));
+  const double cpu0 = CpuSeconds();
+  std::this_thread::sleep_for(milliseconds(500));
+  const double cpu = CpuSeconds() - cpu0;
+  for (int fd : clients) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_LT(cpu, 0.2) << "the accept loop spun";
+  EXPECT_NE(Get().find("200 OK"), std::string::npos);
 }
 
 TEST_F(ListenerTest, OversizedAndChunkedRequestsAreRefused) {
