@@ -15,6 +15,8 @@
 
 #include "base/file.h"
 #include "base/stop.h"
+#include "runtime/cuda/cuda_engine.h"
+#include "runtime/cuda/devices.h"
 #include "server/crash_point.h"
 
 namespace kiln::server {
@@ -141,6 +143,9 @@ std::string IsaSuffix() {
 }
 
 std::string DeviceFingerprint(const std::string& device) {
+  // A GPU engine depends on the GPU (name, compute capability) and on the driver, CUDA,
+  // cuDNN and cuBLAS versions that chose and compiled its kernels.
+  if (const std::optional<int> gpu = cuda::ParseCudaDevice(device)) return cuda::CudaDeviceFingerprint(*gpu);
   if (device != "cpu") return device;
   // oneDNN dispatches on these flags at primitive creation, and prepacked layouts depend on
   // them; the model name is not enough (VMs mask flags).

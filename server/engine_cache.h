@@ -41,7 +41,8 @@ namespace kiln::server {
 std::string ContentHash(std::string_view bytes);
 
 // "cpu:" plus a hash of the CPU's ISA flags (/proc/cpuinfo), so an engine built for AVX-512
-// never loads on a machine without it. Other devices: their name.
+// never loads on a machine without it; "cuda:N:" plus the GPU's name, compute capability and
+// the driver, CUDA, cuDNN, cuBLAS and NVRTC versions. Other devices: their name.
 std::string DeviceFingerprint(const std::string& device);
 
 struct EngineCacheKey {

@@ -1,5 +1,6 @@
 #include "server/engine_factory.h"
 
+#include "runtime/cuda/cuda_engine.h"
 #include "runtime/reference/reference_engine.h"
 #ifdef KILN_HAVE_CPU_ENGINE
 #include "runtime/cpu/cpu_engine.h"
@@ -26,6 +27,16 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& 
     // HOOK: runtime/ did not build kiln_cpu (the oneDNN engine); see server/CMakeLists.txt.
     return absl::UnimplementedError("the cpu device is not built into this kilnd");
 #endif
+  }
+  if (const std::optional<int> gpu = cuda::ParseCudaDevice(device)) {
+    cuda::CudaEngineOptions options;
+    options.device = *gpu;
+    // The layout an earlier build of this engine settled on (from the engine cache, or the
+    // first instance) carries its measured convolution algorithms; "tune" measures.
+    options.tuning = cpu_layout;
+    // A machine without the GPU (or without CUDA in this build) answers FAILED_PRECONDITION
+    // or UNIMPLEMENTED with the reason; the model is then FAILED and the server serves the rest.
+    return cuda::BuildCudaEngine(compiled, options);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown device '", device, "'"));
 }

@@ -11,10 +11,11 @@
 
 namespace kiln::server {
 
-// device: "reference" (the interpreter) or "cpu" (oneDNN). INVALID_ARGUMENT otherwise.
-// cpu_layout (cpu device only): "tune", "primitive" or "blocked"; cpu_threads: OpenMP threads
-// of the engine (0: all cores); tune_threads: a small engine may settle on one thread when
-// that measures faster (runtime/cpu/tune.h).
+// device: "reference" (the interpreter), "cpu" (oneDNN) or "cuda:N" (GPU N; "cuda" is GPU 0).
+// INVALID_ARGUMENT otherwise. cpu_layout (cpu device): "tune", "primitive" or "blocked"; for a
+// GPU, an earlier build's EngineInfo::layout (its convolution algorithms) or anything else to
+// measure them. cpu_threads: OpenMP threads of the engine (0: all cores); tune_threads: a
+// small engine may settle on one thread when that measures faster (runtime/cpu/tune.h).
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
                                                              int cpu_threads, bool tune_threads,

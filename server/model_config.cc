@@ -5,6 +5,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "runtime/cuda/cuda_engine.h"
+
 namespace kiln::server {
 namespace {
 
@@ -176,8 +178,8 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
   if (c.cpu_layout != "tune" && c.cpu_layout != "primitive" && c.cpu_layout != "blocked") {
     return BadKey("cpu_layout", absl::StrCat("'", c.cpu_layout, "' is not one of: tune, primitive, blocked"));
   }
-  if (c.device != "reference" && c.device != "cpu") {
-    return BadKey("device", absl::StrCat("'", c.device, "' is not one of: reference, cpu"));
+  if (c.device != "reference" && c.device != "cpu" && !cuda::ParseCudaDevice(c.device)) {
+    return BadKey("device", absl::StrCat("'", c.device, "' is not one of: reference, cpu, cuda:N"));
   }
   if (c.batch_buckets.empty()) {
     for (int64_t b = 1; b < c.max_batch_size; b *= 2) c.batch_buckets.push_back(b);

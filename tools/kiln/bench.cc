@@ -12,6 +12,7 @@
 #include "compiler/onnx/importer.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
+#include "runtime/cuda/cuda_engine.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/dim_flag.h"
 #include "tools/kiln/json_writer.h"
@@ -30,6 +31,7 @@ struct BenchArgs {
   OptLevel opt = OptLevel::kO2;
   std::string json_path;
   shape::InputDims dims;
+  bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
 };
 
 absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& v) {
@@ -43,6 +45,10 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
   BenchArgs b;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "--tf32") {
+      b.tf32 = true;
+      continue;
+    }
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
         a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" &&
         a != "--opt" && a != "--dim") {
@@ -80,7 +86,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
   }
   if (b.model.empty()) return absl::InvalidArgumentError("no MODEL given");
-  if (b.backend != "cpu") return absl::InvalidArgumentError("unknown backend " + b.backend);
+  if (b.backend != "cpu" && b.backend != "cuda") {
+    return absl::InvalidArgumentError("unknown backend " + b.backend + " (have: cpu, cuda)");
+  }
   return b;
 }
 
@@ -90,6 +98,20 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildBenchEngine(const BenchArgs& b,
+                                                                   const CompiledGraph& compiled) {
+  if (b.backend == "cuda") {
+    cuda::CudaEngineOptions co;
+    co.tf32 = b.tf32;
+    return cuda::BuildCudaEngine(compiled, co);
+  }
+  cpu::CpuEngineOptions eo;
+  eo.threads = b.threads;
+  eo.tune_threads = b.threads == 0;  // --threads T is taken as given
+  eo.layout = b.layout;
+  return cpu::BuildCpuEngine(compiled, eo);
+}
+
 absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(b.model));
   CompileOptions co;
@@ -97,11 +119,7 @@ absl::Status Bench(const BenchArgs& b) {
   co.dims = b.dims;
   co.pipeline.level = b.opt;
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
-  cpu::CpuEngineOptions eo;
-  eo.threads = b.threads;
-  eo.tune_threads = b.threads == 0;  // --threads T is taken as given
-  eo.layout = b.layout;
-  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(compiled, eo));
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, BuildBenchEngine(b, compiled));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));
   std::vector<Tensor> ins, outs;
   for (const auto& spec : engine->inputs()) ins.push_back(feeds.at(spec.name));
@@ -118,6 +136,8 @@ absl::Status Bench(const BenchArgs& b) {
   JsonWriter w;
   w.BeginObject();
   w.Field("model", b.model);
+  w.Field("backend", b.backend);
+  w.Field("device", info.device);
   w.Field("batch", b.batch);
   w.Field("p50_ms", Percentile(ms, 0.5));
   w.Field("p99_ms", Percentile(ms, 0.99));

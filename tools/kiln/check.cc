@@ -13,6 +13,7 @@
 #include "runtime/check/differential.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/cpu_run.h"
+#include "tools/kiln/cuda_run.h"
 #include "tools/kiln/json_writer.h"
 #include "tools/kiln/model_io.h"
 
@@ -33,6 +34,7 @@ struct CheckOptions {
   // --backend cpu: the engines' activation layouts to check (--layout; default: both).
   std::vector<cpu::ActivationLayout> layouts = {cpu::ActivationLayout::kPrimitive,
                                                 cpu::ActivationLayout::kBlocked};
+  bool tf32 = false;  // --backend cuda: TF32 tensor cores (--tf32)
   std::vector<std::string> paths;
 };
 
@@ -90,6 +92,17 @@ absl::Status BisectGraph(const Graph& graph, const ref::TensorMap& inputs,
   return absl::OkStatus();
 }
 
+// The engine backends: the CPU engine once per activation layout, the CUDA engine once.
+absl::StatusOr<CpuRun> RunOnEngine(const Graph& graph, const ref::TensorMap& feeds, const CheckOptions& opt) {
+  const OptLevel level = opt.opt.value_or(OptLevel::kO2);
+  if (opt.backend == "cuda") {
+    cuda::CudaEngineOptions co;
+    co.tf32 = opt.tf32;
+    return RunOnCudaEngine(graph, feeds, level, co);
+  }
+  return RunOnCpuEngine(graph, feeds, level, opt.layouts);
+}
+
 // The data set's inputs with non-finite values planted: the raw graph on the reference is
 // the expectation (a feed the reference refuses, an index computed from NaN say, is skipped:
 // it says nothing about the optimizer), the optimized graph or the engine must agree.
@@ -99,9 +112,8 @@ absl::Status CheckNonFinite(const Graph& raw, const ref::TensorMap& feeds, const
   absl::StatusOr<ref::TensorMap> want = ref::Run(raw, hostile);
   if (!want.ok()) return absl::OkStatus();
   std::vector<std::pair<std::string, std::vector<Tensor>>> runs;
-  if (opt.backend == "cpu") {
-    ASSIGN_OR_RETURN(CpuRun run, RunOnCpuEngine(raw, hostile, opt.opt.value_or(OptLevel::kO2),
-                                                opt.layouts));
+  if (opt.backend == "cpu" || opt.backend == "cuda") {
+    ASSIGN_OR_RETURN(CpuRun run, RunOnEngine(raw, hostile, opt));
     for (LayoutRun& lr : run.runs) runs.push_back({" [" + lr.layout + "]", std::move(lr.outputs)});
   } else {
     std::unique_ptr<Graph> g = raw.Clone();
@@ -128,9 +140,8 @@ absl::Status RunDataSet(const std::string& model_path, const DataSet& ds,
   ASSIGN_OR_RETURN(ref::TensorMap feeds, BindInputs(*graph, ds));
   RETURN_IF_ERROR(BindShapes(*graph, feeds));
   if (opt.nonfinite) RETURN_IF_ERROR(CheckNonFinite(*graph, feeds, opt, r));
-  if (opt.backend == "cpu") {
-    ASSIGN_OR_RETURN(CpuRun run, RunOnCpuEngine(*graph, feeds, opt.opt.value_or(OptLevel::kO2),
-                                                opt.layouts));
+  if (opt.backend == "cpu" || opt.backend == "cuda") {
+    ASSIGN_OR_RETURN(CpuRun run, RunOnEngine(*graph, feeds, opt));
     for (const LayoutRun& lr : run.runs) {
       if (ds.outputs.size() != lr.outputs.size()) {
         return absl::InvalidArgumentError("test data has " + std::to_string(ds.outputs.size()) +
@@ -236,6 +247,8 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
       } else {
         return absl::InvalidArgumentError("--layout: primitive, blocked or all (got '" + v + "')");
       }
+    } else if (a == "--tf32") {
+      o.tf32 = true;
     } else if (a == "--bisect") {
       o.bisect = true;
     } else if (a == "--nonfinite") {
@@ -248,9 +261,9 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
       o.paths.push_back(a);
     }
   }
-  if (o.backend != "reference" && o.backend != "cpu") {
+  if (o.backend != "reference" && o.backend != "cpu" && o.backend != "cuda") {
     return absl::InvalidArgumentError("unknown backend '" + o.backend +
-                                      "' (have: reference, cpu)");
+                                      "' (have: reference, cpu, cuda)");
   }
   if (o.paths.empty()) return absl::InvalidArgumentError("no test PATH given");
   return o;

@@ -11,5 +11,6 @@ int CheckCommand(const std::vector<std::string>& args);
 int RunCommand(const std::vector<std::string>& args);
 int CompileCommand(const std::vector<std::string>& args);
 int BenchCommand(const std::vector<std::string>& args);
+int DevicesCommand(const std::vector<std::string>& args);
 
 }  // namespace kiln::tools

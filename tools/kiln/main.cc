@@ -13,7 +13,7 @@ void Usage() {
   std::fprintf(stderr,
                "usage: kiln <command> [options]\n"
                "commands:\n"
-               "  check [--backend reference|cpu] [--rtol R] [--atol A] [--json FILE] [-q]\n"
+               "  check [--backend reference|cpu|cuda] [--rtol R] [--atol A] [--json FILE] [-q]\n"
                "        [--opt O0|O1|O2] [--bisect] [--nonfinite]\n"
                "        [--layout primitive|blocked|all] PATH...\n"
                "      run ONNX backend-test directories (model.onnx + test_data_set_*);\n"
@@ -21,16 +21,22 @@ void Usage() {
                "      moves the answer, --nonfinite also feeds NaN/inf/-0/denormals and\n"
                "      compares with the reference on the raw graph; --backend cpu checks\n"
                "      the engine in every\n"
-               "      activation layout it can choose (--layout narrows that)\n"
+               "      activation layout it can choose (--layout narrows that); --backend\n"
+               "      cuda checks the CUDA engine (--tf32 allows TF32 tensor cores)\n"
                "  compile MODEL [--batch N] [-O0|-O1|-O2] [--disable PASS,...] [--report]\n"
                "        [--json FILE] [-o optimized.onnx] [--dim NAME=N ...]\n"
                "      optimize for one batch size, plan memory, print the compile report\n"
                "      (--dim: a value for a symbolic input dim other than the batch)\n"
-               "  run MODEL --input NAME=FILE.pb ... --output-dir DIR\n"
-               "      run a model and write its outputs as TensorProto files\n"
-               "  bench MODEL [--backend cpu] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
+               "  run MODEL --input NAME=FILE.pb ... --output-dir DIR [--backend reference|cpu|cuda]\n"
+               "        [--tf32]\n"
+               "      run a model and write its outputs as TensorProto files (engines run\n"
+               "      the O2 graph)\n"
+               "  bench MODEL [--backend cpu|cuda] [--tf32] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
                "        [--layout primitive|blocked|tune] [--opt O0|O1|O2] [--dim NAME=N ...]\n"
-               "      time the CPU engine on random inputs; prints p50/p99 latency\n");
+               "      time an engine on random inputs; prints p50/p99 latency\n"
+               "  devices [--json]\n"
+               "      what Kiln can use here: the CPU's ISA, CUDA (compiled in or not,\n"
+               "      NVRTC/cuDNN/cuBLAS versions, GPUs found or why none)\n");
 }
 
 }  // namespace
@@ -47,6 +53,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return kiln::tools::RunCommand(args);
   if (cmd == "compile") return kiln::tools::CompileCommand(args);
   if (cmd == "bench") return kiln::tools::BenchCommand(args);
+  if (cmd == "devices") return kiln::tools::DevicesCommand(args);
   if (cmd == "-h" || cmd == "--help" || cmd == "help") {
     Usage();
     return 0;

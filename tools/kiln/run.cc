@@ -8,6 +8,8 @@
 #include "compiler/onnx/importer.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "tools/kiln/commands.h"
+#include "tools/kiln/cpu_run.h"
+#include "tools/kiln/cuda_run.h"
 #include "tools/kiln/model_io.h"
 
 namespace kiln::tools {
@@ -17,13 +19,15 @@ struct RunOptions {
   std::string model;
   std::vector<std::pair<std::string, std::string>> inputs;  // name -> file
   std::string output_dir;
+  std::string backend = "reference";  // reference | cpu | cuda (engines run the O2 graph)
+  bool tf32 = false;
 };
 
 absl::StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
   RunOptions o;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "--input" || a == "--output-dir") && i + 1 >= args.size()) {
+    if ((a == "--input" || a == "--output-dir" || a == "--backend") && i + 1 >= args.size()) {
       return absl::InvalidArgumentError(a + " needs a value");
     }
     if (a == "--input") {
@@ -35,6 +39,10 @@ absl::StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       o.inputs.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
     } else if (a == "--output-dir") {
       o.output_dir = args[++i];
+    } else if (a == "--backend") {
+      o.backend = args[++i];
+    } else if (a == "--tf32") {
+      o.tf32 = true;
     } else if (!a.empty() && a[0] == '-') {
       return absl::InvalidArgumentError("unknown option " + a);
     } else if (o.model.empty()) {
@@ -45,7 +53,29 @@ absl::StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
   }
   if (o.model.empty()) return absl::InvalidArgumentError("no MODEL given");
   if (o.output_dir.empty()) return absl::InvalidArgumentError("--output-dir is required");
+  if (o.backend != "reference" && o.backend != "cpu" && o.backend != "cuda") {
+    return absl::InvalidArgumentError("unknown backend '" + o.backend + "' (have: reference, cpu, cuda)");
+  }
   return o;
+}
+
+// The graph's outputs by name: the reference on the graph as imported, or an engine on the
+// O2 graph compiled for the inputs' shapes.
+absl::StatusOr<ref::TensorMap> RunOn(const RunOptions& o, const Graph& graph, const ref::TensorMap& feeds) {
+  if (o.backend == "reference") return ref::Run(graph, feeds);
+  CpuRun run;
+  if (o.backend == "cuda") {
+    cuda::CudaEngineOptions co;
+    co.tf32 = o.tf32;
+    ASSIGN_OR_RETURN(run, RunOnCudaEngine(graph, feeds, OptLevel::kO2, co));
+  } else {
+    ASSIGN_OR_RETURN(run, RunOnCpuEngine(graph, feeds, OptLevel::kO2, {cpu::ActivationLayout::kPrimitive}));
+  }
+  ref::TensorMap outs;
+  for (size_t k = 0; k < graph.outputs.size() && k < run.runs[0].outputs.size(); ++k) {
+    outs[graph.outputs[k]->name] = run.runs[0].outputs[k];
+  }
+  return outs;
 }
 
 absl::Status Run(const RunOptions& o) {
@@ -56,7 +86,7 @@ absl::Status Run(const RunOptions& o) {
     feeds[name] = std::move(t);
   }
   RETURN_IF_ERROR(BindShapes(*graph, feeds));
-  ASSIGN_OR_RETURN(ref::TensorMap outs, ref::Run(*graph, feeds));
+  ASSIGN_OR_RETURN(ref::TensorMap outs, RunOn(o, *graph, feeds));
   std::filesystem::create_directories(o.output_dir);
   for (size_t k = 0; k < graph->outputs.size(); ++k) {
     const std::string& name = graph->outputs[k]->name;

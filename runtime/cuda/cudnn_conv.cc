@@ -1,0 +1,166 @@
+// Convolutions on cuDNN's legacy API: cudnnConvolutionBiasActivationForward when the plan
+// fuses ReLU (with the bias, and the first residual as z), else cudnnConvolutionForward.
+// Math is FMA-only (strict fp32) unless the engine was asked for TF32. The algorithm is the
+// fastest that cudnnFindConvolutionForwardAlgorithmEx measures at build (or the one an
+// earlier build of the same engine chose, from the engine cache).
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "runtime/cuda/cuda_status.h"
+#include "runtime/cuda/steps.h"
+
+namespace kiln::cuda {
+namespace {
+
+absl::StatusOr<std::vector<int>> Ints(const std::vector<int64_t>& v) {
+  std::vector<int> out;
+  for (int64_t x : v) {
+    if (x < INT_MIN || x > INT_MAX) return absl::UnimplementedError("a dimension beyond cuDNN's int range");
+    out.push_back(static_cast<int>(x));
+  }
+  return out;
+}
+
+// Owns the descriptors of one convolution.
+struct Descriptors {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t act = nullptr;
+  ~Descriptors() {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (bias) cudnnDestroyTensorDescriptor(bias);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (act) cudnnDestroyActivationDescriptor(act);
+  }
+};
+
+absl::Status SetTensor(cudnnTensorDescriptor_t* d, const std::vector<int64_t>& dims) {
+  KILN_CUDNN(cudnnCreateTensorDescriptor(d));
+  ASSIGN_OR_RETURN(std::vector<int> v, Ints(dims));
+  KILN_CUDNN(cudnnSetTensorNdDescriptorEx(*d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(v.size()), v.data()));
+  return absl::OkStatus();
+}
+
+absl::Status Describe(const ConvPlan& p, bool tf32, Descriptors& d) {
+  RETURN_IF_ERROR(SetTensor(&d.x, p.x_dims));
+  RETURN_IF_ERROR(SetTensor(&d.y, p.y_dims));
+  std::vector<int64_t> bias_dims(p.y_dims.size(), 1);
+  bias_dims[1] = p.y_dims[1];
+  RETURN_IF_ERROR(SetTensor(&d.bias, bias_dims));
+  KILN_CUDNN(cudnnCreateFilterDescriptor(&d.w));
+  ASSIGN_OR_RETURN(std::vector<int> w, Ints(p.w_dims));
+  KILN_CUDNN(cudnnSetFilterNdDescriptor(d.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(w.size()), w.data()));
+  KILN_CUDNN(cudnnCreateConvolutionDescriptor(&d.conv));
+  ASSIGN_OR_RETURN(std::vector<int> pads, Ints(p.pads));
+  ASSIGN_OR_RETURN(std::vector<int> strides, Ints(p.strides));
+  ASSIGN_OR_RETURN(std::vector<int> dil, Ints(p.dilations));
+  KILN_CUDNN(cudnnSetConvolutionNdDescriptor(d.conv, static_cast<int>(pads.size()), pads.data(), strides.data(),
+                                             dil.data(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  KILN_CUDNN(cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(p.groups)));
+  // FMA-only kernels unless TF32 was asked for: cuDNN's default math lets fp32 convolutions
+  // run on TF32 tensor cores, which moves results by ~1e-3.
+  KILN_CUDNN(cudnnSetConvolutionMathType(d.conv, tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH));
+  KILN_CUDNN(cudnnCreateActivationDescriptor(&d.act));
+  // ONNX's Relu keeps NaN.
+  KILN_CUDNN(cudnnSetActivationDescriptor(d.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  return absl::OkStatus();
+}
+
+class ConvStep : public Step {
+ public:
+  absl::Status Enqueue(cudaStream_t) override {
+    const float one = 1.f, zero = 0.f, z_scale = z_ ? 1.f : 0.f;
+    if (fused_) {
+      // With alpha2 = 0 cuDNN does not read z, which may then be y itself.
+      KILN_CUDNN(cudnnConvolutionBiasActivationForward(
+          h_, &one, d_.x, x_, d_.w, w_, d_.conv, algo_, *workspace_, workspace_bytes_, &z_scale, d_.y,
+          z_ ? z_ : y_, d_.bias, bias_, d_.act, d_.y, y_));
+      return absl::OkStatus();
+    }
+    KILN_CUDNN(cudnnConvolutionForward(h_, &one, d_.x, x_, d_.w, w_, d_.conv, algo_, *workspace_,
+                                       workspace_bytes_, &zero, d_.y, y_));
+    return absl::OkStatus();
+  }
+
+  cudnnHandle_t h_ = nullptr;
+  Descriptors d_;
+  cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  const void *x_ = nullptr, *w_ = nullptr, *z_ = nullptr, *bias_ = nullptr;
+  void* y_ = nullptr;
+  void* const* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  bool fused_ = false;
+};
+
+// The fastest algorithm cuDNN measures that fits the scratch (FMA-only unless TF32).
+absl::StatusOr<cudnnConvolutionFwdAlgo_t> Measure(BuildContext& ctx, ConvStep& s) {
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int returned = 0;
+  KILN_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, s.d_.x, s.x_, s.d_.w, s.w_, s.d_.conv, s.d_.y, s.y_,
+                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
+                                                     ctx.find_workspace, ctx.find_workspace_bytes));
+  for (int i = 0; i < returned; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ctx.find_workspace_bytes) continue;
+    if (!ctx.tf32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+    return perf[i].algo;
+  }
+  return absl::UnimplementedError("cuDNN has no algorithm for this convolution");
+}
+
+absl::Status ChooseAlgorithm(BuildContext& ctx, ConvStep& s) {
+  const size_t i = ctx.chosen_algos.size();
+  bool given = i < ctx.given_algos.size() && ctx.given_algos[i] >= 0 &&
+               ctx.given_algos[i] < CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  if (given) {
+    // An algorithm chosen for another build (another batch size) may not support this one.
+    s.algo_ = static_cast<cudnnConvolutionFwdAlgo_t>(ctx.given_algos[i]);
+    given = cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
+                                                    &s.workspace_bytes_) == CUDNN_STATUS_SUCCESS;
+  }
+  if (!given) {
+    ASSIGN_OR_RETURN(s.algo_, Measure(ctx, s));
+    KILN_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
+                                                       &s.workspace_bytes_));
+  }
+  ctx.workspace_bytes = std::max(ctx.workspace_bytes, s.workspace_bytes_);
+  ctx.chosen_algos.push_back(static_cast<int>(s.algo_));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Step>> MakeConvStep(BuildContext& ctx, const Node& node, const ConvPlan& plan) {
+  auto s = std::make_unique<ConvStep>();
+  s->h_ = ctx.cudnn;
+  s->fused_ = plan.fused;
+  RETURN_IF_ERROR(Describe(plan, ctx.tf32, s->d_));
+  ASSIGN_OR_RETURN(void* x, ctx.Ptr(node.input(0)));
+  ASSIGN_OR_RETURN(void* w, ctx.Ptr(node.input(1)));
+  ASSIGN_OR_RETURN(s->y_, ctx.Ptr(node.output(0)));
+  s->x_ = x;
+  s->w_ = w;
+  if (plan.fused) {
+    if (plan.bias_input >= 0) {
+      ASSIGN_OR_RETURN(void* b, ctx.Ptr(node.input(plan.bias_input)));
+      s->bias_ = b;
+    } else {
+      if (ctx.zeros_bytes < static_cast<size_t>(plan.y_dims[1]) * sizeof(float)) {
+        return absl::InternalError("zero bias buffer too small");
+      }
+      s->bias_ = ctx.zeros;
+    }
+    if (plan.z_input >= 0) {
+      ASSIGN_OR_RETURN(void* z, ctx.Ptr(node.input(plan.z_input)));
+      s->z_ = z;
+    }
+  }
+  s->workspace_ = &ctx.workspace;
+  RETURN_IF_ERROR(ChooseAlgorithm(ctx, *s));
+  return std::unique_ptr<Step>(std::move(s));
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,33 @@
+#include "runtime/cuda/graph_capture.h"
+
+#include "runtime/cuda/cuda_status.h"
+
+namespace kiln::cuda {
+
+CapturedRun::~CapturedRun() {
+  if (exec_) cudaGraphExecDestroy(exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+}
+
+absl::Status CapturedRun::Capture(cudaStream_t stream, const std::function<absl::Status()>& enqueue) {
+  // Thread-local mode: another engine capturing or running on another thread is unaffected.
+  KILN_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const absl::Status enqueued = enqueue();
+  cudaGraph_t graph = nullptr;
+  const absl::Status ended = CudaStatus(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  if (!enqueued.ok() || !ended.ok()) {
+    if (graph) cudaGraphDestroy(graph);
+    return enqueued.ok() ? ended : enqueued;
+  }
+  graph_ = graph;
+  KILN_CUDA(cudaGraphGetNodes(graph_, nullptr, &nodes_));
+  KILN_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
+  return absl::OkStatus();
+}
+
+absl::Status CapturedRun::Launch(cudaStream_t stream) const {
+  KILN_CUDA(cudaGraphLaunch(exec_, stream));
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,85 @@
+// NVRTC compiles every kernel the CUDA engine would generate (node kernels and library-call
+// epilogues, as cuda::PlanNode emits them) for every ONNX node conformance test and real
+// model, to a CUBIN for the H200's sm_90, on a machine without a GPU. Prints the count.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "compiler/codegen/cuda_kernel.h"
+#include "runtime/cuda/cuda_engine.h"
+#include "runtime/cuda/node_plan.h"
+#include "runtime/cuda/nvrtc_compiler.h"
+#include "tests/cuda/kernel_corpus.h"
+
+namespace kiln::cuda {
+namespace {
+
+struct Tally {
+  int graphs = 0, kernels = 0, modules = 0;
+  double ms = 0;
+};
+
+// The engine's kernels for every graph, compiled a few hundred per NVRTC program.
+void CompileAll(const std::vector<testing::CorpusGraph>& graphs, const std::string& arch, Tally& t) {
+  std::vector<codegen::Kernel> pending;
+  auto flush = [&]() {
+    if (pending.empty()) return;
+    absl::StatusOr<std::shared_ptr<const CompiledModule>> m =
+        CompileModule(codegen::ModuleSource(pending), arch, "corpus" + std::to_string(t.modules));
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (m.ok()) t.ms += (*m)->compile_ms;
+    t.kernels += static_cast<int>(pending.size());
+    ++t.modules;
+    pending.clear();
+  };
+  for (const testing::CorpusGraph& g : graphs) {
+    ++t.graphs;
+    const auto& nodes = g.graph->nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const std::string name = codegen::Identifier(g.name + "_n" + std::to_string(i) + "_" + nodes[i]->op_type);
+      absl::StatusOr<NodePlan> p = PlanNode(*nodes[i], name);
+      if (!p.ok()) continue;  // malformed for the engine too: `kiln check` reports it
+      for (codegen::Kernel& k : p->kernels) pending.push_back(std::move(k));
+    }
+    if (pending.size() >= 300) flush();
+  }
+  flush();
+}
+
+TEST(Nvrtc, CompilesEveryGeneratedKernel) {
+  if (!CudaCompiledIn()) GTEST_SKIP() << "this build has no CUDA toolkit (NVRTC)";
+  testing::CorpusStats cs;
+  std::vector<testing::CorpusGraph> graphs = testing::LoadCorpus(testing::ConformanceDir(), cs, false);
+  std::vector<testing::CorpusGraph> models = testing::LoadCorpus(testing::ModelsDir(), cs, true);
+  if (graphs.empty() && models.empty()) GTEST_SKIP() << "no conformance data and no exported models";
+  Tally node, model;
+  CompileAll(graphs, "sm_90", node);
+  CompileAll(models, "sm_90", model);
+  std::printf("NVRTC sm_90: %d kernels from %d conformance tests, %d kernels from %d models, %d modules, "
+              "%.1f s compiling\n",
+              node.kernels, node.graphs, model.kernels, model.graphs, node.modules + model.modules,
+              (node.ms + model.ms) / 1000.0);
+  EXPECT_GT(node.kernels + model.kernels, 0);
+}
+
+TEST(Nvrtc, ReportsCompileErrorsWithTheLog) {
+  if (!CudaCompiledIn()) GTEST_SKIP() << "this build has no CUDA toolkit (NVRTC)";
+  absl::StatusOr<std::shared_ptr<const CompiledModule>> m =
+      CompileModule("extern \"C\" __global__ void broken(float* p0) { p0[0] = undeclared; }", "sm_90", "broken");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("undeclared"), std::string::npos) << m.status();
+}
+
+TEST(Nvrtc, PicksTheGpusOwnArchitectureOrPtxForNewerOnes) {
+  if (!CudaCompiledIn()) GTEST_SKIP() << "this build has no CUDA toolkit (NVRTC)";
+  EXPECT_EQ(*ArchFor(9, 0), "sm_90");
+  // A future GPU gets PTX of the newest architecture NVRTC knows, for the driver to JIT.
+  absl::StatusOr<std::string> future = ArchFor(99, 0);
+  ASSERT_TRUE(future.ok()) << future.status();
+  EXPECT_EQ(future->rfind("compute_", 0), 0u) << *future;
+  EXPECT_FALSE(ArchFor(1, 0).ok());
+}
+
+}  // namespace
+}  // namespace kiln::cuda

@@ -1,0 +1,29 @@
+// Compiling a test graph for an engine, which serves static shapes (`kiln check --backend
+// cpu|cuda`, the CUDA corpus tests): the graph's inputs are already bound to a data set's
+// shapes; where output shapes still depend on input values, the shape-like inputs (small
+// integer tensors, Resize scales, Range bounds) are frozen as constants with the fed values,
+// as an engine built for one input configuration would have them.
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "compiler/compile.h"
+#include "compiler/pipeline.h"
+#include "runtime/reference/interpreter.h"
+
+namespace kiln::tools {
+
+// Whether a compile or build failed only because some shape is not static.
+bool NeedsStaticShapes(const absl::Status& st);
+// A clone of `graph` whose shape-like inputs are constants with the fed values.
+std::unique_ptr<Graph> FreezeShapeInputs(const Graph& graph, const ref::TensorMap& feeds);
+// The batch an engine for this graph serves: dim 0 of the first input when known, else 1.
+int64_t BatchOf(const Graph& graph);
+
+// Compiles at `level` for BatchOf(graph), retrying with frozen shape inputs when shapes are
+// not static; UNIMPLEMENTED when they stay data-dependent.
+absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::TensorMap& feeds,
+                                            OptLevel level);
+
+}  // namespace kiln::tools
