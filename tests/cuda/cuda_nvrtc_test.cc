@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "compiler/codegen/cuda_kernel.h"
 #include "runtime/cuda/cuda_engine.h"
@@ -18,6 +19,7 @@ namespace {
 struct Tally {
   int graphs = 0, kernels = 0, modules = 0;
   double ms = 0;
+  std::map<std::string, int> fallback;  // op type -> nodes left to the host fallback
 };
 
 // The engine's kernels for every graph, compiled a few hundred per NVRTC program.
@@ -40,6 +42,7 @@ void CompileAll(const std::vector<testing::CorpusGraph>& graphs, const std::stri
       const std::string name = codegen::Identifier(g.name + "_n" + std::to_string(i) + "_" + nodes[i]->op_type);
       absl::StatusOr<NodePlan> p = PlanNode(*nodes[i], name);
       if (!p.ok()) continue;  // malformed for the engine too: `kiln check` reports it
+      if (p->kind == NodeKind::kFallback) ++t.fallback[nodes[i]->op_type];
       for (codegen::Kernel& k : p->kernels) pending.push_back(std::move(k));
     }
     if (pending.size() >= 300) flush();
@@ -61,6 +64,11 @@ TEST(Nvrtc, CompilesEveryGeneratedKernel) {
               node.kernels, node.graphs, model.kernels, model.graphs, node.modules + model.modules,
               (node.ms + model.ms) / 1000.0);
   EXPECT_GT(node.kernels + model.kernels, 0);
+  // The real models run entirely on device paths: no op is left to the host fallback.
+  for (const auto& [op, n] : model.fallback) ADD_FAILURE() << n << " " << op << " node(s) of the real models fall back";
+  std::string fallbacks;
+  for (const auto& [op, n] : node.fallback) fallbacks += " " + op + "=" + std::to_string(n);
+  std::printf("conformance nodes left to the host fallback:%s\n", fallbacks.c_str());
 }
 
 TEST(Nvrtc, ReportsCompileErrorsWithTheLog) {

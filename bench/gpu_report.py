@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Merges what bench/gpu_check.sh's phases left in WORK into one JSON report.
+
+    gpu_report.py WORK OUT.json
+
+Runs after every phase, so a run cut short still reports what it measured. The report:
+environment (kiln devices, nvidia-smi, torch, the CUDA libraries as the loader resolved them),
+conformance (CUDA and reference summaries over the same tests; the tests failing on CUDA
+that pass on the reference, with messages), models (`kiln check --backend cuda` per model),
+latency (per model and batch: Kiln fp32 (and TF32 for resnet50), PyTorch eager and
+torch.compile p50/p99, and Kiln / torch.compile), and the phases' durations and exit codes.
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return json.loads(text.splitlines()[-1] if text.startswith("{") and "\n{" in text else text)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def conformance(work):
+    out = {}
+    results = {}
+    for backend in ("cuda", "ref"):
+        summary = {"pass": 0, "fail": 0, "unsupported": 0, "error": 0}
+        per_test = {}
+        for path in sorted(glob.glob(os.path.join(work, f"conf_{backend}_*.json"))):
+            r = load(path) or {}
+            for k, v in r.get("summary", {}).items():
+                summary[k] = summary.get(k, 0) + v
+            for t in r.get("results", []):
+                per_test[t["test"]] = t
+        out["cuda" if backend == "cuda" else "reference"] = summary
+        results[backend] = per_test
+    bad = []
+    for name, t in sorted(results["cuda"].items()):
+        ref = results["ref"].get(name)
+        if t["status"] in ("fail", "error") and (ref is None or ref["status"] == "pass"):
+            bad.append({"test": name, "status": t["status"], "message": t["message"][:300]})
+    out["cuda_fails_where_reference_passes"] = bad
+    unsupported = {}
+    for t in results["cuda"].values():
+        if t["status"] == "unsupported":
+            key = re.sub(r"'[^']*'", "'...'", t["message"])[:120]
+            unsupported[key] = unsupported.get(key, 0) + 1
+    out["cuda_unsupported_reasons"] = dict(sorted(unsupported.items(), key=lambda kv: -kv[1])[:20])
+    return out
+
+
+def latency(work):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(work, "bench_kiln_*.json"))):
+        m = re.match(r"bench_kiln_(.+)_(\d+)\.json", os.path.basename(path))
+        model, batch = m.group(1), m.group(2)
+        row = {"model": model, "batch": int(batch)}
+        kiln = load(path) or {}
+        row["kiln_p50_ms"], row["kiln_p99_ms"] = kiln.get("p50_ms"), kiln.get("p99_ms")
+        row["kiln_fallback_ops"], row["kiln_isa"] = kiln.get("fallback_op_types"), kiln.get("isa")
+        tf32 = load(os.path.join(work, f"bench_kilntf32_{model}_{batch}.json")) or {}
+        if tf32:
+            row["kiln_tf32_p50_ms"] = tf32.get("p50_ms")
+        for mode in ("eager", "compile"):
+            t = load(os.path.join(work, f"bench_{mode}_{model}_{batch}.json")) or {}
+            row[f"torch_{mode}_p50_ms"] = t.get("p50_ms")
+            row[f"torch_{mode}_p99_ms"] = t.get("p99_ms")
+        if row["kiln_p50_ms"] and row.get("torch_compile_p50_ms"):
+            row["kiln_over_compile"] = row["kiln_p50_ms"] / row["torch_compile_p50_ms"]
+        if row["kiln_p50_ms"] and row.get("torch_eager_p50_ms"):
+            row["kiln_over_eager"] = row["kiln_p50_ms"] / row["torch_eager_p50_ms"]
+        rows.append(row)
+    return rows
+
+
+def main():
+    work, out_path = sys.argv[1], sys.argv[2]
+    ldd = read(os.path.join(work, "ldd.txt")) or ""
+    report = {
+        "environment": {
+            "kiln_devices": load(os.path.join(work, "devices.json")),
+            "nvidia_smi": read(os.path.join(work, "nvidia_smi.txt")),
+            "torch": read(os.path.join(work, "torch.txt")),
+            "cuda_libraries": [l.strip() for l in ldd.splitlines() if re.search(r"cu|nvrtc|not found", l)],
+        },
+        "conformance": conformance(work),
+        "models": {os.path.basename(p)[6:-5]: load(p) for p in sorted(glob.glob(os.path.join(work, "model_*.json")))},
+        "latency": latency(work),
+        "phases": [json.loads(l) for l in (read(os.path.join(work, "phases.jsonl")) or "").splitlines() if l],
+    }
+    with open(out_path, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
