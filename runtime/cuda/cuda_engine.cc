@@ -120,15 +120,17 @@ absl::Status CudaEngine::CreateLibraries() {
   ctx_.host_errors = &host_errors_;
   ctx_.ptrs = mem_.ptrs;
   ctx_.given_algos = ParseTuning(options_.tuning);
-  // Room to measure convolution algorithms: a quarter of what is free, at most 1 GiB.
-  size_t free_bytes = 0, total_bytes = 0;
-  KILN_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  ctx_.find_workspace_bytes = std::min<size_t>(free_bytes / 4, size_t{1} << 30);
-  ASSIGN_OR_RETURN(find_workspace_, DeviceBuffer::Allocate(ctx_.find_workspace_bytes));
-  ctx_.find_workspace = find_workspace_.get();
   // The bias of fused convolutions that have none: zeros for the widest output.
   for (const NodePlan& p : plans_) {
     if (p.kind == NodeKind::kConv) ctx_.zeros_bytes = std::max<size_t>(ctx_.zeros_bytes, p.conv.y_dims[1] * sizeof(float));
+  }
+  if (ctx_.zeros_bytes > 0) {
+    // Room to measure convolution algorithms: a quarter of what is free, at most 1 GiB.
+    size_t free_bytes = 0, total_bytes = 0;
+    KILN_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+    ctx_.find_workspace_bytes = std::min<size_t>(free_bytes / 4, size_t{1} << 30);
+    ASSIGN_OR_RETURN(find_workspace_, DeviceBuffer::Allocate(ctx_.find_workspace_bytes));
+    ctx_.find_workspace = find_workspace_.get();
   }
   ASSIGN_OR_RETURN(zeros_, DeviceBuffer::Allocate(ctx_.zeros_bytes));
   KILN_CUDA(cudaMemset(zeros_.get(), 0, zeros_.bytes()));
@@ -238,10 +240,14 @@ absl::Status CudaEngine::Build(const CompiledGraph& compiled, const CudaEngineOp
   }
   RETURN_IF_ERROR(SelectDevice());
   RETURN_IF_ERROR(PlanNodes());
-  ASSIGN_OR_RETURN(mem_, AllocateArena(*graph_, compiled.plan, DeviceConstants(*graph_, plans_)));
+  ASSIGN_OR_RETURN(const ArenaLayout layout, LayOutArena(*graph_, compiled.plan, DeviceConstants(*graph_, plans_)));
+  ASSIGN_OR_RETURN(mem_, AllocateArena(layout));
   RETURN_IF_ERROR(CreateLibraries());
   RETURN_IF_ERROR(MakeSteps());
   RETURN_IF_ERROR(LoadKernels());
+  // Uploads and the zero bias went through the legacy default stream, which the engine's
+  // non-blocking stream does not wait for.
+  KILN_CUDA(cudaDeviceSynchronize());
   info_.device = "cuda:" + std::to_string(options_.device);
   info_.batch = input_specs_.empty() || input_specs_[0].shape.empty() ? 1 : input_specs_[0].shape[0];
   info_.arena_bytes = compiled.plan.arena_bytes + static_cast<int64_t>(ctx_.workspace_bytes);
@@ -311,8 +317,11 @@ absl::Status CudaEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tens
 }
 
 CudaEngine::~CudaEngine() {
-  // Teardown errors have nowhere to go; the device must be idle before memory is freed.
+  // Teardown errors have nowhere to go; the device must be idle before memory is freed, and
+  // the captured graph go before the kernels it launches.
+  cudaSetDevice(options_.device);
   if (stream_) cudaStreamSynchronize(stream_);
+  captured_.Reset();
   if (library_) cudaLibraryUnload(library_);
   if (ctx_.cudnn) cudnnDestroy(ctx_.cudnn);
   if (ctx_.lt) cublasLtDestroy(ctx_.lt);

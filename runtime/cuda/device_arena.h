@@ -1,16 +1,13 @@
-// Internal to runtime/cuda: where every value of an engine lives on the device. The memory
-// plan's arena is one allocation (every planned value at its planned offset, in-place and
-// view aliases included); graph inputs and outputs get buffers of their own (filled from and
-// drained to pinned staging every run); constants that device steps read are uploaded once
-// into one weights allocation; views of inputs, outputs and constants point at their root.
+// Internal to runtime/cuda: an engine's device memory as arena_layout.h lays it out: three
+// allocations (the memory plan's arena, the io region, the weights, uploaded here) and one
+// pinned staging buffer for the graph's inputs and outputs.
 #pragma once
 
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "compiler/plan/memory_plan.h"
+#include "runtime/cuda/arena_layout.h"
 #include "runtime/cuda/device_memory.h"
 
 namespace kiln::cuda {
@@ -25,8 +22,6 @@ struct DeviceArena {
   int64_t weight_bytes = 0;
 };
 
-// `device_constants`: the constants a device step (not a host fallback) reads.
-absl::StatusOr<DeviceArena> AllocateArena(const Graph& graph, const plan::MemoryPlan& plan,
-                                          const std::vector<const Value*>& device_constants);
+absl::StatusOr<DeviceArena> AllocateArena(const ArenaLayout& layout);
 
 }  // namespace kiln::cuda

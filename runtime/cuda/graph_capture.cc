@@ -4,9 +4,12 @@
 
 namespace kiln::cuda {
 
-CapturedRun::~CapturedRun() {
+void CapturedRun::Reset() {
   if (exec_) cudaGraphExecDestroy(exec_);
   if (graph_) cudaGraphDestroy(graph_);
+  exec_ = nullptr;
+  graph_ = nullptr;
+  nodes_ = 0;
 }
 
 absl::Status CapturedRun::Capture(cudaStream_t stream, const std::function<absl::Status()>& enqueue) {

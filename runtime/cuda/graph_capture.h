@@ -16,7 +16,8 @@ class CapturedRun {
   CapturedRun() = default;
   CapturedRun(const CapturedRun&) = delete;
   CapturedRun& operator=(const CapturedRun&) = delete;
-  ~CapturedRun();
+  ~CapturedRun() { Reset(); }
+  void Reset();
 
   // Records what `enqueue` puts on `stream` (nothing runs) and instantiates it. On error the
   // stream is left out of capture mode and nothing is kept.

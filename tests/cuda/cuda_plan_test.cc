@@ -13,6 +13,8 @@
 #include "compiler/ir/kiln_ops.h"
 #include "compiler/shape/infer.h"
 #include "runtime/check/compare.h"
+#include "compiler/compile.h"
+#include "runtime/cuda/arena_layout.h"
 #include "runtime/cuda/conv_plan.h"
 #include "runtime/cuda/matmul_plan.h"
 #include "runtime/cuda/node_plan.h"
@@ -254,6 +256,61 @@ TEST(NodePlan, ChoosesViewsLibrariesKernelsAndFallbacks) {
     }
   }
   EXPECT_EQ(kinds, (std::vector<NodeKind>{NodeKind::kView, NodeKind::kGenerated, NodeKind::kMatmul, NodeKind::kFallback}));
+}
+
+TEST(ArenaLayout, PlacesPlannedValuesIoWeightsAndViews) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 6});
+  Value* r = b.Op("Relu", {x});
+  Value* v = b.Op("Reshape", {r, b.Constant("s", Tensor::FromInt64({3, 4}, {2}))});  // a planned view
+  Value* table = b.Constant("t", Random({12}, 6));
+  Value* tv = b.Op("Reshape", {table, b.Constant("s2", Tensor::FromInt64({3, 4}, {2}))});  // a view of a constant
+  Value* y = b.Op("Softmax", {b.Op("Add", {v, tv})});
+  b.Output(y);
+  b.Output(x);                                         // an input that is also an output
+  b.Output(b.Constant("c", Tensor::FromFloat({1, 2}, {2})));  // a constant output
+  b.Output(b.Op("Neg", {b.Op("Flatten", {x}, {{"axis", Attribute::Int(0)}})}));  // a view of an input
+  std::unique_ptr<Graph> g = b.Build();
+  ASSERT_TRUE(shape::InferShapes(*g, {.max_fold_elements = 0, .allow_unknown_ops = true}).ok());
+  absl::StatusOr<CompiledGraph> c = CompileGraph(*g, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Graph& cg = *c->graph;
+  std::vector<const Value*> device_constants;
+  for (const auto& n : cg.nodes()) {
+    for (const Value* in : n->inputs) {
+      if (in && in->is_constant()) device_constants.push_back(in);
+    }
+  }
+  absl::StatusOr<ArenaLayout> l = LayOutArena(cg, c->plan, device_constants);
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto at = [&](const std::string& name) { return l->at.at(name); };
+  EXPECT_EQ(at("x").region, Region::kIo);
+  EXPECT_EQ(at(y->name).region, Region::kIo);  // graph outputs are not planned
+  EXPECT_NE(at("x").offset, at(y->name).offset);
+  EXPECT_EQ(at(y->name).offset % kDeviceAlign, 0);
+  // The planned view shares its source's bytes; a view of an input is the input.
+  int views = 0, external = 0;
+  for (const plan::ValuePlan& vp : c->plan.values) {
+    views += vp.alias == plan::AliasKind::kView;
+    external += vp.external;
+    const Placement p = at(vp.name);
+    if (vp.external) {
+      EXPECT_EQ(p.region, at(vp.root).region) << vp.name;
+      EXPECT_EQ(p.offset, at(vp.root).offset) << vp.name;
+    } else {
+      EXPECT_EQ(p.region, Region::kArena) << vp.name;
+      EXPECT_EQ(p.offset, vp.offset) << vp.name;
+    }
+  }
+  EXPECT_GE(views, 1);
+  EXPECT_EQ(external, 1);
+  ASSERT_EQ(l->outputs.size(), 4u);
+  EXPECT_EQ(l->outputs[1].region, Region::kIo);  // x: drained from its input buffer
+  EXPECT_EQ(l->outputs[1].offset, at("x").offset);
+  EXPECT_EQ(l->outputs[2].region, Region::kWeights);  // the constant output is uploaded
+  EXPECT_EQ(l->output_bytes[0], 12 * 4);
+  EXPECT_EQ(l->input_bytes, (std::vector<int64_t>{12 * 4}));
+  EXPECT_GE(l->weight_bytes, 2 * kDeviceAlign);
 }
 
 // --- the splits, numerically -------------------------------------------------------------
