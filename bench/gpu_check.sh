@@ -103,8 +103,11 @@ conformance() {
   for ((i = 0; i < shards; i++)); do
     local part=() j
     for ((j = i; j < ${#tests[@]}; j += shards)); do part+=("${tests[j]}"); done
-    "$KILN" check --backend cuda -q --json "$work/conf_cuda_$i.json" "${part[@]}" > "$work/conf_cuda_$i.log" 2>&1 &
-    "$KILN" check --backend reference -q --json "$work/conf_ref_$i.json" "${part[@]}" > "$work/conf_ref_$i.log" 2>&1 &
+    # Each shard has its own limit: the phase's timeout would not reach background jobs.
+    timeout 140 "$KILN" check --backend cuda -q --json "$work/conf_cuda_$i.json" "${part[@]}" \
+      > "$work/conf_cuda_$i.log" 2>&1 &
+    timeout 140 "$KILN" check --backend reference -q --json "$work/conf_ref_$i.json" "${part[@]}" \
+      > "$work/conf_ref_$i.log" 2>&1 &
   done
   wait
 }
@@ -120,8 +123,10 @@ models() {
 }
 
 latency() {
-  local m b runs="${GPU_CHECK_RUNS:-200}"
-  for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}; do
+  local m b runs="${GPU_CHECK_RUNS:-200}" models="${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}"
+  # Kiln and PyTorch eager first (seconds each), then torch.compile (tens of seconds each,
+  # resnet50 first): what the phase's limit cuts is the least needed.
+  for m in $models; do
     for b in 1 8; do
       "$KILN" bench "$work/models/$m/model.onnx" --backend cuda --batch "$b" --runs "$runs" --warmup 20 \
         --json "$work/bench_kiln_${m}_$b.json" > /dev/null 2> "$work/bench_kiln_${m}_$b.log"
@@ -131,7 +136,11 @@ latency() {
       fi
       python3 "$root/bench/gpu_models.py" torch-latency --model "$m" --batch "$b" --mode eager --runs "$runs" \
         > "$work/bench_eager_${m}_$b.json" 2> "$work/bench_eager_${m}_$b.log"
-      [ -n "${GPU_CHECK_NO_COMPILE:-}" ] && continue
+    done
+  done
+  [ -n "${GPU_CHECK_NO_COMPILE:-}" ] && return 0
+  for m in $models; do
+    for b in 1 8; do
       python3 "$root/bench/gpu_models.py" torch-latency --model "$m" --batch "$b" --mode compile --runs "$runs" \
         > "$work/bench_compile_${m}_$b.json" 2> "$work/bench_compile_${m}_$b.log"
     done
@@ -152,7 +161,8 @@ run() {
   local tarball="${KILN_GPU_BUNDLE:-$root/build-cuda/gpu-bundle.tar.xz}"
   [ -f "$tarball" ] || die "no bundle at $tarball (make it with: bench/gpu_check.sh bundle)"
   mkdir -p "$out"
-  B="$(mktemp -d /tmp/kiln-gpu-bundle.XXXX)"
+  # Unpacked beside the tarball, not in /tmp (which may be mounted noexec).
+  B="$(mktemp -d "$(dirname "$tarball")/gpu-run.XXXX")"
   work="$B/work"
   mkdir -p "$work"
   tar -C "$B" -xJf "$tarball" || die "cannot unpack $tarball"
@@ -166,10 +176,11 @@ run() {
     "$(ls "$B/lib/"ld-linux*.so*)" "$libpath" "$B/bin/kiln" > "$KILN"
   chmod +x "$KILN"
   export B libpath work root KILN
-  phase environment 60 bash -c "$(declare -f environment); environment"
-  phase conformance 240 bash -c "$(declare -f conformance); conformance"
-  phase models 120 bash -c "$(declare -f models); models"
-  phase latency 360 bash -c "$(declare -f latency); latency"
+  # At most ~8.5 minutes in all, so one call of the device tool (10 minutes) holds it.
+  phase environment 30 bash -c "$(declare -f environment); environment"
+  phase conformance 150 bash -c "$(declare -f conformance); conformance"
+  phase models 90 bash -c "$(declare -f models); models"
+  phase latency 240 bash -c "$(declare -f latency); latency"
   echo "report: $out/gpu_check.json"
 }
 
