@@ -25,7 +25,8 @@
 #         1. environment: `kiln devices --json`, nvidia-smi, torch, how every CUDA library resolved
 #         2. conformance: `kiln check --backend cuda` over node/ in parallel shards, and the
 #            reference backend over the same tests (a test failing on both is not CUDA's)
-#         3. models: materialized (expected outputs from ONNX Runtime) and `kiln check --backend cuda`
+#         3. models: materialized (expected outputs from ONNX Runtime) and `kiln check --backend cuda`,
+#            also with --nonfinite (NaN/inf/-0/denormal inputs against the reference)
 #         4. latency at batch 1 and 8: `kiln bench --backend cuda` (fp32; resnet50 also --tf32)
 #            against PyTorch eager and torch.compile on the same architectures, fp32, TF32 off
 #       Knobs: GPU_CHECK_SHARDS (8), GPU_CHECK_NO_COMPILE=1 (skip torch.compile),
@@ -120,6 +121,12 @@ models() {
     "$KILN" check --backend cuda --rtol 1e-3 --atol 1e-4 --json "$work/model_$m.json" "$work/models/$m" \
       > "$work/model_$m.log" 2>&1
   done
+  # NaN, +-inf, -0 and denormals planted in the inputs, against the reference on the raw
+  # graph: whether cuDNN's fused ReLU and cuBLASLt's epilogues keep NaN as ONNX does.
+  for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}; do
+    "$KILN" check --backend cuda --nonfinite --rtol 1e-3 --atol 1e-4 --json "$work/model_nonfinite_$m.json" \
+      "$work/models/$m" > "$work/model_nonfinite_$m.log" 2>&1
+  done
 }
 
 latency() {
@@ -179,8 +186,8 @@ run() {
   # At most ~8.5 minutes in all, so one call of the device tool (10 minutes) holds it.
   phase environment 30 bash -c "$(declare -f environment); environment"
   phase conformance 150 bash -c "$(declare -f conformance); conformance"
-  phase models 90 bash -c "$(declare -f models); models"
-  phase latency 240 bash -c "$(declare -f latency); latency"
+  phase models 120 bash -c "$(declare -f models); models"
+  phase latency 210 bash -c "$(declare -f latency); latency"
   echo "report: $out/gpu_check.json"
 }
 
