@@ -1,6 +1,7 @@
 #include "tests/cuda/host_kernels.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -48,11 +49,14 @@ absl::StatusOr<std::unique_ptr<HostModule>> HostModule::Compile(
   std::snprintf(tag, sizeof tag, "%016zx", std::hash<std::string>{}(src));
   const std::string base = dir + "/m_" + tag;
   if (!std::filesystem::exists(base + ".so")) {
-    std::ofstream(base + ".cc") << src;
+    // Private file names, renamed into place: test processes running at once may compile
+    // the same module.
+    const std::string tmp = base + "." + std::to_string(getpid());
+    std::ofstream(tmp + ".cc") << src;
     // -ffp-contract=off: no fused multiply-adds the device code would not have either way.
     const std::string cmd = std::string(KILN_HOST_CXX) + " -std=c++17 -O1 -fPIC -shared -w -ffp-contract=off -o " +
-                            base + ".tmp.so " + base + ".cc > " + base + ".log 2>&1 && mv " + base +
-                            ".tmp.so " + base + ".so";
+                            tmp + ".so " + tmp + ".cc > " + base + ".log 2>&1 && mv " + tmp + ".so " + base +
+                            ".so && mv " + tmp + ".cc " + base + ".cc";
     if (std::system(cmd.c_str()) != 0) {
       return absl::InternalError("host compile failed: see " + base + ".log");
     }
