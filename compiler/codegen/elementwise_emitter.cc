@@ -105,8 +105,10 @@ absl::StatusOr<EwProgram> ProgramOf(const Node& node) {
   EwProgram p;
   ASSIGN_OR_RETURN(p.out_shape, StaticShapeOf(node.output(0)));
   p.out_dtype = node.output(0)->dtype;
-  std::vector<int> reg_of_input(node.inputs.size(), -1);
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
+  // CastLike reads only the dtype of its second input, never its data.
+  const bool cast_like = node.domain.empty() && node.op_type == "CastLike";
+  std::vector<int> reg_of_input(cast_like ? 1 : node.inputs.size(), -1);
+  for (size_t i = 0; i < reg_of_input.size(); ++i) {
     const Value* v = node.inputs[i];
     if (!v) continue;
     EwProgram::Input in;
@@ -119,6 +121,12 @@ absl::StatusOr<EwProgram> ProgramOf(const Node& node) {
   }
   p.out_param = static_cast<int>(p.params.size());
   p.params.push_back({KernelParam::Kind::kOutput, 0});
+  if (cast_like) {
+    if (!node.input(1)) return absl::InvalidArgumentError(node.Describe() + ": CastLike needs a target");
+    const int64_t to = static_cast<int64_t>(node.input(1)->dtype);
+    p.steps.push_back({"Cast", reg_of_input, {{"to", Attribute::Int(to)}}});
+    return p;
+  }
   if (node.domain.empty()) {
     EwProgram::Step st{node.op_type, reg_of_input, node.attrs};
     p.steps.push_back(std::move(st));

@@ -259,7 +259,7 @@ absl::StatusOr<Operand> FloatOp(const std::string& op, const std::vector<Operand
 bool IsElementwiseOpName(const std::string& op) {
   static const std::set<std::string> kOthers = {
       "Add", "Sub", "Mul", "Sum", "Mean", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater",
-      "GreaterOrEqual", "Not", "And", "Or", "Xor", "Where", "Cast", "Identity", "Clip", "Gelu",
+      "GreaterOrEqual", "Not", "And", "Or", "Xor", "Where", "Cast", "CastLike", "Identity", "Clip", "Gelu",
       "IsNaN", "IsInf"};
   return kOthers.count(op) || UnaryFloat().count(op) || ParamFloat().count(op) ||
          BinaryFloat().count(op);

@@ -132,6 +132,9 @@ TEST(CodegenHost, ClipWhereCompareCastLogic) {
     Case& c = cases.emplace_back();  // NaN -> 0, out of range saturates, like the reference
     c.b.Output(c.b.Op("Cast", {c.In("x", Floats({12}, 26, -300.f, 300.f))}, {{"to", Attribute::Int(static_cast<int64_t>(to))}}));
   }
+  Case& like = cases.emplace_back();  // CastLike: the second input gives only the dtype
+  like.b.Output(like.b.Op("CastLike", {like.In("x", Floats({2, 3}, 27, -50.f, 50.f)),
+                                       like.In("t", Ints(DType::kInt32, {7}, {0}))}));
   Case& i2f = cases.emplace_back();
   i2f.b.Output(i2f.b.Op("Cast", {i2f.In("x", Ints(DType::kInt64, {4}, {-3, 0, 5, 1 << 20}))},
                         {{"to", Attribute::Int(static_cast<int64_t>(DType::kFloat32))}}));
@@ -141,7 +144,7 @@ TEST(CodegenHost, ClipWhereCompareCastLogic) {
   lg.b.Output(lg.b.Op("Xor", {lg.b.Op("And", {p, q}), lg.b.Op("Not", {lg.b.Op("Or", {p, q})})}));
   Case& ia = cases.emplace_back();
   ia.b.Output(ia.b.Op("Max", {ia.In("a", Ints(DType::kInt32, {5}, {-2, 9, 4, 0, 7})), ia.In("b", Ints(DType::kInt32, {1}, {3}))}));
-  EXPECT_EQ(ExpectHostMatches(cases), 21);
+  EXPECT_EQ(ExpectHostMatches(cases), 22);
 }
 
 // A FusedElementwise program as the fusion pass writes it: an attention mask's
