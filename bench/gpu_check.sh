@@ -5,9 +5,10 @@
 #       Here (Debian 12, no GPU needed). Builds `kiln` with the CUDA backend in BUILD_DIR
 #       (default build-cuda) and packs BUILD_DIR/gpu-bundle.tar.xz, at most 64 MiB:
 #         bin/kiln     stripped
-#         lib/         every shared library kiln loads except the CUDA ones (found with ldd),
-#                      glibc and its loader included: the GPU machine is not Debian, so kiln
-#                      runs there through lib/ld-linux-x86-64.so.2 on these libraries
+#         lib/         every shared library kiln loads (found with ldd; the CUDA libraries are
+#                      opened at run time and are not among them), glibc and its loader
+#                      included: the GPU machine is not Debian, so kiln runs there through
+#                      lib/ld-linux-x86-64.so.2 on these libraries
 #         models/      ONNX skeletons of resnet50, mobilenet_v2 and a BERT-base-sized encoder
 #                      (bench/gpu_models.py: weights are filled there from a fixed seed)
 #         node/        the ONNX node conformance tests ($KILN_ONNX_TESTS_DIR/node)
@@ -15,14 +16,15 @@
 #       On the GPU machine, from the repository root with the bundle at
 #       build-cuda/gpu-bundle.tar.xz (or $KILN_GPU_BUNDLE). Needs the CUDA driver, PyTorch with
 #       its CUDA libraries, onnx, numpy and onnxruntime in python3; no apt, nothing built.
-#       The CUDA libraries kiln links (libcublas/libcublasLt/libnvrtc .so.13, libcudnn.so.9)
+#       The CUDA libraries kiln opens (libcublasLt.so.13, libnvrtc.so.13, libcudnn.so.9)
 #       come from that machine: PyTorch's wheels (site-packages/nvidia/*/lib, torch/lib),
 #       then the toolkit beside nvcc, then the driver's directory (libcuda.so.1) -- that list
 #       is kiln's library path (--library-path of the bundled loader, which is what
 #       LD_LIBRARY_PATH would be). Phases, each under its own time limit, each rewriting
 #       OUT_DIR/gpu_check.json (default $OUT, else ./gpu-check-out) so a cut-short run still
 #       reports what it measured:
-#         1. environment: `kiln devices --json`, nvidia-smi, torch, how every CUDA library resolved
+#         1. environment: `kiln devices --json` (the CUDA libraries' versions, or which are
+#            missing and why), nvidia-smi, torch, the bundle's libraries as the loader resolved them
 #         2. conformance: `kiln check --backend cuda` over node/ in parallel shards, and the
 #            reference backend over the same tests (a test failing on both is not CUDA's)
 #         3. models: materialized (expected outputs from ONNX Runtime) and `kiln check --backend cuda`,
@@ -46,7 +48,7 @@ bundle() {
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON >/dev/null || die "configure failed"
   cmake --build "$build" --target kiln || die "build failed"
   local kiln="$build/tools/kiln"
-  ldd "$kiln" | grep -q 'libcudnn.so' || die "$kiln has no CUDA backend (no CUDA toolkit at configure time?)"
+  "$kiln" devices --json | grep -q '"compiled":true' || die "$kiln has no CUDA backend (no CUDA toolkit at configure time?)"
   stage="$build/gpu-bundle"
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/models"
   cp "$kiln" "$stage/bin/kiln" && strip --strip-unneeded "$stage/bin/kiln"

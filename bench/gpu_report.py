@@ -4,7 +4,8 @@
     gpu_report.py WORK OUT.json
 
 Runs after every phase, so a run cut short still reports what it measured. The report:
-environment (kiln devices, nvidia-smi, torch, the CUDA libraries as the loader resolved them),
+environment (kiln devices with the CUDA libraries' versions or why they are missing,
+nvidia-smi, torch, bundle libraries the loader could not find),
 conformance (CUDA and reference summaries over the same tests; the tests failing on CUDA
 that pass on the reference, with messages), models (`kiln check --backend cuda` per model),
 latency (per model and batch: Kiln fp32 (and TF32 for resnet50), PyTorch eager and
@@ -95,7 +96,7 @@ def main():
             "kiln_devices": load(os.path.join(work, "devices.json")),
             "nvidia_smi": read(os.path.join(work, "nvidia_smi.txt")),
             "torch": read(os.path.join(work, "torch.txt")),
-            "cuda_libraries": [l.strip() for l in ldd.splitlines() if re.search(r"cu|nvrtc|not found", l)],
+            "bundle_libraries_not_found": [l.strip() for l in ldd.splitlines() if "not found" in l],
         },
         "conformance": conformance(work),
         "models": {os.path.basename(p)[6:-5]: load(p) for p in sorted(glob.glob(os.path.join(work, "model_*.json")))},

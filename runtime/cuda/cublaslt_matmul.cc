@@ -4,6 +4,7 @@
 // heuristic offers within the workspace limit.
 #include <algorithm>
 
+#include "runtime/cuda/cuda_libs.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/steps.h"
 
@@ -18,21 +19,21 @@ struct LtObjects {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtObjects() {
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (op) Lt().cublasLtMatmulDescDestroy(op);
+    if (a) Lt().cublasLtMatrixLayoutDestroy(a);
+    if (b) Lt().cublasLtMatrixLayoutDestroy(b);
+    if (c) Lt().cublasLtMatrixLayoutDestroy(c);
+    if (d) Lt().cublasLtMatrixLayoutDestroy(d);
+    if (pref) Lt().cublasLtMatmulPreferenceDestroy(pref);
   }
 };
 
 absl::Status Layout(cublasLtMatrixLayout_t* l, const LtMatrix& m, int64_t batch) {
-  KILN_CUBLAS(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, static_cast<uint64_t>(m.rows), static_cast<uint64_t>(m.cols), m.ld));
+  KILN_CUBLAS(Lt().cublasLtMatrixLayoutCreate(l, CUDA_R_32F, static_cast<uint64_t>(m.rows), static_cast<uint64_t>(m.cols), m.ld));
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    KILN_CUBLAS(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-    KILN_CUBLAS(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &m.batch_stride,
+    KILN_CUBLAS(Lt().cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    KILN_CUBLAS(Lt().cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &m.batch_stride,
                                                  sizeof m.batch_stride));
   }
   return absl::OkStatus();
@@ -50,24 +51,24 @@ cublasLtEpilogue_t EpilogueOf(MatmulPlan::Epilogue e) {
 }
 
 absl::Status Describe(const MatmulPlan& p, bool tf32, const void* bias, LtObjects& o) {
-  KILN_CUBLAS(cublasLtMatmulDescCreate(&o.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  KILN_CUBLAS(Lt().cublasLtMatmulDescCreate(&o.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = p.lt_a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = p.lt_b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-  KILN_CUBLAS(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  KILN_CUBLAS(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  KILN_CUBLAS(Lt().cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  KILN_CUBLAS(Lt().cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   const cublasLtEpilogue_t epi = EpilogueOf(p.epilogue);
-  KILN_CUBLAS(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  KILN_CUBLAS(Lt().cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (bias) {
-    KILN_CUBLAS(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    KILN_CUBLAS(Lt().cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     const int64_t shared = 0;  // one bias for every matrix of a batch
-    KILN_CUBLAS(cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &shared, sizeof shared));
+    KILN_CUBLAS(Lt().cublasLtMatmulDescSetAttribute(o.op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &shared, sizeof shared));
   }
   RETURN_IF_ERROR(Layout(&o.a, p.lt_a, p.batch));
   RETURN_IF_ERROR(Layout(&o.b, p.lt_b, p.batch));
   RETURN_IF_ERROR(Layout(&o.c, p.lt_d, p.batch));
   RETURN_IF_ERROR(Layout(&o.d, p.lt_d, p.batch));
-  KILN_CUBLAS(cublasLtMatmulPreferenceCreate(&o.pref));
-  KILN_CUBLAS(cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspace,
+  KILN_CUBLAS(Lt().cublasLtMatmulPreferenceCreate(&o.pref));
+  KILN_CUBLAS(Lt().cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kMaxWorkspace,
                                                    sizeof kMaxWorkspace));
   return absl::OkStatus();
 }
@@ -75,7 +76,7 @@ absl::Status Describe(const MatmulPlan& p, bool tf32, const void* bias, LtObject
 class MatmulStep : public Step {
  public:
   absl::Status Enqueue(cudaStream_t stream) override {
-    KILN_CUBLAS(cublasLtMatmul(lt_, o_.op, &alpha_, a_, o_.a, b_, o_.b, &beta_, c_, o_.c, d_, o_.d, &algo_,
+    KILN_CUBLAS(Lt().cublasLtMatmul(lt_, o_.op, &alpha_, a_, o_.a, b_, o_.b, &beta_, c_, o_.c, d_, o_.d, &algo_,
                                *workspace_, workspace_bytes_, stream));
     return absl::OkStatus();
   }
@@ -116,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Step>> MakeMatmulStep(BuildContext& ctx, const No
   }
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  KILN_CUBLAS(cublasLtMatmulAlgoGetHeuristic(ctx.lt, s->o_.op, s->o_.a, s->o_.b, s->o_.c, s->o_.d, s->o_.pref, 1,
+  KILN_CUBLAS(Lt().cublasLtMatmulAlgoGetHeuristic(ctx.lt, s->o_.op, s->o_.a, s->o_.b, s->o_.c, s->o_.d, s->o_.pref, 1,
                                              &result, &returned));
   if (returned == 0) return absl::UnimplementedError("cuBLASLt has no algorithm for " + node.Describe());
   s->algo_ = result.algo;

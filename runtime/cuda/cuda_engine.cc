@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "compiler/codegen/cuda_kernel.h"
+#include "runtime/cuda/cuda_libs.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/device_arena.h"
 #include "runtime/cuda/graph_capture.h"
@@ -113,9 +114,9 @@ absl::Status CudaEngine::PlanNodes() {
 
 absl::Status CudaEngine::CreateLibraries() {
   KILN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  KILN_CUDNN(cudnnCreate(&ctx_.cudnn));
-  KILN_CUDNN(cudnnSetStream(ctx_.cudnn, stream_));
-  KILN_CUBLAS(cublasLtCreate(&ctx_.lt));
+  KILN_CUDNN(Dnn().cudnnCreate(&ctx_.cudnn));
+  KILN_CUDNN(Dnn().cudnnSetStream(ctx_.cudnn, stream_));
+  KILN_CUBLAS(Lt().cublasLtCreate(&ctx_.lt));
   ctx_.tf32 = options_.tf32;
   ctx_.host_errors = &host_errors_;
   ctx_.ptrs = mem_.ptrs;
@@ -239,6 +240,7 @@ absl::Status CudaEngine::Build(const CompiledGraph& compiled, const CudaEngineOp
     output_specs_.push_back(SpecOf(v));
   }
   RETURN_IF_ERROR(SelectDevice());
+  RETURN_IF_ERROR(LoadCudaLibraries());
   RETURN_IF_ERROR(PlanNodes());
   ASSIGN_OR_RETURN(const ArenaLayout layout, LayOutArena(*graph_, compiled.plan, DeviceConstants(*graph_, plans_)));
   ASSIGN_OR_RETURN(mem_, AllocateArena(layout));
@@ -323,8 +325,8 @@ CudaEngine::~CudaEngine() {
   if (stream_) cudaStreamSynchronize(stream_);
   captured_.Reset();
   if (library_) cudaLibraryUnload(library_);
-  if (ctx_.cudnn) cudnnDestroy(ctx_.cudnn);
-  if (ctx_.lt) cublasLtDestroy(ctx_.lt);
+  if (ctx_.cudnn) Dnn().cudnnDestroy(ctx_.cudnn);
+  if (ctx_.lt) Lt().cublasLtDestroy(ctx_.lt);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

@@ -7,6 +7,7 @@
 #include <climits>
 #include <vector>
 
+#include "runtime/cuda/cuda_libs.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/steps.h"
 
@@ -29,19 +30,19 @@ struct Descriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnActivationDescriptor_t act = nullptr;
   ~Descriptors() {
-    if (x) cudnnDestroyTensorDescriptor(x);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (bias) cudnnDestroyTensorDescriptor(bias);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (conv) cudnnDestroyConvolutionDescriptor(conv);
-    if (act) cudnnDestroyActivationDescriptor(act);
+    if (x) Dnn().cudnnDestroyTensorDescriptor(x);
+    if (y) Dnn().cudnnDestroyTensorDescriptor(y);
+    if (bias) Dnn().cudnnDestroyTensorDescriptor(bias);
+    if (w) Dnn().cudnnDestroyFilterDescriptor(w);
+    if (conv) Dnn().cudnnDestroyConvolutionDescriptor(conv);
+    if (act) Dnn().cudnnDestroyActivationDescriptor(act);
   }
 };
 
 absl::Status SetTensor(cudnnTensorDescriptor_t* d, const std::vector<int64_t>& dims) {
-  KILN_CUDNN(cudnnCreateTensorDescriptor(d));
+  KILN_CUDNN(Dnn().cudnnCreateTensorDescriptor(d));
   ASSIGN_OR_RETURN(std::vector<int> v, Ints(dims));
-  KILN_CUDNN(cudnnSetTensorNdDescriptorEx(*d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(v.size()), v.data()));
+  KILN_CUDNN(Dnn().cudnnSetTensorNdDescriptorEx(*d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(v.size()), v.data()));
   return absl::OkStatus();
 }
 
@@ -51,22 +52,22 @@ absl::Status Describe(const ConvPlan& p, bool tf32, Descriptors& d) {
   std::vector<int64_t> bias_dims(p.y_dims.size(), 1);
   bias_dims[1] = p.y_dims[1];
   RETURN_IF_ERROR(SetTensor(&d.bias, bias_dims));
-  KILN_CUDNN(cudnnCreateFilterDescriptor(&d.w));
+  KILN_CUDNN(Dnn().cudnnCreateFilterDescriptor(&d.w));
   ASSIGN_OR_RETURN(std::vector<int> w, Ints(p.w_dims));
-  KILN_CUDNN(cudnnSetFilterNdDescriptor(d.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(w.size()), w.data()));
-  KILN_CUDNN(cudnnCreateConvolutionDescriptor(&d.conv));
+  KILN_CUDNN(Dnn().cudnnSetFilterNdDescriptor(d.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(w.size()), w.data()));
+  KILN_CUDNN(Dnn().cudnnCreateConvolutionDescriptor(&d.conv));
   ASSIGN_OR_RETURN(std::vector<int> pads, Ints(p.pads));
   ASSIGN_OR_RETURN(std::vector<int> strides, Ints(p.strides));
   ASSIGN_OR_RETURN(std::vector<int> dil, Ints(p.dilations));
-  KILN_CUDNN(cudnnSetConvolutionNdDescriptor(d.conv, static_cast<int>(pads.size()), pads.data(), strides.data(),
+  KILN_CUDNN(Dnn().cudnnSetConvolutionNdDescriptor(d.conv, static_cast<int>(pads.size()), pads.data(), strides.data(),
                                              dil.data(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  KILN_CUDNN(cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(p.groups)));
+  KILN_CUDNN(Dnn().cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(p.groups)));
   // FMA-only kernels unless TF32 was asked for: cuDNN's default math lets fp32 convolutions
   // run on TF32 tensor cores, which moves results by ~1e-3.
-  KILN_CUDNN(cudnnSetConvolutionMathType(d.conv, tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH));
-  KILN_CUDNN(cudnnCreateActivationDescriptor(&d.act));
+  KILN_CUDNN(Dnn().cudnnSetConvolutionMathType(d.conv, tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH));
+  KILN_CUDNN(Dnn().cudnnCreateActivationDescriptor(&d.act));
   // ONNX's Relu keeps NaN.
-  KILN_CUDNN(cudnnSetActivationDescriptor(d.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  KILN_CUDNN(Dnn().cudnnSetActivationDescriptor(d.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
   return absl::OkStatus();
 }
 
@@ -76,12 +77,12 @@ class ConvStep : public Step {
     const float one = 1.f, zero = 0.f, z_scale = z_ ? 1.f : 0.f;
     if (fused_) {
       // With alpha2 = 0 cuDNN does not read z, which may then be y itself.
-      KILN_CUDNN(cudnnConvolutionBiasActivationForward(
+      KILN_CUDNN(Dnn().cudnnConvolutionBiasActivationForward(
           h_, &one, d_.x, x_, d_.w, w_, d_.conv, algo_, *workspace_, workspace_bytes_, &z_scale, d_.y,
           z_ ? z_ : y_, d_.bias, bias_, d_.act, d_.y, y_));
       return absl::OkStatus();
     }
-    KILN_CUDNN(cudnnConvolutionForward(h_, &one, d_.x, x_, d_.w, w_, d_.conv, algo_, *workspace_,
+    KILN_CUDNN(Dnn().cudnnConvolutionForward(h_, &one, d_.x, x_, d_.w, w_, d_.conv, algo_, *workspace_,
                                        workspace_bytes_, &zero, d_.y, y_));
     return absl::OkStatus();
   }
@@ -100,7 +101,7 @@ class ConvStep : public Step {
 absl::StatusOr<cudnnConvolutionFwdAlgo_t> Measure(BuildContext& ctx, ConvStep& s) {
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
-  KILN_CUDNN(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, s.d_.x, s.x_, s.d_.w, s.w_, s.d_.conv, s.d_.y, s.y_,
+  KILN_CUDNN(Dnn().cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, s.d_.x, s.x_, s.d_.w, s.w_, s.d_.conv, s.d_.y, s.y_,
                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
                                                      ctx.find_workspace, ctx.find_workspace_bytes));
   for (int i = 0; i < returned; ++i) {
@@ -118,12 +119,12 @@ absl::Status ChooseAlgorithm(BuildContext& ctx, ConvStep& s) {
   if (given) {
     // An algorithm chosen for another build (another batch size) may not support this one.
     s.algo_ = static_cast<cudnnConvolutionFwdAlgo_t>(ctx.given_algos[i]);
-    given = cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
+    given = Dnn().cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
                                                     &s.workspace_bytes_) == CUDNN_STATUS_SUCCESS;
   }
   if (!given) {
     ASSIGN_OR_RETURN(s.algo_, Measure(ctx, s));
-    KILN_CUDNN(cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
+    KILN_CUDNN(Dnn().cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
                                                        &s.workspace_bytes_));
   }
   ctx.workspace_bytes = std::max(ctx.workspace_bytes, s.workspace_bytes_);

@@ -1,9 +1,7 @@
 #include "runtime/cuda/devices.h"
 
-#include <cublasLt.h>
-#include <cudnn.h>
-
 #include "runtime/cuda/cuda_engine.h"
+#include "runtime/cuda/cuda_libs.h"
 #include "runtime/cuda/cuda_status.h"
 
 namespace kiln::cuda {
@@ -45,10 +43,24 @@ CudaReport Probe() {
   if (cudaRuntimeGetVersion(&v) == cudaSuccess) r.runtime = CudaVersionString(v);
   // 0 (and success) when no driver is installed at all.
   if (cudaDriverGetVersion(&v) == cudaSuccess) r.driver = CudaVersionString(v);
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) r.nvrtc = std::to_string(major) + "." + std::to_string(minor);
-  r.cudnn = ThreePart(cudnnGetVersion());
-  r.cublas = ThreePart(cublasLtGetVersion());
+  // The libraries are opened at run time (cuda_libs.h): a missing one is reported, not fatal.
+  auto missing = [&r](const absl::Status& st) { r.missing.push_back(std::string(st.message())); };
+  if (absl::StatusOr<const NvrtcApi*> rtc = LoadNvrtc(); rtc.ok()) {
+    int major = 0, minor = 0;
+    if ((*rtc)->nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) r.nvrtc = std::to_string(major) + "." + std::to_string(minor);
+  } else {
+    missing(rtc.status());
+  }
+  if (absl::StatusOr<const CudnnApi*> dnn = LoadCudnn(); dnn.ok()) {
+    r.cudnn = ThreePart((*dnn)->cudnnGetVersion());
+  } else {
+    missing(dnn.status());
+  }
+  if (absl::StatusOr<const CublasLtApi*> lt = LoadCublasLt(); lt.ok()) {
+    r.cublas = ThreePart((*lt)->cublasLtGetVersion());
+  } else {
+    missing(lt.status());
+  }
   ProbeGpus(r);
   return r;
 }

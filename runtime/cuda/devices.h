@@ -22,7 +22,8 @@ struct CudaReport {
   std::string toolkit;       // the toolkit the build used ("13.0")
   std::string runtime;       // CUDA runtime version ("13.0"; the runtime is linked statically)
   std::string driver;        // CUDA version the driver supports ("13.0"), or "" without a driver
-  std::string nvrtc, cudnn, cublas;  // versions of the loaded libraries
+  std::string nvrtc, cudnn, cublas;  // versions of the loaded libraries ("" when missing)
+  std::vector<std::string> missing;  // libraries that could not be opened, with the reason
   std::vector<GpuInfo> gpus;
   std::string why_none;      // when gpus is empty: the reason, from the failing call
 };

@@ -4,20 +4,21 @@
 #include <map>
 #include <mutex>
 
+#include "runtime/cuda/cuda_libs.h"
 #include "runtime/cuda/cuda_status.h"
 
 namespace kiln::cuda {
 namespace {
 
 struct ProgramDeleter {
-  void operator()(nvrtcProgram p) const { nvrtcDestroyProgram(&p); }
+  void operator()(nvrtcProgram p) const { Rtc().nvrtcDestroyProgram(&p); }
 };
 
 std::string Log(nvrtcProgram prog) {
   size_t n = 0;
-  if (nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n <= 1) return "";
+  if (Rtc().nvrtcGetProgramLogSize(prog, &n) != NVRTC_SUCCESS || n <= 1) return "";
   std::string log(n, '\0');
-  if (nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) return "";
+  if (Rtc().nvrtcGetProgramLog(prog, log.data()) != NVRTC_SUCCESS) return "";
   log.resize(n - 1);
   return log;
 }
@@ -26,13 +27,13 @@ absl::StatusOr<std::string> Image(nvrtcProgram prog, bool cubin) {
   size_t n = 0;
   std::string out;
   if (cubin) {
-    KILN_NVRTC(nvrtcGetCUBINSize(prog, &n));
+    KILN_NVRTC(Rtc().nvrtcGetCUBINSize(prog, &n));
     out.resize(n);
-    KILN_NVRTC(nvrtcGetCUBIN(prog, out.data()));
+    KILN_NVRTC(Rtc().nvrtcGetCUBIN(prog, out.data()));
   } else {
-    KILN_NVRTC(nvrtcGetPTXSize(prog, &n));
+    KILN_NVRTC(Rtc().nvrtcGetPTXSize(prog, &n));
     out.resize(n);
-    KILN_NVRTC(nvrtcGetPTX(prog, out.data()));
+    KILN_NVRTC(Rtc().nvrtcGetPTX(prog, out.data()));
   }
   return out;
 }
@@ -41,17 +42,17 @@ absl::StatusOr<CompiledModule> Compile(const std::string& source, const std::str
                                        const std::string& name) {
   const auto t0 = std::chrono::steady_clock::now();
   nvrtcProgram raw = nullptr;
-  KILN_NVRTC(nvrtcCreateProgram(&raw, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
+  KILN_NVRTC(Rtc().nvrtcCreateProgram(&raw, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
   std::unique_ptr<_nvrtcProgram, ProgramDeleter> prog(raw);
   const std::string arch_flag = "--gpu-architecture=" + arch;
   // No fast-math: expf, erff, division and sqrt stay IEEE-accurate, as the reference is.
   const char* opts[] = {arch_flag.c_str(), "-std=c++17", "--device-as-default-execution-space"};
-  const nvrtcResult r = nvrtcCompileProgram(raw, 3, opts);
+  const nvrtcResult r = Rtc().nvrtcCompileProgram(raw, 3, opts);
   CompiledModule m;
   m.log = Log(raw);
   if (r != NVRTC_SUCCESS) {
     return absl::InternalError("NVRTC could not compile " + name + " for " + arch + ": " +
-                               nvrtcGetErrorString(r) + "\n" + m.log);
+                               Rtc().nvrtcGetErrorString(r) + "\n" + m.log);
   }
   m.cubin = arch.rfind("sm_", 0) == 0;
   ASSIGN_OR_RETURN(m.image, Image(raw, m.cubin));
@@ -64,6 +65,7 @@ absl::StatusOr<CompiledModule> Compile(const std::string& source, const std::str
 absl::StatusOr<std::shared_ptr<const CompiledModule>> CompileModule(const std::string& source,
                                                                     const std::string& arch,
                                                                     const std::string& name) {
+  RETURN_IF_ERROR(LoadNvrtc().status());
   static std::mutex mu;
   static auto* cache = new std::map<std::pair<std::string, std::string>, std::shared_ptr<const CompiledModule>>;
   const auto key = std::make_pair(arch, source);
@@ -81,14 +83,16 @@ absl::StatusOr<std::shared_ptr<const CompiledModule>> CompileModule(const std::s
 }
 
 std::vector<int> SupportedArchs() {
+  if (!LoadNvrtc().ok()) return {};
   int n = 0;
-  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return {};
+  if (Rtc().nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return {};
   std::vector<int> archs(static_cast<size_t>(n));
-  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
+  if (Rtc().nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
   return archs;
 }
 
 absl::StatusOr<std::string> ArchFor(int major, int minor) {
+  RETURN_IF_ERROR(LoadNvrtc().status());
   const int want = major * 10 + minor;
   int best = -1;
   for (int a : SupportedArchs()) {

@@ -54,6 +54,7 @@ TEST(CudaDevices, ProbeReportsLibrariesAndGpusOrWhyNone) {
   EXPECT_FALSE(r.nvrtc.empty());
   EXPECT_EQ(r.cudnn.rfind("9.", 0), 0u) << r.cudnn;
   EXPECT_FALSE(r.cublas.empty());
+  EXPECT_TRUE(r.missing.empty()) << r.missing.front();  // cuDNN, cuBLASLt and NVRTC opened
   if (r.gpus.empty()) {
     EXPECT_FALSE(r.why_none.empty());
   }
@@ -108,6 +109,7 @@ TEST(KilnDevices, ReportsCudaAsJson) {
   EXPECT_NE(out.find("\"cuda\":{\"compiled\":true"), std::string::npos) << out;
   EXPECT_NE(out.find("\"cudnn\":\"9."), std::string::npos) << out;
   EXPECT_NE(out.find("\"isa\":"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"missing\":[]"), std::string::npos) << out;
   if (ProbeCuda().gpus.empty()) {
     EXPECT_NE(out.find("\"why_none\":\"cudaGetDeviceCount"), std::string::npos) << out;
   }

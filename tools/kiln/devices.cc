@@ -1,6 +1,6 @@
 // kiln devices [--json]: what Kiln can use on this machine. The CPU's vector ISA (as the CPU
-// engine runs it), whether the CUDA backend is compiled in, the CUDA libraries' versions, and
-// the GPUs found, or why there are none.
+// engine runs it), whether the CUDA backend is compiled in, the CUDA libraries' versions (or
+// which could not be opened, and why), and the GPUs found, or why there are none.
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -27,6 +27,7 @@ void PrintText(const cpu::IsaReport& isa, const cuda::CudaReport& c) {
   std::printf("cuda: compiled in (toolkit %s; runtime %s, driver %s; NVRTC %s, cuDNN %s, cuBLAS %s)\n",
               c.toolkit.c_str(), Or(c.runtime, "?").c_str(), Or(c.driver, "none").c_str(), Or(c.nvrtc, "?").c_str(),
               Or(c.cudnn, "?").c_str(), Or(c.cublas, "?").c_str());
+  for (const std::string& m : c.missing) std::printf("  missing library: %s\n", m.c_str());
   for (const cuda::GpuInfo& g : c.gpus) {
     std::printf("  cuda:%d  %s  sm_%d%d  %.1f GiB  %d SMs\n", g.index, g.name.c_str(), g.cc_major, g.cc_minor,
                 static_cast<double>(g.memory_bytes) / (1 << 30), g.multiprocessors);
@@ -70,6 +71,10 @@ void PrintJson(const cpu::IsaReport& isa, const cuda::CudaReport& c) {
   w.Field("nvrtc", c.nvrtc);
   w.Field("cudnn", c.cudnn);
   w.Field("cublas", c.cublas);
+  w.Key("missing");
+  w.BeginArray();
+  for (const std::string& m : c.missing) w.String(m);
+  w.EndArray();
   WriteGpus(w, c);
   w.Field("why_none", c.gpus.empty() ? c.why_none : "");
   w.EndObject();
