@@ -22,10 +22,24 @@ bool ConstantAll(const Value* in, int64_t v, bool absent_ok) {
   return true;
 }
 
+// A constant whose every element is exactly `v` (compared as double: a ratio of 0.3 is not 0).
+bool ConstantAllDouble(const Value* in, double v) {
+  if (!in || !in->constant) return false;
+  const Tensor& t = *in->constant;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (t.GetDouble(i) != v) return false;
+  }
+  return true;
+}
+
+// Dropout copies its input when not training, and also in training mode with a ratio of 0
+// (nothing dropped, scale 1/(1 - 0)): exporters write the latter for attention dropout with
+// p = 0 (torchvision's Swin). Only when its mask output is unused.
 bool IsInferenceDropout(const Graph& graph, const Node& n) {
   Value* mask = n.output(1);
   if (mask && (!graph.Consumers(mask).empty() || graph.IsGraphOutput(mask))) return false;
-  return ConstantAll(n.input(2), 0, /*absent_ok=*/true);  // training_mode false
+  if (ConstantAll(n.input(2), 0, /*absent_ok=*/true)) return true;  // training_mode false
+  return ConstantAllDouble(n.input(1), 0.0);
 }
 
 bool IsIdentityTranspose(const Node& n) {

@@ -7,18 +7,6 @@
 namespace kiln::passes {
 namespace {
 
-bool IsDeterministic(const Node& n) {
-  static const std::set<std::string> kRandom = {
-      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-      "Multinomial",  "Bernoulli"};
-  if (n.domain.empty() && kRandom.count(n.op_type)) return false;
-  if (n.domain.empty() && n.op_type == "Dropout") {
-    const Value* training = n.input(2);
-    return !training || (training->constant && training->constant->GetInt(0) == 0);
-  }
-  return true;
-}
-
 // Inputs all constant (at least one input, or none for source ops such as EyeLike-free ones).
 bool AllInputsConstant(const Node& n) {
   for (const Value* in : n.inputs) {
@@ -42,6 +30,18 @@ bool WithinSizeCap(const Node& n, const FoldConstantsOptions& options) {
 }
 
 }  // namespace
+
+bool IsDeterministic(const Node& n) {
+  static const std::set<std::string> kRandom = {
+      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+      "Multinomial",  "Bernoulli"};
+  if (n.domain.empty() && kRandom.count(n.op_type)) return false;
+  if (n.domain.empty() && n.op_type == "Dropout") {
+    const Value* training = n.input(2);
+    return !training || (training->constant && training->constant->GetInt(0) == 0);
+  }
+  return true;
+}
 
 absl::StatusOr<bool> FoldConstants(Graph& graph, const FoldConstantsOptions& options) {
   std::vector<Node*> folded;

@@ -14,7 +14,9 @@
 #include <set>
 
 #include "base/stop.h"
+#include "compiler/passes/fold_constants.h"
 #include "runtime/cpu/build_context.h"
+#include "runtime/reference/interpreter.h"
 #include "runtime/cpu/isa.h"
 #include "runtime/cpu/slot_table.h"
 #include "runtime/cpu/transient_heap.h"
@@ -45,6 +47,7 @@ class CpuEngine : public runtime::Engine {
 
  private:
   absl::Status BuildKernels();
+  bool EvaluateAtBuild(Node& node);
   std::unique_ptr<CpuKernel> MakeFastKernel(const Node& node, KernelList& pre, KernelList& post);
   absl::Status Allocate(const plan::MemoryPlan& plan);
   absl::Status WarmUp();
@@ -194,12 +197,47 @@ std::unique_ptr<CpuKernel> CpuEngine::MakeFastKernel(const Node& node, KernelLis
   return nullptr;
 }
 
+// A node whose inputs are all constant computes the same tensors every run: it is evaluated
+// once, here, and its outputs become constants of the engine (no kernel). The optimizer's
+// fold_constants leaves such nodes in the graph when folding would inflate the model file
+// (Swin's [windows, 49, 49] shift mask from a few small constants); in memory the value
+// exists either way. False when the node is not such a node or its reference kernel fails.
+bool CpuEngine::EvaluateAtBuild(Node& node) {
+  if (node.inputs.empty() || !passes::IsDeterministic(node)) return false;
+  ref::KernelInputs inputs;
+  for (const Value* in : node.inputs) {
+    if (in && !in->constant) return false;
+    inputs.push_back(in ? &*in->constant : nullptr);
+  }
+  absl::StatusOr<std::vector<Tensor>> outs = ref::RunNode(node, inputs);
+  if (!outs.ok() || outs->size() < node.outputs.size()) return false;
+  for (size_t k = 0; k < node.outputs.size(); ++k) {
+    Value* v = node.outputs[k];
+    const int s = ctx_.SlotOf(v);
+    if (!v || s < 0) continue;
+    if ((*outs)[k].dtype() != ctx_.slots[s].dtype || (*outs)[k].shape() != ctx_.slots[s].shape) {
+      return false;
+    }
+  }
+  for (size_t k = 0; k < node.outputs.size(); ++k) {
+    Value* v = node.outputs[k];
+    const int s = ctx_.SlotOf(v);
+    if (!v || s < 0) continue;
+    v->constant = std::move((*outs)[k]);
+    ctx_.slots[s].storage = Storage::kConstant;
+    ctx_.slots[s].blocked_ok = false;
+  }
+  ++info_.build_time_evaluated;
+  return true;
+}
+
 absl::Status CpuEngine::BuildKernels() {
   std::set<std::string> fallback_types;
   const auto& nodes = graph_->nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& node = *nodes[i];
+    Node& node = *nodes[i];
     ctx_.step = static_cast<int64_t>(i);
+    if (EvaluateAtBuild(node)) continue;
     KernelList pre, post;
     ctx_.pre = &pre;
     ctx_.post = &post;

@@ -583,6 +583,24 @@ TEST(CpuEngineLayouts, PerChannelProductsStayInTheConvolutionsLayout) {
   EXPECT_LE((*blocked)->info().layout_reorders, 3);
 }
 
+// A value computed only from constants but too large for fold_constants (a Tile of a small
+// mask, then a comparison and Where, as Swin builds its shift mask) is computed once at build,
+// not on the reference fallback every run.
+TEST(CpuEngineBuild, ConstantOnlyNodesAreEvaluatedOnceAtBuild) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {64, 64, 8});
+  Value* tiled = b.Op("Tile", {b.Constant("m", Random({1, 1, 8}, 71)),
+                               b.Constant("reps", Tensor::FromInt64({64, 64, 1}, {3}))});
+  Value* mask = b.Op("Where", {b.Op("Greater", {tiled, b.Constant("z", Random({8}, 72))}),
+                              b.Constant("neg", Tensor::FromFloat({-100.f}, {1})),
+                              b.Constant("zero", Tensor::FromFloat({0.f}, {1}))});
+  b.Output(b.Op("Add", {x, mask}));
+  Outcome o = ExpectMatchesReference(b.Build());
+  ASSERT_NE(o.engine, nullptr);
+  EXPECT_GE(o.engine->info().build_time_evaluated, 1);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
 TEST(CpuEngineSteadyState, RunAllocatesNothingAfterTheFirstCall) {
   // Own kernels only (view, element-wise, softmax, layer norm, transpose).
   GraphBuilder b;

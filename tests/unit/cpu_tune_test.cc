@@ -73,16 +73,17 @@ std::unique_ptr<Graph> MatMulGraph() {
 
 TEST(TuneLayout, TheClearlyFasterCandidateWins) {
   auto g = ConvGraph();
-  FakeBuilder slow_blocked{{microseconds(500)}, {microseconds(3000)}};
+  // Far apart (10x), so a loaded machine's sleep jitter cannot reorder them.
+  FakeBuilder slow_blocked{{microseconds(2000)}, {microseconds(20000)}};
   auto r = TuneLayout(*g, slow_blocked.Fn());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
   EXPECT_GT(r->tune_ms, 0);
-  FakeBuilder fast_blocked{{microseconds(3000)}, {microseconds(500)}};
+  FakeBuilder fast_blocked{{microseconds(20000)}, {microseconds(2000)}};
   r = TuneLayout(*g, fast_blocked.Fn());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->layout, ActivationLayout::kBlocked);
-  // The winner is one of the timed engines, handed over; the loser, 6x slower, was dropped
+  // The winner is one of the timed engines, handed over; the loser, 10x slower, was dropped
   // after its first round instead of being timed min_rounds times.
   EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, 1);
 }
@@ -115,9 +116,10 @@ TEST(TuneLayout, NoSecondCandidateWhenTheFirstBuildFillsTheBudget) {
 
 TEST(TuneLayout, ATieKeepsThePrimitivesChoice) {
   auto g = ConvGraph();
-  FakeBuilder tie{{microseconds(2000)}, {microseconds(2000)}};
-  // A margin well above this VM's sleep jitter (a 2 ms sleep sometimes oversleeps by more
-  // than the default 3% in every round).
+  // Sleeps of 20 ms and a 20% margin: well above what a loaded VM's sleep jitter does to
+  // the best of several rounds (a 2 ms sleep sometimes oversleeps by more than 3% in every
+  // round).
+  FakeBuilder tie{{microseconds(20000)}, {microseconds(20000)}};
   TunePolicy p;
   p.margin = 0.2;
   auto r = TuneLayout(*g, tie.Fn(), p);
@@ -182,9 +184,13 @@ struct SerialFake {
 };
 
 TEST(TuneThreads, AFasterOneThreadBuildOfASmallEngineIsKept) {
-  SerialFake fake{{microseconds(200)}};
-  auto* team = new FakeEngine(microseconds(1500), false);
-  ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn());
+  // Times far apart and a small-engine bound far above them, so a loaded machine's sleep
+  // jitter cannot turn the answer.
+  SerialFake fake{{microseconds(1000)}};
+  auto* team = new FakeEngine(microseconds(10000), false);
+  ThreadPolicy p;
+  p.small_ms = 50;
+  ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn(), p);
   EXPECT_TRUE(r.serial);
   EXPECT_EQ(fake.builds, 1);
   EXPECT_NE(r.engine.get(), team);
@@ -192,9 +198,12 @@ TEST(TuneThreads, AFasterOneThreadBuildOfASmallEngineIsKept) {
 }
 
 TEST(TuneThreads, TheTeamStaysWhenNotClearlySlower) {
-  SerialFake fake{{microseconds(1000)}};
-  auto* team = new FakeEngine(microseconds(1000), false);
-  ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn());
+  SerialFake fake{{microseconds(10000)}};
+  auto* team = new FakeEngine(microseconds(10000), false);
+  ThreadPolicy p;
+  p.small_ms = 50;
+  p.margin = 0.2;  // well above sleep jitter on a loaded VM
+  ThreadResult r = TuneThreads(std::unique_ptr<runtime::Engine>(team), fake.Fn(), p);
   EXPECT_FALSE(r.serial);  // a tie keeps the team (the margin)
   EXPECT_EQ(r.engine.get(), team);
 }

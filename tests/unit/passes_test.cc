@@ -52,6 +52,23 @@ TEST(EliminateIdentity, KeepsIdentityThatIsAGraphOutputAndUsedDropoutMask) {
   EXPECT_EQ(g->nodes().size(), 2u);
 }
 
+// Training-mode Dropout with ratio 0 drops nothing and scales by 1: a copy. With a ratio of
+// 0.3 it is random (and not an identity), whatever GetInt would truncate 0.3 to.
+TEST(EliminateIdentity, TrainingDropoutWithRatioZeroIsACopyButNotRatio03) {
+  for (float ratio : {0.0f, 0.3f}) {
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {2, 2});
+    Value* r = b.Constant("ratio", Tensor::Scalar(DType::kFloat32, ratio));
+    Value* t = b.Constant("training", Tensor::Scalar(DType::kBool, 1));
+    b.Output(b.Op("Relu", {b.Op("Dropout", {x, r, t})}));
+    auto g = b.Build();
+    auto changed = EliminateIdentity(*g);
+    ASSERT_TRUE(changed.ok());
+    EXPECT_EQ(*changed, ratio == 0.0f) << ratio;
+    EXPECT_EQ(CountOps(*g, "Dropout"), ratio == 0.0f ? 0 : 1);
+  }
+}
+
 TEST(EliminateDeadCode, RemovesUnusedBranchAndInitializer) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 2});
