@@ -65,6 +65,16 @@ void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
   c->set_max_rel_err(b.check.max_rel_err);
   c->set_message(b.check.message);
   for (const std::string& p : b.check.disabled_passes) c->add_disabled_passes(p);
+  c->set_nonfinite_checked(b.check.nonfinite_checked);
+  c->set_nonfinite_ok(b.check.nonfinite_ok);
+  c->set_nonfinite_message(b.check.nonfinite_message);
+  v1::LoadTimes* t = out->mutable_load_times();
+  t->set_reference_ms(b.times.reference_ms);
+  t->set_compile_ms(b.times.compile_ms);
+  t->set_engine_ms(b.times.engine_ms);
+  t->set_tune_ms(b.times.tune_ms);
+  t->set_check_ms(b.times.check_ms);
+  t->set_cache_hits(b.times.cache_hits);
   if (full) out->set_compile_report_json(b.report_json);
 }
 

@@ -132,7 +132,9 @@ void RecordModelBuild(const std::string& model, const CheckSummary* check,
       Seconds(std::chrono::steady_clock::now() - start));
   const char* outcome = nullptr;
   if (check != nullptr && check->ran) {
-    outcome = check->disabled_passes.empty() ? "pass" : "pass_after_bisect";
+    outcome = !check->nonfinite_ok              ? "pass_finite_only"
+              : check->disabled_passes.empty() ? "pass"
+                                               : "pass_after_bisect";
   } else if (check == nullptr && status.code() == absl::StatusCode::kFailedPrecondition) {
     outcome = "fail";
   }
