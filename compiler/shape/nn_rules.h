@@ -7,5 +7,6 @@
 namespace kiln::shape {
 
 void RegisterNnLinalgRules(RuleRegistry& r);  // Gemm, MatMul, Einsum
+void RegisterLossRules(RuleRegistry& r);      // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 
 }  // namespace kiln::shape

@@ -157,6 +157,7 @@ void RegisterNnRules(RuleRegistry& r) {
   r.Register("", "LayerNormalization", LayerNormRule);
   r.Register("", "Dropout", DropoutRule);
   RegisterNnLinalgRules(r);
+  RegisterLossRules(r);
 }
 
 }  // namespace kiln::shape

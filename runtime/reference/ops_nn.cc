@@ -188,6 +188,7 @@ void RegisterNnKernels(KernelRegistry& r) {
   nn::RegisterMatMulKernels(r);
   nn::RegisterSoftmaxKernels(r);
   nn::RegisterEinsumKernels(r);
+  nn::RegisterLossKernels(r);
   r.Register("", "Dropout", nn::Dropout);
 }
 
