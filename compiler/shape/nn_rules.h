@@ -7,6 +7,7 @@
 namespace kiln::shape {
 
 void RegisterNnLinalgRules(RuleRegistry& r);  // Gemm, MatMul, Einsum
+void RegisterAttentionRules(RuleRegistry& r);  // Attention, RotaryEmbedding
 void RegisterLossRules(RuleRegistry& r);      // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 
 }  // namespace kiln::shape

@@ -158,6 +158,7 @@ void RegisterNnRules(RuleRegistry& r) {
   r.Register("", "Dropout", DropoutRule);
   RegisterNnLinalgRules(r);
   RegisterLossRules(r);
+  RegisterAttentionRules(r);
 }
 
 }  // namespace kiln::shape

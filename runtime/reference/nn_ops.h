@@ -23,6 +23,8 @@ void RegisterAxisNormKernels(KernelRegistry& r);  // Layer/RMS/Lp/MVN norms, LRN
 void RegisterMatMulKernels(KernelRegistry& r);   // Gemm, MatMul
 void RegisterSoftmaxKernels(KernelRegistry& r);  // Softmax, LogSoftmax, Hardmax
 void RegisterEinsumKernels(KernelRegistry& r);   // Einsum
+void RegisterAttentionKernels(KernelRegistry& r);  // Attention
+void RegisterRotaryKernels(KernelRegistry& r);     // RotaryEmbedding
 void RegisterLossKernels(KernelRegistry& r);     // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 
 // Upper bound on the elements one NN kernel will allocate: hostile attributes (huge strides

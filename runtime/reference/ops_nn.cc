@@ -189,6 +189,8 @@ void RegisterNnKernels(KernelRegistry& r) {
   nn::RegisterSoftmaxKernels(r);
   nn::RegisterEinsumKernels(r);
   nn::RegisterLossKernels(r);
+  nn::RegisterAttentionKernels(r);
+  nn::RegisterRotaryKernels(r);
   r.Register("", "Dropout", nn::Dropout);
 }
 
