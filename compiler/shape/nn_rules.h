@@ -2,12 +2,24 @@
 // functions RegisterNnRules calls.
 #pragma once
 
+#include <optional>
+
 #include "compiler/shape/infer.h"
 
 namespace kiln::shape {
 
 void RegisterNnLinalgRules(RuleRegistry& r);  // Gemm, MatMul, Einsum
 void RegisterAttentionRules(RuleRegistry& r);  // Attention, RotaryEmbedding
+void RegisterQuantizeRules(RuleRegistry& r);  // Q/DQ, QLinear*, *Integer
 void RegisterLossRules(RuleRegistry& r);      // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+
+// MatMul's output shape for operands ai and bi (numpy batch broadcasting, 1-D operands);
+// nullopt when either rank is unknown.
+absl::StatusOr<std::optional<Shape>> MatMulOutputShape(const InferContext& ctx, size_t ai,
+                                                       size_t bi);
+// Conv's (or ConvTranspose's) output shape for X at input xi and W at input wi; nullopt when
+// X's rank is unknown.
+absl::StatusOr<std::optional<Shape>> ConvOutputShape(const InferContext& ctx, size_t xi,
+                                                     size_t wi, bool transpose);
 
 }  // namespace kiln::shape

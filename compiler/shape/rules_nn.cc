@@ -34,14 +34,19 @@ absl::StatusOr<std::optional<Shape>> InputWithRank(InferContext& ctx, size_t min
   return x;
 }
 
-// Conv (transpose = false) and ConvTranspose.
-absl::Status ConvRule(InferContext& ctx, bool transpose) {
-  ASSIGN_OR_RETURN(std::optional<Shape> x, InputWithRank(ctx, 3));
-  if (!x) return absl::OkStatus();
+}  // namespace
+
+// Conv (transpose = false) and ConvTranspose: the output shape from X (input xi) and W (input
+// wi); nullopt when X's rank is unknown.
+absl::StatusOr<std::optional<Shape>> ConvOutputShape(const InferContext& ctx, size_t xi,
+                                                     size_t wi, bool transpose) {
+  std::optional<Shape> x = ctx.input_shape(xi);
+  if (!x) return x;
+  if (x->size() < 3) return ctx.Invalid("input rank " + std::to_string(x->size()) + " is below 3");
   const Node& node = ctx.node();
   const int64_t group = node.GetInt("group", 1);
   if (group < 1 || group > (1 << 24)) return ctx.Invalid("group is out of range");
-  std::optional<Shape> w = ctx.input_shape(1);
+  std::optional<Shape> w = ctx.input_shape(wi);
   if (w && w->size() != x->size()) return ctx.Invalid("X and W ranks differ");
   Shape out = UnknownDims(static_cast<int64_t>(x->size()));
   out[0] = (*x)[0];
@@ -64,6 +69,13 @@ absl::Status ConvRule(InferContext& ctx, bool transpose) {
                                                     : ref::nn::ConvWindow(node, *xs, k));
     for (size_t i = 0; i < win.out.size(); ++i) out[i + 2] = Dim(win.out[i]);
   }
+  return std::optional<Shape>(out);
+}
+
+namespace {
+
+absl::Status ConvRule(InferContext& ctx, bool transpose) {
+  ASSIGN_OR_RETURN(std::optional<Shape> out, ConvOutputShape(ctx, 0, 1, transpose));
   ctx.set_output(0, ctx.input_dtype(0), out);
   return absl::OkStatus();
 }
@@ -159,6 +171,7 @@ void RegisterNnRules(RuleRegistry& r) {
   RegisterNnLinalgRules(r);
   RegisterLossRules(r);
   RegisterAttentionRules(r);
+  RegisterQuantizeRules(r);
 }
 
 }  // namespace kiln::shape

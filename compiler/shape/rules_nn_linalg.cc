@@ -29,20 +29,7 @@ absl::Status GemmRule(InferContext& ctx) {
 }
 
 absl::Status MatMulRule(InferContext& ctx) {
-  std::optional<Shape> a = ctx.input_shape(0), b = ctx.input_shape(1);
-  if (!a || !b) {
-    ctx.set_output(0, ctx.input_dtype(0), std::nullopt);
-    return absl::OkStatus();
-  }
-  if (a->empty() || b->empty()) return ctx.Invalid("MatMul operands must have rank >= 1");
-  const bool a_vec = a->size() == 1, b_vec = b->size() == 1;
-  if (a_vec) a->insert(a->begin(), Dim(1));
-  if (b_vec) b->push_back(Dim(1));
-  RETURN_IF_ERROR(CheckSameDim(ctx, a->back(), (*b)[b->size() - 2], "inner dims"));
-  Shape a_batch(a->begin(), a->end() - 2), b_batch(b->begin(), b->end() - 2);
-  ASSIGN_OR_RETURN(Shape out, BroadcastShapes(ctx, {a_batch, b_batch}));
-  if (!a_vec) out.push_back((*a)[a->size() - 2]);
-  if (!b_vec) out.push_back(b->back());
+  ASSIGN_OR_RETURN(std::optional<Shape> out, MatMulOutputShape(ctx, 0, 1));
   ctx.set_output(0, ctx.input_dtype(0), out);
   return absl::OkStatus();
 }
@@ -88,6 +75,22 @@ absl::Status EinsumRule(InferContext& ctx) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::optional<Shape>> MatMulOutputShape(const InferContext& ctx, size_t ai,
+                                                       size_t bi) {
+  std::optional<Shape> a = ctx.input_shape(ai), b = ctx.input_shape(bi);
+  if (!a || !b) return std::optional<Shape>();
+  if (a->empty() || b->empty()) return ctx.Invalid("MatMul operands must have rank >= 1");
+  const bool a_vec = a->size() == 1, b_vec = b->size() == 1;
+  if (a_vec) a->insert(a->begin(), Dim(1));
+  if (b_vec) b->push_back(Dim(1));
+  RETURN_IF_ERROR(CheckSameDim(ctx, a->back(), (*b)[b->size() - 2], "inner dims"));
+  Shape a_batch(a->begin(), a->end() - 2), b_batch(b->begin(), b->end() - 2);
+  ASSIGN_OR_RETURN(Shape out, BroadcastShapes(ctx, {a_batch, b_batch}));
+  if (!a_vec) out.push_back((*a)[a->size() - 2]);
+  if (!b_vec) out.push_back(b->back());
+  return std::optional<Shape>(out);
+}
 
 void RegisterNnLinalgRules(RuleRegistry& r) {
   r.Register("", "Gemm", GemmRule);

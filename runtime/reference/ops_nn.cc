@@ -4,6 +4,7 @@
 
 #include "runtime/reference/kernel_util.h"
 #include "runtime/reference/nn_ops.h"
+#include "runtime/reference/quantize_util.h"
 
 namespace kiln::ref {
 namespace nn {
@@ -191,6 +192,7 @@ void RegisterNnKernels(KernelRegistry& r) {
   nn::RegisterLossKernels(r);
   nn::RegisterAttentionKernels(r);
   nn::RegisterRotaryKernels(r);
+  RegisterQuantizeKernels(r);
   r.Register("", "Dropout", nn::Dropout);
 }
 
