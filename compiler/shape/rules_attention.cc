@@ -1,6 +1,6 @@
-// Shape rules for Attention (opsets 23, 24) and RotaryEmbedding (X's shape): Y is (B, Hq, Sq, Dv), or (B, Sq, Hq * Dv) for 3-D
-// inputs; present_key/present_value are (B, Hkv, P + Skv, D) with P the past length; the
-// qk_matmul_output is (B, Hq, Sq, P + Skv).
+// Shape rules for Attention (opsets 23, 24) and RotaryEmbedding (X's shape): Y is (B, Hq, Sq, Dv),
+// or (B, Sq, Hq * Dv) for 3-D inputs; present_key/present_value are (B, Hkv, P + Skv, D) with P the
+// past length; the qk_matmul_output is (B, Hq, Sq, P + Skv).
 #include "compiler/shape/nn_rules.h"
 #include "compiler/shape/shape_util.h"
 
@@ -47,8 +47,7 @@ absl::StatusOr<AttnShapes> ReadShapes(const InferContext& ctx, const Shape& q, c
 }
 
 absl::Status AttentionRule(InferContext& ctx) {
-  const std::optional<Shape> q = ctx.input_shape(0), k = ctx.input_shape(1),
-                             v = ctx.input_shape(2);
+  const std::optional<Shape> q = ctx.input_shape(0), k = ctx.input_shape(1), v = ctx.input_shape(2);
   const DType dt = ctx.input_dtype(0);
   if (!q || !k || !v) {
     for (size_t i = 0; i < 4; ++i) ctx.set_output(i, dt, std::nullopt);

@@ -1,7 +1,7 @@
 // Shape and type rules for the element-wise operators: unary ops keep their input's dtype
 // and shape, binary and variadic ops broadcast (numpy rules, symbolic dims), comparisons and
 // predicates produce BOOL, Pow keeps its base's dtype, Where takes X's dtype, PRelu and Clip
-// keep X's shape.
+// keep X's shape, BitCast takes the dtype of its `to`.
 #include <string>
 #include <vector>
 
@@ -16,11 +16,11 @@ const char* const kUnaryOps[] = {
     "Neg",       "Not",       "Reciprocal",     "Round", "Sign",  "Sin",    "Sinh",
     "Sqrt",      "Tan",       "Tanh",           "Celu",  "Elu",   "Gelu",   "HardSigmoid",
     "HardSwish", "LeakyRelu", "Mish",           "Relu",  "Selu",  "Shrink", "Sigmoid",
-    "Softplus",  "Softsign",  "ThresholdedRelu"};
+    "Softplus",  "Softsign",  "ThresholdedRelu", "BitwiseNot"};
 
 // Same-dtype broadcasting ops.
-const char* const kBinaryOps[] = {"Add",      "Sub", "Mul", "Div", "Mod",
-                                  "BitShift", "And", "Or",  "Xor"};
+const char* const kBinaryOps[] = {"Add", "Sub", "Mul", "Div",        "Mod",       "BitShift",
+                                  "And", "Or",  "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor"};
 const char* const kVariadicOps[] = {"Max", "Min", "Sum", "Mean"};
 
 const char* const kCompareOps[] = {"Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"};
@@ -145,6 +145,13 @@ void RegisterElementwiseRules(RuleRegistry& r) {
   r.Register(kOnnxDomain, "Where", Where);
   r.Register(kOnnxDomain, "PRelu", PRelu);
   r.Register(kOnnxDomain, "Clip", Clip);
+  // BitCast: X's shape, the dtype of `to` (same width; the kernel checks).
+  r.Register(kOnnxDomain, "BitCast", [](InferContext& ctx) {
+    const int64_t to = ctx.node().GetInt("to", 0);
+    if (to <= 0 || to > 1000) return ctx.Invalid("missing or invalid 'to'");
+    ctx.set_output(0, static_cast<DType>(to), ctx.input_shape(0));
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace kiln::shape

@@ -44,8 +44,7 @@ absl::Status DynamicQuantizeRule(InferContext& ctx) {
 }
 
 // A product rule: MatMul- or Conv-shaped, typed `dtype` (or the zero point's at input zp_in).
-absl::Status ProductRule(InferContext& ctx, size_t a, size_t b, bool conv, DType dtype,
-                         int zp_in) {
+absl::Status ProductRule(InferContext& ctx, size_t a, size_t b, bool conv, DType dtype, int zp_in) {
   if (zp_in >= 0) {
     dtype = ctx.has_input(static_cast<size_t>(zp_in)) ? ctx.input_dtype(zp_in) : ctx.input_dtype(0);
   }
@@ -65,18 +64,14 @@ void RegisterQuantizeRules(RuleRegistry& r) {
   r.Register("", "QuantizeLinear", QuantizeRule);
   r.Register("", "DequantizeLinear", DequantizeRule);
   r.Register("", "DynamicQuantizeLinear", DynamicQuantizeRule);
-  r.Register("", "MatMulInteger", [](InferContext& c) {
-    return ProductRule(c, 0, 1, false, DType::kInt32, -1);
-  });
-  r.Register("", "ConvInteger", [](InferContext& c) {
-    return ProductRule(c, 0, 1, true, DType::kInt32, -1);
-  });
-  r.Register("", "QLinearMatMul", [](InferContext& c) {
-    return ProductRule(c, 0, 3, false, DType::kUndefined, 7);
-  });
-  r.Register("", "QLinearConv", [](InferContext& c) {
-    return ProductRule(c, 0, 3, true, DType::kUndefined, 7);
-  });
+  r.Register("", "MatMulInteger",
+             [](InferContext& c) { return ProductRule(c, 0, 1, false, DType::kInt32, -1); });
+  r.Register("", "ConvInteger",
+             [](InferContext& c) { return ProductRule(c, 0, 1, true, DType::kInt32, -1); });
+  r.Register("", "QLinearMatMul",
+             [](InferContext& c) { return ProductRule(c, 0, 3, false, DType::kUndefined, 7); });
+  r.Register("", "QLinearConv",
+             [](InferContext& c) { return ProductRule(c, 0, 3, true, DType::kUndefined, 7); });
 }
 
 }  // namespace kiln::shape

@@ -238,5 +238,6 @@ void RegisterMathKernels(KernelRegistry& r);        // ops_elementwise.cc
 void RegisterArithmeticKernels(KernelRegistry& r);  // ops_elementwise_binary.cc
 void RegisterLogicKernels(KernelRegistry& r);       // ops_elementwise_logic.cc
 void RegisterActivationKernels(KernelRegistry& r);  // ops_activation.cc
+void RegisterBitwiseKernels(KernelRegistry& r);     // ops_bitwise.cc
 
 }  // namespace kiln::ref::ew

@@ -101,10 +101,10 @@ absl::StatusOr<std::vector<double>> WithPast(const Node& node, const Tensor* pas
                                              const std::vector<double>& cur, const AttnDims& d,
                                              int64_t heads, int64_t dim) {
   if (!past) return cur;
-  if (past->rank() != 4 || past->dim(0) != d.b || past->dim(1) != heads ||
-      past->dim(2) != d.past || past->dim(3) != dim) {
-    return InvalidInput(node, "past key/value " + ShapeToString(past->shape()) +
-                                  " does not fit the current ones");
+  if (past->rank() != 4 || past->dim(0) != d.b || past->dim(1) != heads || past->dim(2) != d.past ||
+      past->dim(3) != dim) {
+    return InvalidInput(
+        node, "past key/value " + ShapeToString(past->shape()) + " does not fit the current ones");
   }
   std::vector<double> p = ToDoubles(*past), out;
   out.reserve(p.size() + cur.size());
@@ -122,8 +122,8 @@ absl::StatusOr<std::vector<double>> MaskBias(const Node& node, const Tensor* mas
   std::vector<double> bias(d.b * d.hq * d.sq * l, 0.0);
   if (!mask) return bias;
   if (mask->rank() < 2 || mask->rank() > 4 || mask->dim(mask->rank() - 1) > l) {
-    return InvalidInput(node, "attn_mask " + ShapeToString(mask->shape()) +
-                                  " does not broadcast to the scores");
+    return InvalidInput(
+        node, "attn_mask " + ShapeToString(mask->shape()) + " does not broadcast to the scores");
   }
   std::vector<int64_t> padded = mask->shape();
   const int64_t ml = padded.back();
@@ -131,8 +131,8 @@ absl::StatusOr<std::vector<double>> MaskBias(const Node& node, const Tensor* mas
   const std::vector<int64_t> full{d.b, d.hq, d.sq, l};
   ASSIGN_OR_RETURN(std::vector<int64_t> joint, BroadcastShapes(node, {padded, full}));
   if (joint != full) {
-    return InvalidInput(node, "attn_mask " + ShapeToString(mask->shape()) +
-                                  " does not broadcast to the scores");
+    return InvalidInput(
+        node, "attn_mask " + ShapeToString(mask->shape()) + " does not broadcast to the scores");
   }
   const bool is_bool = mask->dtype() == DType::kBool;
   const std::vector<double> m = ToDoubles(*mask);
@@ -201,8 +201,8 @@ struct AttnResult {
 
 // Scores, softmax and the weighted sum for every (batch, query head).
 AttnResult Attend(const Node& node, const std::vector<double>& q, const std::vector<double>& k,
-                  const std::vector<double>& v, const std::vector<double>& bias,
-                  const AttnDims& d, double scale) {
+                  const std::vector<double>& v, const std::vector<double>& bias, const AttnDims& d,
+                  double scale) {
   const double softcap = node.GetFloat("softcap", 0.0f);
   const int64_t mode = node.GetInt("qk_matmul_output_mode", 0), l = d.total();
   const int64_t group = d.hq / d.hkv;
@@ -265,9 +265,7 @@ absl::Status CheckAttnDTypes(const Node& node, const KernelInputs& in) {
   return absl::OkStatus();
 }
 
-const Tensor* Optional(const KernelInputs& in, size_t i) {
-  return i < in.size() ? in[i] : nullptr;
-}
+const Tensor* Optional(const KernelInputs& in, size_t i) { return i < in.size() ? in[i] : nullptr; }
 
 absl::StatusOr<std::vector<Tensor>> AttentionKernel(const Node& node, const KernelInputs& in) {
   ASSIGN_OR_RETURN(const Tensor* qt, RequireInput(node, in, 0));
@@ -281,10 +279,10 @@ absl::StatusOr<std::vector<Tensor>> AttentionKernel(const Node& node, const Kern
     return InvalidInput(node, "past_key and past_value come together");
   }
   d.past = past_k && past_k->rank() == 4 ? past_k->dim(2) : 0;
-  ASSIGN_OR_RETURN(std::vector<double> k, WithPast(node, past_k, ToHeadMajor(*kt, d.hkv, d.three_d),
-                                                   d, d.hkv, d.dk));
-  ASSIGN_OR_RETURN(std::vector<double> v, WithPast(node, past_v, ToHeadMajor(*vt, d.hkv, d.three_d),
-                                                   d, d.hkv, d.dv));
+  ASSIGN_OR_RETURN(std::vector<double> k,
+                   WithPast(node, past_k, ToHeadMajor(*kt, d.hkv, d.three_d), d, d.hkv, d.dk));
+  ASSIGN_OR_RETURN(std::vector<double> v,
+                   WithPast(node, past_v, ToHeadMajor(*vt, d.hkv, d.three_d), d, d.hkv, d.dv));
   ASSIGN_OR_RETURN(std::vector<double> bias, MaskBias(node, Optional(in, 3), d));
   RETURN_IF_ERROR(AddCausalAndPadding(node, Optional(in, 6), past_k != nullptr, d, bias));
   const double scale = node.HasAttr("scale") ? node.GetFloat("scale", 1.0f)
@@ -293,8 +291,8 @@ absl::StatusOr<std::vector<Tensor>> AttentionKernel(const Node& node, const Kern
   const DType dt = qt->dtype();
   std::vector<Tensor> outs;
   if (d.three_d) {
-    outs.push_back(FromDoubles(dt, {d.b, d.sq, d.hq * d.dv},
-                               ToSequenceMajor(r.y, d.b, d.hq, d.sq, d.dv)));
+    outs.push_back(
+        FromDoubles(dt, {d.b, d.sq, d.hq * d.dv}, ToSequenceMajor(r.y, d.b, d.hq, d.sq, d.dv)));
   } else {
     outs.push_back(FromDoubles(dt, {d.b, d.hq, d.sq, d.dv}, r.y));
   }
@@ -306,8 +304,6 @@ absl::StatusOr<std::vector<Tensor>> AttentionKernel(const Node& node, const Kern
 
 }  // namespace
 
-void RegisterAttentionKernels(KernelRegistry& r) {
-  r.Register("", "Attention", AttentionKernel);
-}
+void RegisterAttentionKernels(KernelRegistry& r) { r.Register("", "Attention", AttentionKernel); }
 
 }  // namespace kiln::ref::nn

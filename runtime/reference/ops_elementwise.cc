@@ -175,6 +175,7 @@ void RegisterElementwiseKernels(KernelRegistry& r) {
   ew::RegisterArithmeticKernels(r);
   ew::RegisterLogicKernels(r);
   ew::RegisterActivationKernels(r);
+  ew::RegisterBitwiseKernels(r);
 }
 
 }  // namespace kiln::ref

@@ -37,7 +37,8 @@ absl::Status CheckTargetShape(const Node& node, const Tensor& x, const Tensor& t
   for (int64_t i = 2; ok && i < x.rank(); ++i) ok = t.dim(i - 1) == x.dim(i);
   if (!ok) {
     return InvalidInput(node, "target " + ShapeToString(t.shape()) + " does not fit input " +
-                                  ShapeToString(x.shape()) + " (want (N, d1..dk) of (N, C, d1..dk))");
+                                  ShapeToString(x.shape()) +
+                                  " (want (N, d1..dk) of (N, C, d1..dk))");
   }
   return absl::OkStatus();
 }
@@ -114,8 +115,7 @@ void LogSoftmaxOverClasses(LossOperands& op) {
   }
 }
 
-absl::StatusOr<std::vector<Tensor>> SoftmaxCrossEntropy(const Node& node,
-                                                        const KernelInputs& in) {
+absl::StatusOr<std::vector<Tensor>> SoftmaxCrossEntropy(const Node& node, const KernelInputs& in) {
   ASSIGN_OR_RETURN(LossOperands op, ReadOperands(node, in));
   LogSoftmaxOverClasses(op);
   const DType dtype = in[0]->dtype();

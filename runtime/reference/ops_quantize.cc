@@ -21,16 +21,44 @@ namespace quant {
 
 bool IntegerRange(DType t, double& lo, double& hi) {
   switch (t) {
-    case DType::kInt8: lo = -128; hi = 127; return true;
-    case DType::kUInt8: lo = 0; hi = 255; return true;
-    case DType::kInt16: lo = -32768; hi = 32767; return true;
-    case DType::kUInt16: lo = 0; hi = 65535; return true;
-    case DType::kInt32: lo = -2147483648.0; hi = 2147483647.0; return true;
-    case DType::kInt4: lo = -8; hi = 7; return true;
-    case DType::kUInt4: lo = 0; hi = 15; return true;
-    case DType::kInt2: lo = -2; hi = 1; return true;
-    case DType::kUInt2: lo = 0; hi = 3; return true;
-    default: return false;
+    case DType::kInt8:
+      lo = -128;
+      hi = 127;
+      return true;
+    case DType::kUInt8:
+      lo = 0;
+      hi = 255;
+      return true;
+    case DType::kInt16:
+      lo = -32768;
+      hi = 32767;
+      return true;
+    case DType::kUInt16:
+      lo = 0;
+      hi = 65535;
+      return true;
+    case DType::kInt32:
+      lo = -2147483648.0;
+      hi = 2147483647.0;
+      return true;
+    case DType::kInt4:
+      lo = -8;
+      hi = 7;
+      return true;
+    case DType::kUInt4:
+      lo = 0;
+      hi = 15;
+      return true;
+    case DType::kInt2:
+      lo = -2;
+      hi = 1;
+      return true;
+    case DType::kUInt2:
+      lo = 0;
+      hi = 3;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -51,22 +79,26 @@ void StoreQuantized(Tensor& y, int64_t i, double v, bool saturate) {
 
 double RoundTo(DType t, double v) {
   switch (t) {
-    case DType::kFloat32: return static_cast<float>(v);
-    case DType::kFloat16: return HalfToFloat(FloatToHalf(static_cast<float>(v)));
-    case DType::kBFloat16: return BFloat16ToFloat(FloatToBFloat16(static_cast<float>(v)));
-    default: return v;
+    case DType::kFloat32:
+      return static_cast<float>(v);
+    case DType::kFloat16:
+      return HalfToFloat(FloatToHalf(static_cast<float>(v)));
+    case DType::kBFloat16:
+      return BFloat16ToFloat(FloatToBFloat16(static_cast<float>(v)));
+    default:
+      return v;
   }
 }
 
 namespace {
 
 // The blocked layout: same rank, every dim equal except axis, which holds ceil(n / block).
-bool FitsBlocked(const std::vector<int64_t>& shape, const std::vector<int64_t>& p,
-                 int64_t axis, int64_t block) {
+bool FitsBlocked(const std::vector<int64_t>& shape, const std::vector<int64_t>& p, int64_t axis,
+                 int64_t block) {
   if (p.size() != shape.size()) return false;
   for (size_t d = 0; d < shape.size(); ++d) {
-    const int64_t want = static_cast<int64_t>(d) == axis ? (shape[d] + block - 1) / block
-                                                         : shape[d];
+    const int64_t want =
+        static_cast<int64_t>(d) == axis ? (shape[d] + block - 1) / block : shape[d];
     if (p[d] != want) return false;
   }
   return true;
@@ -74,15 +106,13 @@ bool FitsBlocked(const std::vector<int64_t>& shape, const std::vector<int64_t>& 
 
 }  // namespace
 
-absl::StatusOr<std::vector<int64_t>> ParamIndex(const Node& node,
-                                                const std::vector<int64_t>& shape,
+absl::StatusOr<std::vector<int64_t>> ParamIndex(const Node& node, const std::vector<int64_t>& shape,
                                                 const std::vector<int64_t>& param_shape,
                                                 int64_t axis, int64_t block_size) {
   const int64_t n = NumElements(shape), pn = NumElements(param_shape);
   std::vector<int64_t> idx(n, 0);
   if (pn == 1 && param_shape.size() <= 1) return idx;  // per tensor
-  ASSIGN_OR_RETURN(const int64_t a,
-                   NormalizeAxis(node, axis, static_cast<int64_t>(shape.size())));
+  ASSIGN_OR_RETURN(const int64_t a, NormalizeAxis(node, axis, static_cast<int64_t>(shape.size())));
   if (shape.empty()) return InvalidInput(node, "a scalar takes only a per-tensor scale");
   const std::vector<int64_t> strides = Strides(shape);
   if (block_size <= 0) {
@@ -166,8 +196,8 @@ absl::StatusOr<std::vector<Tensor>> QuantizeLinear(const Node& node, const Kerne
   ASSIGN_OR_RETURN(const DType qt, QuantizedType(node, zp));
   ASSIGN_OR_RETURN(QuantParams p, ReadParams(node, *x, *scale, zp));
   const int64_t prec_attr = node.GetInt("precision", 0);
-  const DType prec = prec_attr > 0 && prec_attr < 1000 ? static_cast<DType>(prec_attr)
-                                                        : scale->dtype();
+  const DType prec =
+      prec_attr > 0 && prec_attr < 1000 ? static_cast<DType>(prec_attr) : scale->dtype();
   const bool saturate = node.GetInt("saturate", 1) != 0;
   const std::vector<double> xv = nn::ToDoubles(*x);
   Tensor y(qt, x->shape());
@@ -223,8 +253,7 @@ absl::StatusOr<std::vector<Tensor>> DynamicQuantizeLinear(const Node& node,
   // float32 arithmetic, as the operator's definition (and its test data) computes it.
   const float scale = static_cast<float>(mx - mn) / 255.0f;
   const double zero =
-      scale == 0.0f ? 0.0
-                    : quant::SaturateRound(DType::kUInt8, -static_cast<float>(mn) / scale);
+      scale == 0.0f ? 0.0 : quant::SaturateRound(DType::kUInt8, -static_cast<float>(mn) / scale);
   Tensor y(DType::kUInt8, x->shape());
   for (int64_t i = 0; i < x->numel(); ++i) {
     const double q = scale == 0.0f ? 0.0 : std::nearbyint(static_cast<float>(xv[i]) / scale);

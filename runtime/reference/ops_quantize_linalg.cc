@@ -18,8 +18,7 @@ bool IsByteInt(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
 // x - zero_point as a float64 tensor. The zero point is a scalar (numel 1), or one value per
 // slice along `axis` of x (per-row A, per-column B, per-output-channel W).
-absl::StatusOr<Tensor> Shifted(const Node& node, const Tensor& x, const Tensor* zp,
-                               int64_t axis) {
+absl::StatusOr<Tensor> Shifted(const Node& node, const Tensor& x, const Tensor* zp, int64_t axis) {
   if (!IsByteInt(x.dtype())) {
     return Unsupported(node, "dtype " + DTypeName(x.dtype()) + " is not int8 or uint8");
   }
@@ -100,8 +99,8 @@ absl::StatusOr<Requant> ReadRequant(const Node& node, const Tensor& as, const Te
   if (ys.numel() != 1 || (yzp && yzp->numel() != 1)) {
     return InvalidInput(node, "y_scale and y_zero_point must be scalars");
   }
-  Requant r{nn::ToDoubles(as), nn::ToDoubles(bs), ys.GetDouble(0),
-            yzp ? yzp->GetDouble(0) : 0.0, as.dtype()};
+  Requant r{nn::ToDoubles(as), nn::ToDoubles(bs), ys.GetDouble(0), yzp ? yzp->GetDouble(0) : 0.0,
+            as.dtype()};
   return r;
 }
 
@@ -112,8 +111,8 @@ Tensor Requantize(const Tensor& acc, const Requant& rq, DType dtype, int64_t row
   for (int64_t k = 0; k < acc.numel(); ++k) {
     const int64_t j = k / cols_stride % cols_len;
     const int64_t i = rows_axis_len > 0 ? k / (cols_stride * cols_len) % rows_axis_len : 0;
-    y.SetInt(k, quant::SaturateRound(dtype, std::nearbyint(acc.GetDouble(k) * rq.At(i, j)) +
-                                                rq.zero));
+    y.SetInt(k,
+             quant::SaturateRound(dtype, std::nearbyint(acc.GetDouble(k) * rq.At(i, j)) + rq.zero));
   }
   return y;
 }

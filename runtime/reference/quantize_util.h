@@ -25,8 +25,7 @@ void StoreQuantized(Tensor& y, int64_t i, double v, bool saturate);
 // For each element of a tensor of `shape`, the index of its scale in a tensor of
 // `param_shape`: per tensor (one element), per axis (1-D of shape[axis]) or blocked (same
 // rank, shape[axis] split in blocks of block_size). INVALID_ARGUMENT when nothing fits.
-absl::StatusOr<std::vector<int64_t>> ParamIndex(const Node& node,
-                                                const std::vector<int64_t>& shape,
+absl::StatusOr<std::vector<int64_t>> ParamIndex(const Node& node, const std::vector<int64_t>& shape,
                                                 const std::vector<int64_t>& param_shape,
                                                 int64_t axis, int64_t block_size);
 

@@ -70,18 +70,17 @@ TEST(Attention, ThreeDInputsSplitHeads) {
 
 TEST(Attention, BadShapesAndAttributesAreInvalid) {
   const Tensor q = Iota({1, 3, 2, 4}), k = Iota({1, 2, 2, 4}), v = Iota({1, 2, 2, 4});
-  ExpectInvalid(RunOp("Attention", {q, k, v}).status());      // 3 heads over 2
+  ExpectInvalid(RunOp("Attention", {q, k, v}).status());  // 3 heads over 2
   ExpectInvalid(RunKernel("Attention", {q, k, v}).status());
   ExpectInvalid(RunKernel("Attention", {Iota({1, 2, 4}), Iota({1, 2, 4}), Iota({1, 2, 4})})
                     .status());  // 3-D without head counts
-  ExpectInvalid(RunKernel("Attention", {Iota({1, 1, 2, 4}), Iota({1, 1, 2, 3}),
-                                        Iota({1, 1, 2, 4})})
+  ExpectInvalid(RunKernel("Attention", {Iota({1, 1, 2, 4}), Iota({1, 1, 2, 3}), Iota({1, 1, 2, 4})})
                     .status());  // head sizes differ
-  ExpectInvalid(RunKernel("Attention", {Iota({1, 1, 2, 4}), Iota({1, 1, 2, 4}),
-                                        Iota({1, 1, 2, 4}), Iota({3, 3})})
+  ExpectInvalid(RunKernel("Attention", {Iota({1, 1, 2, 4}), Iota({1, 1, 2, 4}), Iota({1, 1, 2, 4}),
+                                        Iota({3, 3})})
                     .status());  // mask longer than the keys
-  ExpectInvalid(RunKernel("Attention", {Iota({1, 1, 2, 4}), Iota({1, 1, 2, 4}),
-                                        Iota({1, 1, 2, 4}), Tensor(), Iota({1, 1, 2, 4})})
+  ExpectInvalid(RunKernel("Attention", {Iota({1, 1, 2, 4}), Iota({1, 1, 2, 4}), Iota({1, 1, 2, 4}),
+                                        Tensor(), Iota({1, 1, 2, 4})})
                     .status());  // past_key without past_value
 }
 
@@ -101,8 +100,8 @@ TEST(RotaryEmbedding, RotatesPairsByPosition) {
 TEST(RotaryEmbedding, BadCachesAndPositionsAreInvalid) {
   const Tensor x = Iota({1, 1, 1, 4}), cos = Iota({2, 2}), sin = Iota({2, 2});
   ExpectInvalid(RunOp("RotaryEmbedding", {x, cos, sin, Ints64({2}, {1, 1})}).status());
-  ExpectInvalid(RunOp("RotaryEmbedding", {x, Iota({2, 3}), Iota({2, 3}), Ints64({0}, {1, 1})})
-                    .status());
+  ExpectInvalid(
+      RunOp("RotaryEmbedding", {x, Iota({2, 3}), Iota({2, 3}), Ints64({0}, {1, 1})}).status());
   ExpectInvalid(RunOp("RotaryEmbedding", {x, cos, sin, Ints64({0}, {1, 1})},
                       {{"rotary_embedding_dim", Int(3)}})
                     .status());

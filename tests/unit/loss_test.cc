@@ -28,16 +28,16 @@ TEST(NllLoss, ReductionsWeightsAndIgnoreIndex) {
   auto ign = RunOp("NegativeLogLikelihoodLoss", {x, t, w}, {{"ignore_index", Int(0)}});
   ASSERT_TRUE(ign.ok()) << ign.status();
   ExpectValues((*ign)[0], {-0.3});
-  auto all = RunOp("NegativeLogLikelihoodLoss", {x, Ints64({5, 5}, {2})},
-                   {{"ignore_index", Int(5)}});
+  auto all =
+      RunOp("NegativeLogLikelihoodLoss", {x, Ints64({5, 5}, {2})}, {{"ignore_index", Int(5)}});
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_TRUE(std::isnan((*all)[0].GetDouble(0)));
 }
 
 TEST(NllLoss, SpatialDimsKeepTargetShape) {
   const Tensor x = Iota({1, 2, 2}, 0.0f, 1.0f);  // x[0, c, d] = 2c + d
-  auto r = RunOp("NegativeLogLikelihoodLoss", {x, Ints64({1, 0}, {1, 2})},
-                 {{"reduction", Str("none")}});
+  auto r =
+      RunOp("NegativeLogLikelihoodLoss", {x, Ints64({1, 0}, {1, 2})}, {{"reduction", Str("none")}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)[0].shape(), (std::vector<int64_t>{1, 2}));
   ExpectValues((*r)[0], {-2, -1});
@@ -52,8 +52,8 @@ TEST(NllLoss, BadTargetsAndAttributesAreInvalid) {
   ExpectInvalid(
       RunOp("NegativeLogLikelihoodLoss", {x, Ints64({0, 0}, {2})}, {{"reduction", Str("max")}})
           .status());
-  ExpectInvalid(RunKernel("NegativeLogLikelihoodLoss", {x, Ints64({0, 0}, {2}), Iota({2})})
-                    .status());
+  ExpectInvalid(
+      RunKernel("NegativeLogLikelihoodLoss", {x, Ints64({0, 0}, {2}), Iota({2})}).status());
   ExpectInvalid(RunKernel("NegativeLogLikelihoodLoss", {x, Iota({2})}).status());
   ExpectInvalid(RunKernel("NegativeLogLikelihoodLoss", {Iota({3}), Ints64({0}, {1})}).status());
 }
@@ -63,8 +63,8 @@ TEST(SoftmaxCrossEntropyLoss, LossAndLogProb) {
   auto r = RunOp("SoftmaxCrossEntropyLoss", {x, Ints64({2, 1}, {2})}, {}, 2);
   ASSERT_TRUE(r.ok()) << r.status();
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
-  ExpectValues((*r)[1], {1 - lse, 2 - lse, 3 - lse, -std::log(3.0), -std::log(3.0),
-                         -std::log(3.0)});
+  ExpectValues((*r)[1],
+               {1 - lse, 2 - lse, 3 - lse, -std::log(3.0), -std::log(3.0), -std::log(3.0)});
   ExpectValues((*r)[0], {((lse - 3) + std::log(3.0)) / 2});
 }
 
@@ -76,9 +76,8 @@ TEST(SoftmaxCrossEntropyLoss, ShapeRule) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(ShapeToString(*(*s)[0]), ShapeToString(Shape{Dim::Symbol("N"), Dim(5)}));
   EXPECT_EQ(ShapeToString(*(*s)[1]), ShapeToString(Shape{Dim::Symbol("N"), Dim(4), Dim(5)}));
-  ExpectInvalid(InferOp("SoftmaxCrossEntropyLoss",
-                        {{DType::kFloat32, {Dim(2), Dim(4), Dim(5)}},
-                         {DType::kInt64, {Dim(2), Dim(6)}}})
+  ExpectInvalid(InferOp("SoftmaxCrossEntropyLoss", {{DType::kFloat32, {Dim(2), Dim(4), Dim(5)}},
+                                                    {DType::kInt64, {Dim(2), Dim(6)}}})
                     .status());
 }
 

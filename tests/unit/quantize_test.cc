@@ -40,8 +40,8 @@ TEST(DequantizeLinear, ShiftsAndScales) {
   auto r = RunOp("DequantizeLinear", {x, Floats({0.5f}, {}), Typed(DType::kUInt8, {128}, {})});
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectValues((*r)[0], {-64, -62.5, 0, 63.5});
-  auto f8 = RunOp("DequantizeLinear", {Typed(DType::kFloat8E4M3FN, {1.5, -2}, {2}),
-                                       Floats({2.0f}, {})});
+  auto f8 =
+      RunOp("DequantizeLinear", {Typed(DType::kFloat8E4M3FN, {1.5, -2}, {2}), Floats({2.0f}, {})});
   ASSERT_TRUE(f8.ok()) << f8.status();
   ExpectValues((*f8)[0], {3, -4});
 }
@@ -57,8 +57,8 @@ TEST(DynamicQuantizeLinear, RangeIncludesZero) {
 TEST(QuantizedProducts, MatMulIntegerAndQLinearMatMul) {
   const Tensor a = Typed(DType::kUInt8, {1, 2, 3, 4}, {2, 2});
   const Tensor b = Typed(DType::kUInt8, {1, 0, 0, 1}, {2, 2});
-  auto mi = RunOp("MatMulInteger", {a, b, Typed(DType::kUInt8, {1}, {}),
-                                    Typed(DType::kUInt8, {0}, {})});
+  auto mi =
+      RunOp("MatMulInteger", {a, b, Typed(DType::kUInt8, {1}, {}), Typed(DType::kUInt8, {0}, {})});
   ASSERT_TRUE(mi.ok()) << mi.status();
   EXPECT_EQ((*mi)[0].dtype(), DType::kInt32);
   ExpectValues((*mi)[0], {0, 1, 2, 3});
@@ -74,8 +74,8 @@ TEST(QuantizedProducts, ConvIntegerPadsWithTheZeroPoint) {
   // x - 1 = 0 everywhere except the centre (4); padding contributes 0 after the shift.
   const Tensor x = Typed(DType::kUInt8, {1, 1, 1, 1, 5, 1, 1, 1, 1}, {1, 1, 3, 3});
   const Tensor w = Typed(DType::kUInt8, {1, 1, 1, 1}, {1, 1, 2, 2});
-  auto r = RunOp("ConvInteger", {x, w, Typed(DType::kUInt8, {1}, {})},
-                 {{"pads", Ints({1, 1, 1, 1})}});
+  auto r =
+      RunOp("ConvInteger", {x, w, Typed(DType::kUInt8, {1}, {})}, {{"pads", Ints({1, 1, 1, 1})}});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)[0].shape(), (std::vector<int64_t>{1, 1, 4, 4}));
   ExpectValues((*r)[0], {0, 0, 0, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 0, 0, 0});
@@ -98,36 +98,37 @@ TEST(Quantize, MisfitParametersAreInvalid) {
   ExpectInvalid(RunOp("QuantizeLinear", {x, Floats({1}, {}), Typed(DType::kUInt8, {0}, {})},
                       {{"output_dtype", Int(3)}})
                     .status());
-  ExpectInvalid(RunKernel("QuantizeLinear", {x, Floats({1, 2}, {2})}, {{"axis", Int(5)}})
-                    .status());
+  ExpectInvalid(RunKernel("QuantizeLinear", {x, Floats({1, 2}, {2})}, {{"axis", Int(5)}}).status());
   ExpectInvalid(RunOp("DequantizeLinear", {Typed(DType::kUInt8, {1}, {1}), Floats({1}, {}),
                                            Typed(DType::kInt8, {0}, {})})
                     .status());
-  EXPECT_TRUE(absl::IsUnimplemented(
-      RunKernel("DequantizeLinear", {Iota({2}), Floats({1}, {})}).status()));
+  EXPECT_TRUE(
+      absl::IsUnimplemented(RunKernel("DequantizeLinear", {Iota({2}), Floats({1}, {})}).status()));
   const Tensor a = Typed(DType::kUInt8, {1, 2, 3, 4}, {2, 2});
-  ExpectInvalid(RunKernel("MatMulInteger", {a, a, Typed(DType::kUInt8, {1, 2, 3}, {3})})
-                    .status());
+  ExpectInvalid(RunKernel("MatMulInteger", {a, a, Typed(DType::kUInt8, {1, 2, 3}, {3})}).status());
   ExpectInvalid(RunKernel("QLinearMatMul", {a, Floats({1}, {}), Tensor(), a, Floats({1}, {}),
                                             Tensor(), Floats({1, 1}, {2}), Tensor()})
                     .status());
 }
 
 TEST(Quantize, ShapeRules) {
-  auto q = InferOp("QuantizeLinear", {{DType::kFloat32, {Dim::Symbol("N"), Dim(3)}},
-                                      {DType::kFloat32, {}}},
+  auto q = InferOp("QuantizeLinear",
+                   {{DType::kFloat32, {Dim::Symbol("N"), Dim(3)}}, {DType::kFloat32, {}}},
                    {{"output_dtype", Int(3)}});
   ASSERT_TRUE(q.ok()) << q.status();
   EXPECT_EQ(ShapeToString(*(*q)[0]), ShapeToString(Shape{Dim::Symbol("N"), Dim(3)}));
-  auto m = InferOp("QLinearMatMul",
-                   {{DType::kUInt8, {Dim(2), Dim(5), Dim(4)}}, {DType::kFloat32, {}},
-                    {DType::kUInt8, {}}, {DType::kUInt8, {Dim(4), Dim(3)}},
-                    {DType::kFloat32, {}}, {DType::kUInt8, {}}, {DType::kFloat32, {}},
-                    {DType::kUInt8, {}}});
+  auto m = InferOp("QLinearMatMul", {{DType::kUInt8, {Dim(2), Dim(5), Dim(4)}},
+                                     {DType::kFloat32, {}},
+                                     {DType::kUInt8, {}},
+                                     {DType::kUInt8, {Dim(4), Dim(3)}},
+                                     {DType::kFloat32, {}},
+                                     {DType::kUInt8, {}},
+                                     {DType::kFloat32, {}},
+                                     {DType::kUInt8, {}}});
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(ShapeToString(*(*m)[0]), ShapeToString(Shape{Dim(2), Dim(5), Dim(3)}));
-  ExpectInvalid(InferOp("MatMulInteger", {{DType::kUInt8, {Dim(2), Dim(5)}},
-                                          {DType::kUInt8, {Dim(4), Dim(3)}}})
+  ExpectInvalid(InferOp("MatMulInteger",
+                        {{DType::kUInt8, {Dim(2), Dim(5)}}, {DType::kUInt8, {Dim(4), Dim(3)}}})
                     .status());
 }
 
