@@ -4,8 +4,8 @@
 #   scripts/install-deps.sh                     build + test dependencies (the default)
 #   KILN_DEPS=build scripts/install-deps.sh     only what building kilnd/kiln needs (no test
 #                                               tools, no npm): the Dockerfile's build stage
-#   KILN_DEPS=runtime scripts/install-deps.sh   only the shared libraries the built kilnd loads
-#                                               (+ curl for health checks): the runtime image
+#   KILN_DEPS=runtime scripts/install-deps.sh   only the shared libraries the built kilnd loads:
+#                                               the runtime image
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 sudo_cmd=""
@@ -23,13 +23,15 @@ test_pkgs=(
   python3 python3-numpy python3-onnx python3-protobuf python3-grpcio python3-grpc-tools
   python3-torch python3-torchvision
   prometheus python3-yaml openssl grpc-proto
+  docker.io docker-compose debootstrap
 )
-# The shared libraries of `ldd build/server/kilnd`, by package (dpkg -S), plus curl for the
-# container health check. Keep in sync with the Dockerfile's runtime stage.
+# The shared libraries of `ldd build/server/kilnd`, by package (dpkg -S), and nothing else
+# (the container health check is a bash script). Keep in sync with the Dockerfile's runtime
+# stage (tests/deploy/check_deploy_files.py compares them).
 runtime_pkgs=(
   libabsl20220623 libbrotli1 libc-ares2 libcpp-httplib0.11 libdnnl2 libfmt9 libgomp1
   libgrpc++1.51 libgrpc29 libonnx1 libprotobuf32 libre2-9 libspdlog1.10 libssl3 libstdc++6
-  libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g ca-certificates curl
+  libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g
 )
 # Node.js may come from elsewhere (a newer build that conflicts with Debian's npm): take
 # Debian's only where none is on the PATH.

@@ -115,15 +115,28 @@ for word, rest in instr:
         order.append(name)
     elif current is not None:
         current.append((word, rest))
-for st in ("build", "runtime", "runtime-cuda"):
+for st in ("build-deps", "build", "runtime", "build-cuda", "runtime-cuda"):
     check(st in stages, f"Dockerfile: no stage {st}")
 build = stages.get("build", [])
 runtime = stages.get("runtime", [])
-build_runs = " ".join(r for w, r in build if w == "RUN")
-check("KILN_DEPS=build scripts/install-deps.sh" in build_runs,
-      "Dockerfile build stage does not run KILN_DEPS=build scripts/install-deps.sh")
-check("-DKILN_BUILD_TESTS=OFF" in build_runs, "Dockerfile build: tests not off")
-check("-G Ninja" in build_runs, "Dockerfile build: not the CI's Ninja build")
+check(stages.get("build", [("", "")])[0][1].startswith("build-deps ") and
+      stages.get("build-cuda", [("", "")])[0][1].startswith("build-deps "),
+      "Dockerfile: build and build-cuda do not start FROM build-deps")
+check(stages.get("runtime-cuda", [("", "")])[0][1].startswith("runtime "),
+      "Dockerfile: runtime-cuda does not start FROM runtime")
+deps_runs = " ".join(r for w, r in stages.get("build-deps", []) if w == "RUN")
+check("KILN_DEPS=build scripts/install-deps.sh" in deps_runs,
+      "Dockerfile build-deps stage does not run KILN_DEPS=build scripts/install-deps.sh")
+for st in ("build", "build-cuda"):
+    runs = " ".join(r for w, r in stages.get(st, []) if w == "RUN")
+    check("-DKILN_BUILD_TESTS=OFF" in runs, f"Dockerfile {st}: tests not off")
+    check("-G Ninja" in runs, f"Dockerfile {st}: not the CI's Ninja build")
+    check("--mount=type=cache" in runs and "CCACHE_DIR" in runs,
+          f"Dockerfile {st}: no ccache in a BuildKit cache mount")
+check("-DKILN_WITH_CUDA=OFF" in " ".join(r for w, r in build if w == "RUN"),
+      "Dockerfile build (the CPU image): CUDA not off")
+check("KILN_HAVE_CUDA:INTERNAL=ON" in " ".join(r for w, r in stages.get("build-cuda", [])),
+      "Dockerfile build-cuda does not insist on the CUDA backend")
 check("option(KILN_BUILD_TESTS" in read("CMakeLists.txt"), "CMakeLists.txt has no KILN_BUILD_TESTS")
 check('KILN_DEPS:-all' in read("scripts/install-deps.sh"), "install-deps.sh has no KILN_DEPS modes")
 # COPY sources exist; --from=build sources are the CMake targets' build paths.
@@ -137,10 +150,12 @@ for name, body in stages.items():
         src, dest = args[:-1], args[-1]
         for s in src:
             if from_stage:
-                rel = s[len("/src/build/"):] if s.startswith("/src/build/") else None
+                # build -> /src/build/, build-cuda -> /src/build-cuda/: the CMake paths.
+                prefix = "/src/" + from_stage[0].split("=", 1)[1] + "/"
+                rel = s[len(prefix):] if s.startswith(prefix) else None
                 check(rel in (KILND_REL, KILN_REL),
-                      f"Dockerfile: COPY --from {s} is not the build path of kilnd/kiln "
-                      f"({KILND_REL}, {KILN_REL})")
+                      f"Dockerfile: COPY {from_stage[0]} {s} is not the build path of "
+                      f"kilnd/kiln ({KILND_REL}, {KILN_REL}) under {prefix}")
             else:
                 check(os.path.exists(os.path.join(SRC, s)), f"Dockerfile: COPY {s} missing")
                 if s != ".":
@@ -163,7 +178,12 @@ envs = " ".join(r for w, r in runtime if w == "ENV")
 check("OMP_WAIT_POLICY=PASSIVE" in envs and "GOMP_SPINCOUNT=1000" in envs,
       "Dockerfile: no ENV OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000 (kilnd's default)")
 health = " ".join(r for w, r in runtime if w == "HEALTHCHECK")
-check(f"127.0.0.1:{HTTP}/healthz" in health, "Dockerfile HEALTHCHECK is not /healthz on HTTP")
+check(f"127.0.0.1:{HTTP}/readyz" in health, "Dockerfile HEALTHCHECK is not /readyz on HTTP")
+check("/usr/local/bin/kiln-healthcheck" in health and
+      "COPY deploy/docker/kiln-healthcheck /usr/local/bin/kiln-healthcheck" in
+      " ".join(f"{w} {r}" for w, r in runtime), "Dockerfile: kiln-healthcheck not installed")
+check("USER 10001" in " ".join(f"{w} {r}" for w, r in stages.get("runtime-cuda", []))
+      .split("USER root")[-1], "Dockerfile runtime-cuda does not end as user 10001")
 workdir = [r for w, r in runtime if w == "WORKDIR"][-1]
 entry = exec_form([r for w, r in runtime if w == "ENTRYPOINT"][-1])
 cmd = exec_form([r for w, r in runtime if w == "CMD"][-1])
@@ -239,7 +259,10 @@ for name, svc in services.items():
         targets = {v.split(":")[1] for v in svc["volumes"]}
         check(targets == volumes, f"compose {name}: volumes {targets} != Dockerfile VOLUME")
         hc = " ".join(svc["healthcheck"]["test"])
-        check(f":{HTTP}/healthz" in hc, f"compose {name}: healthcheck not /healthz")
+        check(f":{HTTP}/readyz" in hc and hc == "CMD " + health.split("CMD ", 1)[1]
+              .strip("[] ").replace('"', "").replace(",", ""),
+              f"compose {name}: healthcheck is not the image's (/readyz): {hc}")
+        check(svc.get("read_only") is True, f"compose {name}: root filesystem not read_only")
         check(svc.get("environment", {}).get("OMP_WAIT_POLICY") == "PASSIVE" and
               str(svc.get("environment", {}).get("GOMP_SPINCOUNT")) == "1000",
               f"compose {name}: OMP_WAIT_POLICY / GOMP_SPINCOUNT")
@@ -349,10 +372,30 @@ for f, h in k8s.get("HorizontalPodAutoscaler", []):
           f"{f}: Pods metric is not a kilnd metric")
 
 # ---- build wiring ---------------------------------------------------------------------------
-ignore = read(".dockerignore").split()
-for needed in ("scripts/install-deps.sh", "config", "CMakeLists.txt"):
-    check(needed not in ignore, f".dockerignore excludes {needed}")
-check("build" in ignore, ".dockerignore does not exclude build/")
+ignore = [ln.strip() for ln in read(".dockerignore").splitlines()
+          if ln.strip() and not ln.startswith("#")]
+
+
+def docker_ignored(path):
+    """Whether a .dockerignore pattern (no ! rules here) excludes path or a folder above it."""
+    import fnmatch
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    return any(fnmatch.fnmatchcase(p, pat.strip("/").removeprefix("**/")) or
+               fnmatch.fnmatchcase(p.rsplit("/", 1)[-1], pat.removeprefix("**/"))
+               if pat.startswith("**/") else fnmatch.fnmatchcase(p, pat.strip("/"))
+               for pat in ignore for p in prefixes)
+
+
+needed = ["scripts/install-deps.sh", "config", "CMakeLists.txt", "config/models/example"]
+needed += sorted(set(copies.values()))
+needed += [os.path.relpath(os.path.join(d, "CMakeLists.txt"), SRC)
+           for d in glob.glob(os.path.join(SRC, "*")) if d.rsplit("/", 1)[-1] != "tests"
+           and os.path.isfile(os.path.join(d, "CMakeLists.txt"))]
+for n in needed:
+    check(not docker_ignored(n), f".dockerignore excludes {n}, which the image build needs")
+for d in ("build", "build-ctr", "build-cuda", ".git", "tools/ort/node_modules", "bench/results"):
+    check(docker_ignored(d), f".dockerignore does not keep {d}/ out of the build context")
 
 print(f"{checks} checks, {len(errors)} failed")
 sys.exit(1 if errors else 0)
