@@ -30,8 +30,10 @@ struct Call {
   grpc::ClientContext ctx;
   v1::PredictResponse predict_resp;
   v1::BatchPredictResponse batch_resp;
+  inference::ModelInferResponse v2_resp;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::PredictResponse>> predict;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::BatchPredictResponse>> batch;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<inference::ModelInferResponse>> v2;
   grpc::Status status;
   Clock::time_point start;  // the scheduled time (open loop) or the send time (closed loop)
 };
@@ -59,6 +61,7 @@ class Worker {
     args.SetInt("kiln.load.connection", index);
     channel_ = grpc::CreateCustomChannel(shared.options.target, grpc::InsecureChannelCredentials(), args);
     stub_ = v1::InferenceService::NewStub(channel_);
+    v2_stub_ = inference::GRPCInferenceService::NewStub(channel_);
   }
 
   void Run();
@@ -80,6 +83,7 @@ class Worker {
   uint64_t sent_ = 0;   // picks the pool entry
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::InferenceService::Stub> stub_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> v2_stub_;
   grpc::CompletionQueue cq_;
   RunResult result_;
   Clock::time_point last_done_{};
@@ -114,7 +118,10 @@ void Worker::Issue(Clock::time_point start) {
   call->start = start;
   call->ctx.set_deadline(std::chrono::system_clock::now() + shared_.options.timeout);
   const RequestPool& pool = shared_.pool;
-  if (shared_.options.call == "batch_predict") {
+  if (shared_.options.protocol == "v2") {
+    call->v2 = v2_stub_->AsyncModelInfer(&call->ctx, pool.v2[sent_ % pool.v2.size()], &cq_);
+    call->v2->Finish(&call->v2_resp, &call->status, call);
+  } else if (shared_.options.call == "batch_predict") {
     call->batch = stub_->AsyncBatchPredict(&call->ctx, pool.batch[sent_ % pool.batch.size()], &cq_);
     call->batch->Finish(&call->batch_resp, &call->status, call);
   } else {

@@ -19,6 +19,8 @@ usage: kiln-load [--target HOST:PORT] (--data FILE | --model NAME) [options]
   --model NAME         random inputs of the model's declared dtypes/shapes (batch 1), read
                        with ModelService.GetModel; with --data, overrides the file's model
   --call predict|batch_predict   (default predict)
+  --protocol kiln|v2   kiln: kiln.v1 Predict (default); v2: the same requests as KServe v2
+                       inference.GRPCInferenceService/ModelInfer (raw_input_contents)
   --samples N          batch_predict: samples per call (default 1)
   -c N                 closed loop: N calls in flight (default 1); open loop: in-flight cap
   -n N                 N requests (after warm-up)
@@ -89,6 +91,11 @@ const std::map<std::string, Setter>& Setters() {
          o.call = v;
          return absl::OkStatus();
        }},
+      {"--protocol", [](auto& f, auto& v, Options& o) {
+         if (v != "kiln" && v != "v2") return absl::InvalidArgumentError(absl::StrCat(f, ": kiln or v2"));
+         o.protocol = v;
+         return absl::OkStatus();
+       }},
       {"-c", [](auto& f, auto& v, Options& o) { return ParseInt(f, v, 1, &o.concurrency); }},
       {"-n", [](auto& f, auto& v, Options& o) { return ParseInt<int64_t>(f, v, 1, &o.total); }},
       {"--warmup", [](auto& f, auto& v, Options& o) { return ParseInt<int64_t>(f, v, 0, &o.warmup); }},
@@ -144,6 +151,9 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError("give -n N or -z DURATION");
   }
   if (o.total > 0 && o.duration.count() > 0) return absl::InvalidArgumentError("-n and -z exclude each other");
+  if (o.protocol == "v2" && o.call != "predict") {
+    return absl::InvalidArgumentError("--protocol v2 sends ModelInfer: --call predict only");
+  }
   return o;
 }
 

@@ -13,6 +13,7 @@ namespace kiln::load {
 struct Options {
   std::string target = "127.0.0.1:8500";
   std::string call = "predict";  // predict | batch_predict
+  std::string protocol = "kiln";  // kiln (kiln.v1 Predict) | v2 (KServe v2 ModelInfer)
   std::string data_file;         // a PredictRequest (or BatchPredictRequest) in JSON
   std::string model;             // random inputs from GetModel (or overrides the file's model)
   std::string json_file;         // ghz-compatible report

@@ -1,6 +1,7 @@
 #include "loadtest/requests.h"
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -140,7 +141,77 @@ v1::BatchPredictRequest ToBatch(const v1::PredictRequest& p, int samples) {
   return b;
 }
 
+// The v2 protocol's name for a kiln.v1 dtype ("" when it has none).
+const char* V2Name(v1::DataType t) {
+  switch (t) {
+    case v1::DATA_TYPE_BOOL: return "BOOL";
+    case v1::DATA_TYPE_UINT8: return "UINT8";
+    case v1::DATA_TYPE_UINT16: return "UINT16";
+    case v1::DATA_TYPE_UINT32: return "UINT32";
+    case v1::DATA_TYPE_UINT64: return "UINT64";
+    case v1::DATA_TYPE_INT8: return "INT8";
+    case v1::DATA_TYPE_INT16: return "INT16";
+    case v1::DATA_TYPE_INT32: return "INT32";
+    case v1::DATA_TYPE_INT64: return "INT64";
+    case v1::DATA_TYPE_FLOAT16: return "FP16";
+    case v1::DATA_TYPE_BFLOAT16: return "BF16";
+    case v1::DATA_TYPE_FLOAT: return "FP32";
+    case v1::DATA_TYPE_DOUBLE: return "FP64";
+    default: return "";
+  }
+}
+
+template <class T, class Field>
+std::string Pack(const Field& values) {
+  std::string out(values.size() * sizeof(T), '\0');
+  for (int i = 0; i < values.size(); ++i) {
+    const T v = static_cast<T>(values.Get(i));
+    std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+  }
+  return out;
+}
+
+// The tensor's elements as raw little-endian bytes, whichever field carries them.
+std::string RawBytes(const v1::Tensor& t) {
+  if (!t.raw_data().empty()) return t.raw_data();
+  switch (t.dtype()) {
+    case v1::DATA_TYPE_FLOAT: return Pack<float>(t.float_data());
+    case v1::DATA_TYPE_DOUBLE: return Pack<double>(t.double_data());
+    case v1::DATA_TYPE_INT64: return Pack<int64_t>(t.int64_data());
+    case v1::DATA_TYPE_INT32: return Pack<int32_t>(t.int32_data());
+    case v1::DATA_TYPE_INT16: return Pack<int16_t>(t.int32_data());
+    case v1::DATA_TYPE_INT8: return Pack<int8_t>(t.int32_data());
+    case v1::DATA_TYPE_UINT16: return Pack<uint16_t>(t.int32_data());
+    case v1::DATA_TYPE_UINT8: return Pack<uint8_t>(t.int32_data());
+    case v1::DATA_TYPE_BOOL: return Pack<uint8_t>(t.bool_data());
+    default: return "";
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<inference::ModelInferRequest> ToModelInfer(const v1::PredictRequest& p) {
+  inference::ModelInferRequest r;
+  r.set_model_name(p.model());
+  if (p.version() != 0) r.set_model_version(std::to_string(p.version()));
+  // Sorted by name: a map's order is unspecified, and the pool should not depend on it.
+  std::map<std::string, const v1::Tensor*> inputs;
+  for (const auto& [name, t] : p.inputs()) inputs[name] = &t;
+  for (const auto& [name, t] : inputs) {
+    if (V2Name(t->dtype())[0] == '\0') {
+      return absl::InvalidArgumentError(absl::StrCat("input ", name, ": dtype ",
+                                                     v1::DataType_Name(t->dtype()),
+                                                     " has no KServe v2 datatype"));
+    }
+    auto* in = r.add_inputs();
+    in->set_name(name);
+    in->set_datatype(V2Name(t->dtype()));
+    for (int64_t d : t->shape()) in->add_shape(d);
+    r.add_raw_input_contents(RawBytes(*t));
+  }
+  for (const std::string& o : p.output_filter()) r.add_outputs()->set_name(o);
+  return r;
+}
 
 absl::StatusOr<RequestPool> BuildRequests(const Options& options,
                                           const std::shared_ptr<grpc::Channel>& channel) {
@@ -163,6 +234,13 @@ absl::StatusOr<RequestPool> BuildRequests(const Options& options,
   }
   if (options.call == "predict" && pool.predict.empty()) {
     return absl::InvalidArgumentError("--call predict needs a PredictRequest, the file holds a BatchPredictRequest");
+  }
+  if (options.protocol == "v2") {
+    for (const auto& p : pool.predict) {
+      auto r = ToModelInfer(p);
+      if (!r.ok()) return r.status();
+      pool.v2.push_back(std::move(*r));
+    }
   }
   return pool;
 }

@@ -230,6 +230,7 @@ void Batcher::RecordTaken(const std::vector<Request>& batch, int64_t rows) {
   for (const Request& r : batch) {
     const std::chrono::duration<double> waited = now - r.item.enqueued;
     metrics_.queue_duration().Observe(waited.count());
+    if (policy_.stats) policy_.stats->RecordQueued(now - r.item.enqueued);
   }
   metrics_.batch_size().Observe(static_cast<double>(rows));
 }
@@ -251,8 +252,9 @@ void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) 
   if (status.ok()) {
     const Clock::time_point start = Clock::now();
     status = run_(worker, inputs, outputs);
-    metrics_.compute_duration(bucket).Observe(
-        std::chrono::duration<double>(Clock::now() - start).count());
+    const Clock::duration took = Clock::now() - start;
+    metrics_.compute_duration(bucket).Observe(std::chrono::duration<double>(took).count());
+    if (policy_.stats) policy_.stats->RecordExecution(bucket, took);
   }
   for (const Tensor& o : outputs) {
     if (status.ok() && policy_.batchable && (o.rank() < 1 || o.dim(0) != bucket)) {

@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "compiler/ir/tensor.h"
 #include "server/metrics/kiln_metrics.h"
+#include "server/model_stats.h"
 
 namespace kiln::server {
 
@@ -35,6 +36,9 @@ struct BatchPolicy {
   std::string model;  // the `model` label of the batcher's metrics
   // Enqueue may run a request on the caller's thread (see Enqueue). Off, Enqueue never blocks.
   bool inline_when_idle = false;
+  // Queue waits and engine runs are also counted here when set (the model version's
+  // statistics, which outlive the batcher).
+  ModelStats* stats = nullptr;
 };
 
 // What DecideBatch sees of a queued request.

@@ -43,6 +43,29 @@ absl::Status ApplyTlsSection(const YAML::Node& node, TlsConfig& t) {
   return absl::OkStatus();
 }
 
+absl::Status ApplyHttpApiSection(const YAML::Node& node, HttpApiConfig& h) {
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap()) return Bad("server.http_api", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string full = "server.http_api." + key;
+    if (key == "max_body_bytes") {
+      RETURN_IF_ERROR(Read(kv.second, full, h.max_body_bytes));
+    } else if (key == "body_timeout_ms") {
+      RETURN_IF_ERROR(Read(kv.second, full, h.body_timeout_ms));
+    } else if (key == "max_buffered_bytes") {
+      RETURN_IF_ERROR(Read(kv.second, full, h.max_buffered_bytes));
+    } else if (key == "threads") {
+      RETURN_IF_ERROR(Read(kv.second, full, h.threads));
+    } else if (key == "max_json_depth") {
+      RETURN_IF_ERROR(Read(kv.second, full, h.max_json_depth));
+    } else {
+      return Bad(full, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyServerSection(const YAML::Node& node, ServerConfig& c) {
   if (!node.IsMap()) return Bad("server", "expected a map");
   for (const auto& kv : node) {
@@ -69,6 +92,8 @@ absl::Status ApplyServerSection(const YAML::Node& node, ServerConfig& c) {
       RETURN_IF_ERROR(Read(v, full, c.auth_token));
     } else if (key == "tls") {
       RETURN_IF_ERROR(ApplyTlsSection(v, c.tls));
+    } else if (key == "http_api") {
+      RETURN_IF_ERROR(ApplyHttpApiSection(v, c.http_api));
     } else {
       return Bad(full, "unknown key");
     }
@@ -129,6 +154,16 @@ absl::Status Validate(const ServerConfig& c) {
   if (c.upload_stall_timeout_ms < 1) return Bad("server.upload_stall_timeout_ms", "must be >= 1");
   if (c.drain_timeout_ms < 0) return Bad("server.drain_timeout_ms", "must be >= 0");
   if (c.model_repository.empty()) return Bad("model_repository", "must not be empty");
+  const HttpApiConfig& h = c.http_api;
+  if (h.max_body_bytes < 1024) return Bad("server.http_api.max_body_bytes", "must be >= 1024");
+  if (h.body_timeout_ms < 1) return Bad("server.http_api.body_timeout_ms", "must be >= 1");
+  if (h.max_buffered_bytes < h.max_body_bytes) {
+    return Bad("server.http_api.max_buffered_bytes", "must be >= server.http_api.max_body_bytes");
+  }
+  if (h.threads < 1) return Bad("server.http_api.threads", "must be >= 1");
+  if (h.max_json_depth < 2 || h.max_json_depth > 1000) {
+    return Bad("server.http_api.max_json_depth", "must be 2..1000");
+  }
   if (c.tls.cert_file.empty() != c.tls.key_file.empty()) {
     return Bad("server.tls", "cert_file and key_file go together");
   }

@@ -19,6 +19,16 @@ struct TlsConfig {
   bool enabled() const { return !cert_file.empty(); }
 };
 
+// The HTTP port's KServe v2 REST API (/v2): request size, time and concurrency limits. The
+// probes and /metrics keep their own small fixed limits (server/http_listener.h).
+struct HttpApiConfig {
+  int64_t max_body_bytes = 64 << 20;       // one request's body (JSON and binary tensors)
+  int64_t body_timeout_ms = 30000;         // accept to the whole request; writing the response
+  int64_t max_buffered_bytes = 256 << 20;  // all /v2 requests being received or handled
+  int threads = 8;                         // /v2 requests handled at once
+  int max_json_depth = 32;                 // nesting of arrays and objects in a request
+};
+
 struct ServerConfig {
   std::string grpc_address = "0.0.0.0:8500";
   std::string http_address = "0.0.0.0:8501";  // empty: no HTTP server
@@ -33,6 +43,7 @@ struct ServerConfig {
   int64_t drain_timeout_ms = 10000;
   std::string auth_token;  // empty: LoadModel/UnloadModel are open
   TlsConfig tls;
+  HttpApiConfig http_api;
   std::string model_repository = "config/models";
   std::string engine_cache_dir;
   std::string log_level = "info";

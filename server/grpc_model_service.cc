@@ -1,6 +1,8 @@
 // kiln.v1.ModelService (declared in grpc_services.h).
 #include "server/grpc_services.h"
 
+#include "server/auth.h"
+
 namespace kiln::server {
 namespace {
 
@@ -78,18 +80,15 @@ void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
   if (full) out->set_compile_report_json(b.report_json);
 }
 
-absl::Status ModelServiceImpl::Authorize(const grpc::ServerContext& ctx) const {
-  if (options_.auth_token.empty()) return absl::OkStatus();
+absl::Status AuthorizeCall(const grpc::ServerContext& ctx, const std::string& token) {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
-  if (it == md.end()) {
-    return absl::UnauthenticatedError("this call needs 'authorization: Bearer <token>' metadata");
-  }
-  const std::string value(it->second.data(), it->second.size());
-  if (value != "Bearer " + options_.auth_token) {
-    return absl::PermissionDeniedError("the bearer token is not accepted");
-  }
-  return absl::OkStatus();
+  if (it == md.end()) return CheckBearer(token, std::nullopt);
+  return CheckBearer(token, std::string_view(it->second.data(), it->second.size()));
+}
+
+absl::Status ModelServiceImpl::Authorize(const grpc::ServerContext& ctx) const {
+  return AuthorizeCall(ctx, options_.auth_token);
 }
 
 // Streams the chunks into `staged` as they come. A client that sends nothing for

@@ -1,6 +1,6 @@
 #include "server/grpc_services.h"
 
-#include "server/metrics/kiln_metrics.h"
+#include "server/inference.h"
 #include "server/request_validation.h"
 #include "server/tensor_codec.h"
 
@@ -10,36 +10,6 @@ namespace {
 // Versions are >= 1; 0 (the proto default) means "not given". proto3 `optional` would say
 // it better, but Debian's python3-grpc-tools (protoc 3.12) rejects it.
 std::optional<int64_t> VersionOf(int64_t v) { return v != 0 ? std::optional(v) : std::nullopt; }
-
-// gRPC deadlines are wall-clock; the batcher works on the steady clock.
-std::optional<Clock::time_point> DeadlineOf(const grpc::ServerContext& ctx) {
-  const auto wall = ctx.deadline();
-  if (wall == std::chrono::system_clock::time_point::max()) return std::nullopt;
-  const auto left = wall - std::chrono::system_clock::now();
-  if (left > std::chrono::hours(24 * 365)) return std::nullopt;
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
-}
-
-absl::StatusOr<std::shared_ptr<ModelVersion>> FindReady(ModelRegistry& registry,
-                                                        const std::string& name,
-                                                        std::optional<int64_t> version) {
-  ASSIGN_OR_RETURN(auto mv, registry.Find(name, version));
-  if (mv->state() != ModelState::kReady) {
-    const std::string reason = mv->reason();
-    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", mv->version(),
-                                               " is ", ModelStateName(mv->state()),
-                                               reason.empty() ? "" : ": ", reason));
-  }
-  return mv;
-}
-
-absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f,
-                                          std::optional<Clock::time_point> deadline) {
-  if (deadline && f.wait_until(*deadline) == std::future_status::timeout) {
-    return absl::DeadlineExceededError("the deadline expired while the request was running");
-  }
-  return f.get();
-}
 
 void FillOutputs(const ModelSignature& sig, const std::vector<size_t>& selected,
                  const std::vector<Tensor>& outputs, bool typed,
@@ -57,23 +27,15 @@ ProtoTensorMap* MutableInputs(const v1::BatchPredictRequest* req, int sample) {
   return const_cast<v1::BatchPredictRequest*>(req)->mutable_samples(sample)->mutable_inputs();
 }
 
-absl::Status CheckDeadline(std::optional<Clock::time_point> deadline) {
-  if (deadline && *deadline <= Clock::now()) {
-    return absl::DeadlineExceededError("the deadline expired before the request was queued");
-  }
-  return absl::OkStatus();
-}
-
-// Records one inference RPC and converts its status. The model label is the requested name
-// only when that model is loaded: names chosen by clients would make the series unbounded.
-grpc::Status Finish(const ModelRegistry& registry, const std::string& model, const char* method,
-                    Clock::time_point start, const absl::Status& s) {
-  const bool known = s.ok() || registry.Find(model, std::nullopt).ok();
-  metrics::RecordRequest(known ? model : "", method, s.code(), Clock::now() - start);
-  return ToGrpcStatus(s);
-}
-
 }  // namespace
+
+std::optional<Clock::time_point> DeadlineOf(const grpc::ServerContext& ctx) {
+  const auto wall = ctx.deadline();
+  if (wall == std::chrono::system_clock::time_point::max()) return std::nullopt;
+  const auto left = wall - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24 * 365)) return std::nullopt;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+}
 
 grpc::Status ToGrpcStatus(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -87,45 +49,44 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
 
 grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::PredictRequest* req,
                                            v1::PredictResponse* resp) {
-  const metrics::InflightRequest inflight;
-  const Clock::time_point start = Clock::now();
+  RequestRecorder record(registry_, "Predict");
   auto run = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(),
-                                        VersionOf(req->version())));
+    ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(), VersionOf(req->version())));
+    record.Reached(mv);
     const ModelSignature& sig = mv->built().signature;
     ASSIGN_OR_RETURN(std::vector<size_t> selected, SelectOutputs(sig, req->output_filter()));
     ASSIGN_OR_RETURN(ValidatedInputs in, ValidateInputs(sig, MutableInputs(req)));
-    const auto deadline = DeadlineOf(*ctx);
-    RETURN_IF_ERROR(CheckDeadline(deadline));
-    ASSIGN_OR_RETURN(auto future, mv->Submit(std::move(in.tensors), in.rows, deadline));
-    ASSIGN_OR_RETURN(std::vector<Tensor> outputs, Await(future, deadline));
+    record.SetRows(in.rows);
+    ASSIGN_OR_RETURN(std::vector<Tensor> outputs, RunOn(*mv, std::move(in), DeadlineOf(*ctx)));
     resp->set_model(mv->name());
     resp->set_version(mv->version());
     FillOutputs(sig, selected, outputs, req->typed_outputs(), resp->mutable_outputs());
     return absl::OkStatus();
   };
-  return Finish(registry_, req->model(), "Predict", start, run());
+  return ToGrpcStatus(record.Finish(req->model(), run()));
 }
 
 grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
                                                 const v1::BatchPredictRequest* req,
                                                 v1::BatchPredictResponse* resp) {
-  const metrics::InflightRequest inflight;
-  const Clock::time_point start = Clock::now();
+  RequestRecorder record(registry_, "BatchPredict");
   auto run = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(),
-                                        VersionOf(req->version())));
+    ASSIGN_OR_RETURN(auto mv, FindReady(registry_, req->model(), VersionOf(req->version())));
+    record.Reached(mv);
     const ModelSignature& sig = mv->built().signature;
     ASSIGN_OR_RETURN(std::vector<size_t> selected, SelectOutputs(sig, req->output_filter()));
     if (req->samples_size() == 0) return absl::InvalidArgumentError("no samples");
     std::vector<ValidatedInputs> all;
+    int64_t rows = 0;
     for (int i = 0; i < req->samples_size(); ++i) {
       auto in = ValidateInputs(sig, MutableInputs(req, i));
       if (!in.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("sample ", i, ": ", in.status().message()));
       }
+      rows += in->rows;
       all.push_back(std::move(*in));
     }
+    record.SetRows(rows);
     const auto deadline = DeadlineOf(*ctx);
     RETURN_IF_ERROR(CheckDeadline(deadline));
     // Everything is queued before anything is awaited, so the samples batch together.
@@ -143,7 +104,7 @@ grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
     }
     return absl::OkStatus();
   };
-  return Finish(registry_, req->model(), "BatchPredict", start, run());
+  return ToGrpcStatus(record.Finish(req->model(), run()));
 }
 
 }  // namespace kiln::server

@@ -22,6 +22,10 @@ namespace kiln::server {
 inline constexpr size_t kMaxStatusMessageBytes = 2048;
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
+// The call's deadline on the batcher's clock (gRPC deadlines are wall-clock); none when the
+// client set none.
+std::optional<Clock::time_point> DeadlineOf(const grpc::ServerContext& ctx);
+
 class InferenceServiceImpl final : public v1::InferenceService::Service {
  public:
   explicit InferenceServiceImpl(ModelRegistry& registry) : registry_(registry) {}
@@ -65,6 +69,9 @@ class ModelServiceImpl final : public v1::ModelService::Service {
   UploadLimiter limiter_;
   StallWatchdog watchdog_;
 };
+
+// The bearer-token rule (server/auth.h) on a call's `authorization` metadata.
+absl::Status AuthorizeCall(const grpc::ServerContext& ctx, const std::string& token);
 
 // The ModelInfo of one loaded version; `full` adds the compile report.
 void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out);

@@ -9,6 +9,9 @@
 #include <charconv>
 #include <cstring>
 
+#include "absl/strings/match.h"
+
+#include "server/http_kserve.h"
 #include "server/metrics/kiln_metrics.h"
 
 namespace kiln::server {
@@ -90,6 +93,19 @@ class BufferedRequestStream final : public httplib::Stream {
   const std::chrono::steady_clock::time_point deadline_;
 };
 
+// `curl -d` labels a body application/x-www-form-urlencoded, which cpp-httplib then parses as
+// a form and refuses past 8 KB. The v2 API never takes forms: its bodies are JSON (or the
+// binary extension), so the label is corrected before cpp-httplib reads the request.
+void RelabelFormBody(std::string& request) {
+  const size_t head_end = request.find("\r\n\r\n");
+  const size_t at = request.substr(0, head_end).find("application/x-www-form-urlencoded");
+  if (at == std::string::npos) return;
+  const size_t line = request.rfind('\n', at);
+  const std::string_view name = std::string_view(request).substr(line + 1, 13);
+  if (line == std::string::npos || !absl::EqualsIgnoreCase(absl::string_view(name.data(), name.size()), "content-type:")) return;
+  request.replace(at, std::strlen("application/x-www-form-urlencoded"), "application/json");
+}
+
 }  // namespace
 
 // cpp-httplib's routing and response writing, fed by HttpListener instead of its own accept
@@ -103,8 +119,9 @@ class HttpServer::Router : public httplib::Server {
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
-                                                              const ModelRegistry& registry,
-                                                              const HttpLimits& limits) {
+                                                              ModelRegistry& registry,
+                                                              const HttpOptions& options) {
+  const HttpLimits& limits = options.limits;
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("http address '", address, "' needs host:port"));
@@ -129,9 +146,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   s->router_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics::RenderAll(registry), metrics::kContentType);
   });
-  auto serve = [router = s->router_.get(), timeout = limits.write_timeout](int fd,
-                                                                          std::string request) {
-    BufferedRequestStream stream(fd, std::move(request), timeout);
+  AddKServeRoutes(*s->router_, registry, options);
+  auto serve = [router = s->router_.get(), limits](int fd, std::string request) {
+    // A v2 response may carry large tensors: it gets the time its request had to arrive.
+    const bool api = LaneOf(request) == Lane::kApi;
+    if (api) RelabelFormBody(request);
+    BufferedRequestStream stream(fd, std::move(request),
+                                 api ? limits.body_timeout : limits.write_timeout);
     router->Serve(stream);
     close(fd);
   };

@@ -64,30 +64,74 @@ absl::StatusOr<int> Listen(const std::string& host, int port) {
 
 }  // namespace
 
-RequestState ParseRequestState(std::string_view bytes, size_t max_bytes) {
+Lane LaneOf(std::string_view request) {
+  const size_t sp = request.find(' ');
+  if (sp == std::string_view::npos) return Lane::kProbe;
+  const std::string_view target = request.substr(sp + 1);
+  if (target.substr(0, 3) != "/v2") return Lane::kProbe;
+  const char next = target.size() > 3 ? target[3] : ' ';
+  return next == '/' || next == ' ' || next == '?' || next == '\r' || next == '\n' ? Lane::kApi
+                                                                                  : Lane::kProbe;
+}
+
+RequestHead ParseRequestHead(std::string_view bytes, const HttpLimits& limits) {
+  RequestHead h;
   size_t end = bytes.find("\r\n\r\n");
   size_t head_len = end == std::string_view::npos ? 0 : end + 4;
   if (const size_t lf = bytes.find("\n\n");
       lf != std::string_view::npos && (!head_len || lf + 2 < head_len)) {
     head_len = lf + 2;
   }
-  if (head_len == 0)
-    return bytes.size() > max_bytes ? RequestState::kTooLarge : RequestState::kIncomplete;
-  size_t body = 0;
+  if (head_len == 0 || head_len > limits.max_request_bytes) {
+    h.state = bytes.size() > limits.max_request_bytes ? RequestState::kTooLarge
+                                                      : RequestState::kIncomplete;
+    return h;
+  }
+  h.head_done = true;
+  h.head_bytes = head_len;
+  h.lane = LaneOf(bytes);
   std::string_view head = bytes.substr(0, head_len);
   head.remove_prefix(std::min(head.size(), head.find('\n') + 1));  // the request line
   while (!head.empty()) {
     const size_t nl = head.find('\n');
     const std::string_view line = head.substr(0, nl);
     head.remove_prefix(nl == std::string_view::npos ? head.size() : nl + 1);
-    if (NameIs(line, "transfer-encoding")) return RequestState::kBad;
+    if (NameIs(line, "transfer-encoding")) {
+      h.state = RequestState::kBad;
+      return h;
+    }
+    if (NameIs(line, "expect")) {
+      const std::string_view v = Trim(line.substr(7));
+      h.expect_continue = v.size() == 12 && std::equal(v.begin(), v.end(), "100-continue",
+                                                       [](char a, char b) {
+                                                         return std::tolower(a) == b;
+                                                       });
+    }
     if (!NameIs(line, "content-length")) continue;
     const std::string_view v = Trim(line.substr(15));
-    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), body);
-    if (ec != std::errc() || ptr != v.data() + v.size()) return RequestState::kBad;
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), h.body_bytes);
+    if (ec != std::errc() || ptr != v.data() + v.size()) {
+      h.state = RequestState::kBad;
+      return h;
+    }
   }
-  if (body > max_bytes || head_len + body > max_bytes) return RequestState::kTooLarge;
-  return bytes.size() >= head_len + body ? RequestState::kComplete : RequestState::kIncomplete;
+  const bool too_large = h.lane == Lane::kApi
+                             ? h.body_bytes > limits.max_body_bytes
+                             : h.body_bytes > limits.max_request_bytes ||
+                                   head_len + h.body_bytes > limits.max_request_bytes;
+  if (too_large) {
+    h.state = RequestState::kTooLarge;
+  } else if (bytes.size() >= head_len + h.body_bytes) {
+    h.state = RequestState::kComplete;
+  }
+  return h;
+}
+
+RequestState ParseRequestState(std::string_view bytes, size_t max_bytes) {
+  HttpLimits limits;
+  limits.max_request_bytes = max_bytes;
+  limits.max_body_bytes = max_bytes;
+  return ParseRequestHead(bytes, limits).state;
 }
 
 void WriteStatusAndClose(int fd, int status, std::string_view reason) {
@@ -106,8 +150,13 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(const std::str
   if (pipe2(l->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     return absl::InternalError("http: cannot create the wake-up pipe");
   }
-  for (int i = 0; i < limits.workers; ++i)
-    l->workers_.emplace_back([raw = l.get()] { raw->Work(); });
+  for (const auto& [lane, n] : {std::pair(Lane::kProbe, limits.workers),
+                                std::pair(Lane::kApi, limits.api_workers)}) {
+    for (int i = 0; i < n; ++i) {
+      l->lanes_[static_cast<int>(lane)].threads.emplace_back(
+          [raw = l.get(), lane = lane] { raw->Work(lane); });
+    }
+  }
   l->loop_ = std::thread([raw = l.get()] { raw->Loop(); });
   return l;
 }
@@ -122,8 +171,10 @@ void HttpListener::Stop() {
   }
   (void)!write(wake_[1], "x", 1);
   if (loop_.joinable()) loop_.join();
-  ready_.notify_all();
-  for (auto& w : workers_) w.join();
+  for (Workers& lane : lanes_) {
+    lane.ready.notify_all();
+    for (auto& w : lane.threads) w.join();
+  }
   for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
     if (fd >= 0) close(fd);
   }
@@ -154,6 +205,7 @@ void HttpListener::Loop() {
       if (fds[i + 2].revents && !ReadSome(p)) continue;
       if (after >= p.deadline) {
         WriteStatusAndClose(p.fd, 408, "Request Timeout");
+        Release(p.charged);
         continue;
       }
       still.push_back(std::move(p));
@@ -161,7 +213,7 @@ void HttpListener::Loop() {
     pending_ = std::move(still);
     if (fds[0].revents) AcceptAll();
   }
-  for (const Pending& p : pending_) close(p.fd);
+  for (Pending& p : pending_) Close(p);
   pending_.clear();
 }
 
@@ -177,64 +229,105 @@ void HttpListener::AcceptAll() {
     }
     if (pending_.size() >= limits_.max_pending) {
       // The oldest has had the longest to send its request: it goes, the newcomer waits.
-      close(pending_.front().fd);
+      Close(pending_.front());
       pending_.erase(pending_.begin());
     }
-    pending_.push_back({fd, Clock::now() + limits_.request_timeout, {}});
+    const auto now = Clock::now();
+    pending_.push_back({fd, now, now + limits_.request_timeout, {}, std::nullopt, 0});
   }
 }
 
-bool HttpListener::ReadSome(Pending& p) {
-  char buf[4096];
-  while (true) {
-    const ssize_t n = recv(p.fd, buf, sizeof buf, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    if (n <= 0) {
-      close(p.fd);  // the client went away (or the socket failed)
+void HttpListener::Close(Pending& p) {
+  close(p.fd);
+  Release(p.charged);
+  p.charged = 0;
+}
+
+bool HttpListener::TryCharge(size_t bytes) {
+  size_t now = buffered_.load();
+  do {
+    if (bytes > limits_.max_buffered_bytes || now > limits_.max_buffered_bytes - bytes) return false;
+  } while (!buffered_.compare_exchange_weak(now, now + bytes));
+  return true;
+}
+
+bool HttpListener::HeadArrived(Pending& p, const RequestHead& head) {
+  p.head = head;
+  const size_t total = head.head_bytes + head.body_bytes;
+  if (head.lane == Lane::kApi && head.body_bytes > 0) {
+    if (!TryCharge(total)) {
+      WriteStatusAndClose(p.fd, 503, "Service Unavailable");
       return false;
     }
-    p.bytes.append(buf, static_cast<size_t>(n));
-    switch (ParseRequestState(p.bytes, limits_.max_request_bytes)) {
-      case RequestState::kIncomplete:
-        continue;
-      case RequestState::kComplete:
-        Admit(p);
+    p.charged = total;
+    p.bytes.reserve(total);
+    p.deadline = p.accepted + limits_.body_timeout;
+  }
+  if (head.expect_continue && p.bytes.size() < total) {
+    static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    (void)!send(p.fd, kContinue, sizeof kContinue - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  return true;
+}
+
+bool HttpListener::ReadSome(Pending& p) {
+  // Large enough that a 64 MB body is a thousand reads, not sixteen thousand.
+  static thread_local std::vector<char> buf(64 << 10);
+  while (true) {
+    const ssize_t n = recv(p.fd, buf.data(), buf.size(), 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n <= 0) {
+      Close(p);  // the client went away (or the socket failed)
+      return false;
+    }
+    p.bytes.append(buf.data(), static_cast<size_t>(n));
+    if (!p.head) {
+      // Until the head is whole it is searched for again; after, only sizes are compared.
+      const RequestHead h = ParseRequestHead(p.bytes, limits_);
+      if (h.state == RequestState::kTooLarge || h.state == RequestState::kBad) {
+        const bool large = h.state == RequestState::kTooLarge;
+        WriteStatusAndClose(p.fd, large ? 413 : 400, large ? "Payload Too Large" : "Bad Request");
         return false;
-      case RequestState::kTooLarge:
-        WriteStatusAndClose(p.fd, 413, "Payload Too Large");
-        return false;
-      case RequestState::kBad:
-        WriteStatusAndClose(p.fd, 400, "Bad Request");
-        return false;
+      }
+      if (!h.head_done) continue;
+      if (!HeadArrived(p, h)) return false;
+    }
+    if (p.bytes.size() >= p.head->head_bytes + p.head->body_bytes) {
+      Admit(p);
+      return false;
     }
   }
 }
 
 void HttpListener::Admit(Pending& p) {
+  Workers& lane = lanes_[static_cast<int>(p.head ? p.head->lane : Lane::kProbe)];
   std::unique_lock<std::mutex> lk(mu_);
-  if (queue_.size() >= limits_.max_queued) {
+  if (lane.queue.size() >= limits_.max_queued) {
     lk.unlock();
     WriteStatusAndClose(p.fd, 503, "Service Unavailable");
+    Release(p.charged);
     return;
   }
   const int flags = fcntl(p.fd, F_GETFL);
   fcntl(p.fd, F_SETFL, flags & ~O_NONBLOCK);
-  queue_.push_back({p.fd, std::move(p.bytes)});
+  lane.queue.push_back({p.fd, std::move(p.bytes), p.charged});
   lk.unlock();
-  ready_.notify_one();
+  lane.ready.notify_one();
 }
 
-void HttpListener::Work() {
+void HttpListener::Work(Lane which) {
+  Workers& lane = lanes_[static_cast<int>(which)];
   while (true) {
     Whole w;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      ready_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and every admitted request answered
-      w = std::move(queue_.front());
-      queue_.pop_front();
+      lane.ready.wait(lk, [&] { return stopping_ || !lane.queue.empty(); });
+      if (lane.queue.empty()) return;  // stopping, and every admitted request answered
+      w = std::move(lane.queue.front());
+      lane.queue.pop_front();
     }
     handler_(w.fd, std::move(w.request));
+    Release(w.charged);  // the handler is done with the request's bytes
   }
 }
 

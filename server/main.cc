@@ -1,6 +1,7 @@
 // kilnd: the Kiln inference server. Loads the model repository, serves gRPC
-// (InferenceService, ModelService, grpc.health.v1, reflection) and HTTP (/healthz, /readyz,
-// /metrics), and on SIGTERM/SIGINT drains in-flight requests before it stops.
+// (InferenceService, ModelService, the KServe v2 GRPCInferenceService, grpc.health.v1,
+// reflection) and HTTP (/healthz, /readyz, /metrics, the KServe v2 REST API), and on
+// SIGTERM/SIGINT drains in-flight requests before it stops.
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "server/crash_point.h"
 #include "server/engine_cache.h"
 #include "server/grpc_credentials.h"
+#include "server/grpc_kserve.h"
 #include "server/grpc_services.h"
 #include "server/http.h"
 #include "server/model_registry.h"
@@ -63,10 +65,22 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
   model_options.uploads.max_bytes_in_flight = c.max_upload_bytes_in_flight;
   model_options.uploads.stall_timeout = std::chrono::milliseconds(c.upload_stall_timeout_ms);
   services.push_back(std::make_unique<ModelServiceImpl>(registry, std::move(model_options)));
+  services.push_back(std::make_unique<KServeGrpcService>(registry, c.auth_token));
   for (auto& s : services) builder.RegisterService(s.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return absl::UnavailableError(absl::StrCat("cannot listen on grpc address ", c.grpc_address));
   return server;
+}
+
+HttpOptions HttpOptionsOf(const ServerConfig& c) {
+  HttpOptions o;
+  o.limits.max_body_bytes = static_cast<size_t>(c.http_api.max_body_bytes);
+  o.limits.body_timeout = std::chrono::milliseconds(c.http_api.body_timeout_ms);
+  o.limits.max_buffered_bytes = static_cast<size_t>(c.http_api.max_buffered_bytes);
+  o.limits.api_workers = c.http_api.threads;
+  o.auth_token = c.auth_token;
+  o.max_json_depth = c.http_api.max_json_depth;
+  return o;
 }
 
 int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
@@ -95,7 +109,7 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
   });
   std::unique_ptr<HttpServer> http;
   if (!c.http_address.empty()) {
-    auto h = HttpServer::Start(c.http_address, registry);
+    auto h = HttpServer::Start(c.http_address, registry, HttpOptionsOf(c));
     if (!h.ok()) {
       spdlog::critical("{}", std::string(h.status().message()));
       grpc_server->Shutdown();

@@ -53,6 +53,8 @@ absl::Status ModelVersion::Start(BuiltModel built) {
   policy.model = name_;
   // gRPC handler threads wait for their result anyway: at low load they run it themselves.
   policy.inline_when_idle = true;
+  stats_ = std::make_unique<ModelStats>(built_.buckets);
+  policy.stats = stats_.get();
   // Worker w owns instance w of every bucket's engines, so no engine runs two batches at once.
   auto run = [this](int worker, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const int64_t bucket = built_.signature.batchable ? in.at(0).dim(0) : built_.buckets[0];
@@ -247,6 +249,38 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::LoadUpload(
     WaitUntilReleased(gone);
   }
   return mv;
+}
+
+absl::Status ModelRegistry::LoadFromRepository(const std::string& name) {
+  RETURN_IF_ERROR(ValidateModelName(name));
+  std::vector<std::weak_ptr<ModelVersion>> gone;
+  {
+    const KeyedMutex::Lock name_lock = name_locks_.Acquire(name);
+    if (stopping_) return absl::UnavailableError("the server is stopping");
+    ASSIGN_OR_RETURN(const RepositoryModel stored, repository_.Find(name));
+    ASSIGN_OR_RETURN(const ModelConfig config, UploadConfig(name, ""));
+    std::vector<std::shared_ptr<ModelVersion>> built;
+    for (const int64_t v : stored.versions) {
+      auto mv = std::make_shared<ModelVersion>(name, v, config);
+      spdlog::info("model {} version {}: loading from the repository on {}", name, v,
+                   config.device);
+      if (absl::Status s = Build(*mv, repository_.ModelPath(name, v)); !s.ok()) {
+        spdlog::error("model {} version {}: load rejected ({})", name, v, std::string(s.message()));
+        return absl::Status(s.code(), absl::StrCat("model '", name, "' version ", v, ": ",
+                                                   s.message()));
+      }
+      built.push_back(std::move(mv));
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& versions = models_[name];
+    for (const auto& [v, mv] : versions) gone.push_back(mv);  // replaced or no longer stored
+    versions.clear();
+    for (auto& mv : built) versions[mv->version()] = std::move(mv);
+    NotifyLocked(name);
+  }
+  WaitUntilReleased(gone);
+  spdlog::info("model {}: loaded from the repository", name);
+  return absl::OkStatus();
 }
 
 std::shared_ptr<ModelVersion> ModelRegistry::Publish(std::shared_ptr<ModelVersion> mv) {

@@ -24,6 +24,7 @@
 #include "server/model_builder.h"
 #include "server/model_config.h"
 #include "server/model_repository.h"
+#include "server/model_stats.h"
 
 namespace kiln::server {
 
@@ -43,6 +44,8 @@ class ModelVersion {
   // Valid once READY (set before the state flips, never changed after).
   const BuiltModel& built() const { return built_; }
   std::string reason() const;
+  // The version's request and engine counters; null until READY (created by Start).
+  ModelStats* stats() const { return stats_.get(); }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
   absl::StatusOr<std::future<Batcher::Result>> Submit(std::vector<Tensor> inputs, int64_t rows,
@@ -61,7 +64,8 @@ class ModelVersion {
   mutable std::mutex reason_mu_;
   std::string reason_;  // guarded by reason_mu_
   BuiltModel built_;    // written once by Start before state_ becomes READY
-  // Declared after built_ so it is destroyed first: its workers use built_'s engines.
+  std::unique_ptr<ModelStats> stats_;  // written once by Start, like built_
+  // Declared after built_ and stats_ so it is destroyed first: its workers use both.
   std::unique_ptr<Batcher> batcher_;
 };
 
@@ -92,6 +96,11 @@ class ModelRegistry {
   absl::StatusOr<std::shared_ptr<ModelVersion>> LoadUpload(const std::string& name,
                                                            std::optional<int64_t> version,
                                                            std::unique_ptr<StagedModel> staged);
+  // KServe v2's RepositoryModelLoad: (re)loads every version of `name` stored in the
+  // repository, with its config.yaml. All are built beside what serves; only when every one
+  // is READY are they published (replacing loaded versions of the same numbers), and loaded
+  // versions no longer stored are unloaded. On any failure nothing changes. Blocks until done.
+  absl::Status LoadFromRepository(const std::string& name);
   // NOT_FOUND when the model (or the pinned version) is not loaded. Without a version: the
   // newest READY version, else the newest.
   absl::StatusOr<std::shared_ptr<ModelVersion>> Find(const std::string& name,

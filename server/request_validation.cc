@@ -1,16 +1,30 @@
 #include "server/request_validation.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_join.h"
 #include "server/echo.h"
+#include "server/kserve_tensor.h"
 #include "server/tensor_codec.h"
 
 namespace kiln::server {
 namespace {
 
-std::string SpecText(const runtime::TensorSpec& s) {
+// How messages name dtypes: ONNX's names for kiln.v1 (its enum follows ONNX), the v2
+// protocol's for v2 clients.
+enum class Naming { kOnnx, kKServe };
+
+std::string TypeName(DType t, Naming naming) {
+  if (naming == Naming::kKServe && !kserve::DataTypeName(t).empty()) {
+    return std::string(kserve::DataTypeName(t));
+  }
+  return DTypeName(t);
+}
+
+std::string SpecText(const runtime::TensorSpec& s, Naming naming = Naming::kOnnx) {
   std::vector<std::string> dims;
   for (int64_t d : s.shape) dims.push_back(d < 0 ? "batch" : std::to_string(d));
-  return absl::StrCat(DTypeName(s.dtype), "[", absl::StrJoin(dims, ","), "]");
+  return absl::StrCat(TypeName(s.dtype, naming), "[", absl::StrJoin(dims, ","), "]");
 }
 
 std::vector<std::string> InputNames(const ModelSignature& sig) {
@@ -19,36 +33,116 @@ std::vector<std::string> InputNames(const ModelSignature& sig) {
   return names;
 }
 
-// Checks one decoded tensor against its spec; `rows` is the batch size seen so far (-1 none).
+// Checks a tensor's dtype and shape against its spec; `rows` is the batch size seen so far
+// (-1 none).
 absl::Status CheckAgainstSpec(const ModelSignature& sig, const runtime::TensorSpec& spec,
-                              const Tensor& t, int64_t& rows) {
+                              DType dtype, const std::vector<int64_t>& shape, int64_t& rows,
+                              Naming naming = Naming::kOnnx) {
   const std::string what = absl::StrCat("input '", spec.name, "'");
-  if (t.dtype() != spec.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ", DTypeName(t.dtype()),
-                                                   ", the model takes ", SpecText(spec)));
+  if (dtype != spec.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, naming == Naming::kOnnx ? ": dtype " : ": datatype ",
+                     TypeName(dtype, naming), ", the model takes ", SpecText(spec, naming)));
   }
-  bool match = t.rank() == static_cast<int64_t>(spec.shape.size());
+  bool match = shape.size() == spec.shape.size();
   for (size_t i = 0; match && i < spec.shape.size(); ++i) {
-    match = spec.shape[i] < 0 ? t.dim(i) >= 1 : t.dim(i) == spec.shape[i];
+    match = spec.shape[i] < 0 ? shape[i] >= 1 : shape[i] == spec.shape[i];
   }
   if (!match) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeToString(t.shape()),
-                                                   ", the model takes ", SpecText(spec)));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeToString(shape),
+                                                   ", the model takes ", SpecText(spec, naming)));
   }
   if (!sig.batchable) return absl::OkStatus();
-  if (t.dim(0) > sig.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": batch of ", t.dim(0),
+  if (shape[0] > sig.max_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": batch of ", shape[0],
                                                    " exceeds max_batch_size ", sig.max_batch_size));
   }
-  if (rows >= 0 && t.dim(0) != rows) {
+  if (rows >= 0 && shape[0] != rows) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": batch dim ", t.dim(0), " differs from the other inputs' ", rows));
+        what, ": batch dim ", shape[0], " differs from the other inputs' ", rows));
   }
-  rows = t.dim(0);
+  rows = shape[0];
   return absl::OkStatus();
 }
 
+absl::Status CheckAgainstSpec(const ModelSignature& sig, const runtime::TensorSpec& spec,
+                              const Tensor& t, int64_t& rows, Naming naming = Naming::kOnnx) {
+  return CheckAgainstSpec(sig, spec, t.dtype(), t.shape(), rows, naming);
+}
+
+absl::Status UnknownInput(const ModelSignature& sig, const std::string& name) {
+  return absl::InvalidArgumentError(absl::StrCat("unknown input '", EchoName(name),
+                                                 "'; the model takes: ",
+                                                 absl::StrJoin(InputNames(sig), ", ")));
+}
+
+std::vector<std::string> OutputNames(const ModelSignature& sig) {
+  std::vector<std::string> names;
+  for (const auto& s : sig.outputs) names.push_back(s.name);
+  return names;
+}
+
 }  // namespace
+
+absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
+                                                    std::vector<NamedTensor> inputs) {
+  std::vector<Tensor*> by_spec(sig.inputs.size(), nullptr);
+  for (NamedTensor& in : inputs) {
+    size_t i = 0;
+    while (i < sig.inputs.size() && sig.inputs[i].name != in.name) ++i;
+    if (i == sig.inputs.size()) return UnknownInput(sig, in.name);
+    if (by_spec[i] != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "' is given twice"));
+    }
+    by_spec[i] = &in.tensor;
+  }
+  ValidatedInputs out;
+  int64_t rows = -1;
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    const runtime::TensorSpec& spec = sig.inputs[i];
+    if (by_spec[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("missing input '", spec.name, "' (",
+                                                     SpecText(spec, Naming::kKServe), ")"));
+    }
+    RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, *by_spec[i], rows, Naming::kKServe));
+    out.tensors.push_back(std::move(*by_spec[i]));
+  }
+  out.rows = sig.batchable ? rows : 1;
+  return out;
+}
+
+absl::Status CheckDeclaredInput(const ModelSignature& sig, const std::string& name, DType dtype,
+                                const std::vector<int64_t>& shape) {
+  for (const runtime::TensorSpec& spec : sig.inputs) {
+    if (spec.name != name) continue;
+    int64_t rows = -1;
+    return CheckAgainstSpec(sig, spec, dtype, shape, rows, Naming::kKServe);
+  }
+  return UnknownInput(sig, name);
+}
+
+absl::StatusOr<std::vector<size_t>> SelectNamedOutputs(const ModelSignature& sig,
+                                                       const std::vector<std::string>& names) {
+  std::vector<size_t> out;
+  if (names.empty()) {
+    for (size_t i = 0; i < sig.outputs.size(); ++i) out.push_back(i);
+    return out;
+  }
+  for (const std::string& name : names) {
+    size_t i = 0;
+    while (i < sig.outputs.size() && sig.outputs[i].name != name) ++i;
+    if (i == sig.outputs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown output '", EchoName(name),
+                                                     "' requested; the model has: ",
+                                                     absl::StrJoin(OutputNames(sig), ", ")));
+    }
+    if (std::find(out.begin(), out.end(), i) != out.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", name, "' is requested twice"));
+    }
+    out.push_back(i);
+  }
+  return out;
+}
 
 absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoTensorMap* inputs_ptr) {
   ProtoTensorMap& inputs = *inputs_ptr;

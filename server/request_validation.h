@@ -31,4 +31,23 @@ absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoT
 absl::StatusOr<std::vector<size_t>> SelectOutputs(
     const ModelSignature& sig, const google::protobuf::RepeatedPtrField<std::string>& filter);
 
+// An input decoded by a KServe v2 transport (which sends a list, not a map).
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+// The rules of ValidateInputs for inputs already decoded: every model input exactly once, no
+// unknown names, dtypes, shapes, one batch size. Dtypes are named as the v2 protocol names
+// them (FP32, not FLOAT).
+absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
+                                                    std::vector<NamedTensor> inputs);
+// One v2 input's declared datatype and shape, before its data is decoded: a wrong datatype is
+// reported as such rather than as data that does not parse, and no data is decoded for an
+// input the model would refuse.
+absl::Status CheckDeclaredInput(const ModelSignature& sig, const std::string& name, DType dtype,
+                                const std::vector<int64_t>& shape);
+// Indices into sig.outputs for the requested names, each at most once (empty: all).
+absl::StatusOr<std::vector<size_t>> SelectNamedOutputs(const ModelSignature& sig,
+                                                       const std::vector<std::string>& names);
+
 }  // namespace kiln::server

@@ -64,7 +64,8 @@ case "$target" in
     sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/compiler/ir/*.cc)
     libs=(-lonnx_proto "${base_libs[@]}") ;;
   predict)
-    sources=("$src"/server/request_validation.cc "$src"/server/tensor_codec.cc)
+    sources=("$src"/server/request_validation.cc "$src"/server/tensor_codec.cc
+             "$src"/server/kserve_tensor.cc "$src"/server/json.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   upload)
     sources=("$src"/server/upload.cc "$src"/server/model_repository.cc

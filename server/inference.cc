@@ -1,0 +1,63 @@
+#include "server/inference.h"
+
+#include <charconv>
+
+#include "server/echo.h"
+
+namespace kiln::server {
+
+absl::StatusOr<std::shared_ptr<ModelVersion>> FindReady(const ModelRegistry& registry,
+                                                        const std::string& name,
+                                                        std::optional<int64_t> version) {
+  ASSIGN_OR_RETURN(auto mv, registry.Find(name, version));
+  if (mv->state() != ModelState::kReady) {
+    const std::string reason = mv->reason();
+    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", mv->version(), " is ",
+                                               ModelStateName(mv->state()),
+                                               reason.empty() ? "" : ": ", reason));
+  }
+  return mv;
+}
+
+absl::StatusOr<std::optional<int64_t>> ParseVersion(std::string_view text) {
+  if (text.empty()) return std::optional<int64_t>();
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model version must be a positive integer, got '", EchoName(text), "'"));
+  }
+  return std::optional<int64_t>(v);
+}
+
+absl::Status CheckDeadline(std::optional<Clock::time_point> deadline) {
+  if (deadline && *deadline <= Clock::now()) {
+    return absl::DeadlineExceededError("the deadline expired before the request was queued");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f,
+                                          std::optional<Clock::time_point> deadline) {
+  if (deadline && f.wait_until(*deadline) == std::future_status::timeout) {
+    return absl::DeadlineExceededError("the deadline expired while the request was running");
+  }
+  return f.get();
+}
+
+absl::StatusOr<std::vector<Tensor>> RunOn(ModelVersion& mv, ValidatedInputs in,
+                                          std::optional<Clock::time_point> deadline) {
+  RETURN_IF_ERROR(CheckDeadline(deadline));
+  ASSIGN_OR_RETURN(auto future, mv.Submit(std::move(in.tensors), in.rows, deadline));
+  return Await(future, deadline);
+}
+
+absl::Status RequestRecorder::Finish(const std::string& model, absl::Status s) {
+  const Clock::duration elapsed = Clock::now() - start_;
+  const bool known = s.ok() || mv_ || registry_.Find(model, std::nullopt).ok();
+  metrics::RecordRequest(known ? model : "", method_, s.code(), elapsed);
+  if (mv_ && mv_->stats()) mv_->stats()->RecordRequest(s.ok(), elapsed, rows_);
+  return s;
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,697 @@
+#!/usr/bin/env python3
+"""The KServe v2 protocol against the real kilnd, with clients a user would have.
+
+gRPC: stubs generated at test time from proto/kserve/*.proto (package `inference`, the
+published definition's names and numbers). REST: Python's http.client and raw sockets. kiln.v1
+stubs only to prove the three APIs give the same numbers.
+
+    kserve_protocol_test.py SOURCE_DIR KILND
+
+Exit 77 (skip) when numpy, onnx, grpcio or grpc_tools is missing (run with /usr/bin/python3).
+Covers every endpoint of both bindings, every datatype, the bad requests (wrong datatype,
+shape vs data length, unknown model/version/output, malformed and too deep JSON, oversize
+body, binary header length beyond the body, ...), classification, binary tensors, streaming,
+statistics, the repository with bearer tokens, the probes beside a slow /v2 upload, and runs
+the curl and Python examples of docs/server.md ("KServe v2").
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+try:
+    import grpc
+    import grpc_tools  # noqa: F401
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: {e} (run with Debian's /usr/bin/python3)")
+    sys.exit(77)
+
+SRC, KILND = sys.argv[1], sys.argv[2]
+TOKEN = "s3cret"
+MAX_BODY = 1 << 20
+# name -> (ONNX element type, numpy dtype, has a typed `contents` field)
+DTYPES = {
+    "BOOL": (TensorProto.BOOL, np.bool_, True),
+    "UINT8": (TensorProto.UINT8, np.uint8, True),
+    "UINT16": (TensorProto.UINT16, np.uint16, True),
+    "UINT32": (TensorProto.UINT32, np.uint32, True),
+    "UINT64": (TensorProto.UINT64, np.uint64, True),
+    "INT8": (TensorProto.INT8, np.int8, True),
+    "INT16": (TensorProto.INT16, np.int16, True),
+    "INT32": (TensorProto.INT32, np.int32, True),
+    "INT64": (TensorProto.INT64, np.int64, True),
+    "FP16": (TensorProto.FLOAT16, np.float16, False),
+    "BF16": (TensorProto.BFLOAT16, np.uint16, False),  # numpy has no bfloat16: raw bits
+    "FP32": (TensorProto.FLOAT, np.float32, True),
+    "FP64": (TensorProto.DOUBLE, np.float64, True),
+}
+CONTENTS_FIELD = {"BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
+                  "UINT32": "uint_contents", "UINT64": "uint64_contents", "INT8": "int_contents",
+                  "INT16": "int_contents", "INT32": "int_contents", "INT64": "int64_contents",
+                  "FP32": "fp32_contents", "FP64": "fp64_contents"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def identity_model(path, inputs, batch):
+    """One Identity per (name, onnx type): in_<name> -> out_<name>, shape [batch, 3] or [2, 3]."""
+    dim0 = "batch" if batch else 2
+    ins = [helper.make_tensor_value_info(f"in_{n}", t, [dim0, 3]) for n, t in inputs]
+    outs = [helper.make_tensor_value_info(f"out_{n}", t, [dim0, 3]) for n, t in inputs]
+    nodes = [helper.make_node("Identity", [f"in_{n}"], [f"out_{n}"]) for n, _ in inputs]
+    model = helper.make_model(helper.make_graph(nodes, "identity", ins, outs),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(model, path)
+
+
+def sample(name, shape, seed):
+    """Values of each datatype that survive every path exactly (in range, finite)."""
+    rng = np.random.default_rng(seed)
+    _, npt, _ = DTYPES[name]
+    if name == "BOOL":
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if name == "BF16":  # bfloat16 bits of small floats: the top half of a float32
+        return (rng.uniform(-4, 4, shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if np.issubdtype(npt, np.integer):
+        info = np.iinfo(npt)
+        return rng.integers(info.min, info.max, shape, dtype=npt, endpoint=True)
+    return rng.uniform(-8, 8, shape).astype(npt)
+
+
+def bf16_to_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+class Kilnd:
+    """kilnd on free ports with a repository made for these tests."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.repo = os.path.join(tmp, "models")
+        shutil.copytree(os.path.join(SRC, "config/models/example"), os.path.join(self.repo, "example"))
+        identity_model(os.path.join(self.repo, "dtypes/1/model.onnx"),
+                       [(n, t) for n, (t, _, _) in DTYPES.items()], batch=True)
+        # Identity through the reference interpreter: every dtype, no compiler in the way.
+        with open(os.path.join(self.repo, "dtypes/config.yaml"), "w") as f:
+            f.write("device: reference\nopt_level: O0\nmax_batch_size: 4\n")
+        identity_model(os.path.join(self.repo, "typed/1/model.onnx"),
+                       [(n, t) for n, (t, _, typed) in DTYPES.items() if typed], batch=True)
+        shutil.copy(os.path.join(self.repo, "dtypes/config.yaml"), os.path.join(self.repo, "typed"))
+        identity_model(os.path.join(self.repo, "fixed/1/model.onnx"),
+                       [("FP32", TensorProto.FLOAT)], batch=False)
+        self.grpc_port, self.http_port = free_port(), free_port()
+        cfg = os.path.join(tmp, "server.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"server: {{grpc_address: '127.0.0.1:{self.grpc_port}', "
+                    f"http_address: '127.0.0.1:{self.http_port}', auth_token: '{TOKEN}', "
+                    f"drain_timeout_ms: 2000, http_api: {{max_body_bytes: {MAX_BODY}, "
+                    f"max_buffered_bytes: {4 * MAX_BODY}, body_timeout_ms: 3000}}}}\n"
+                    f"model_repository: '{self.repo}'\nlog: {{level: warn}}\n")
+        self.log = open(os.path.join(tmp, "kilnd.log"), "w")
+        env = dict(os.environ)
+        env.pop("KILN_AUTH_TOKEN", None)
+        self.proc = subprocess.Popen([KILND, "--config", cfg], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if self.get("/readyz")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("kilnd did not become ready")
+
+    def request(self, method, path, body=None, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=30)
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data, dict(r.getheaders())
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def post_json(self, path, doc, headers=None):
+        status, data, hdrs = self.request("POST", path, json.dumps(doc).encode(),
+                                          dict({"Content-Type": "application/json"}, **(headers or {})))
+        return status, json.loads(data) if data else None, hdrs
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class ProtocolTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="kiln_kserve_")
+        stubs = os.path.join(cls.tmp, "stubs")
+        os.makedirs(stubs)
+        protos = [os.path.join(SRC, "proto", p) for p in
+                  ("kserve/model_config.proto", "kserve/grpc_service.proto",
+                   "kiln/v1/tensor.proto", "kiln/v1/inference.proto")]
+        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I" + os.path.join(SRC, "proto"),
+                        "--python_out=" + stubs, "--grpc_python_out=" + stubs] + protos, check=True)
+        sys.path.insert(0, stubs)
+        global pb, rpc, v1, v1rpc, tpb
+        from kserve import grpc_service_pb2 as pb, grpc_service_pb2_grpc as rpc
+        from kiln.v1 import inference_pb2 as v1, inference_pb2_grpc as v1rpc, tensor_pb2 as tpb
+        cls.k = Kilnd(cls.tmp)
+        cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.k.grpc_port}")
+        cls.stub = rpc.GRPCInferenceServiceStub(cls.channel)
+        cls.v1 = v1rpc.InferenceServiceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.k.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    # --- helpers
+
+    def code_of(self, fn, *args, **kwargs):
+        with self.assertRaises(grpc.RpcError) as cm:
+            fn(*args, **kwargs)
+        return cm.exception.code(), cm.exception.details()
+
+    def infer_raw(self, model, arrays, outputs=None, **kw):
+        req = pb.ModelInferRequest(model_name=model, **kw)
+        for name, (dt, a) in arrays.items():
+            req.inputs.add(name=name, datatype=dt, shape=a.shape)
+            req.raw_input_contents.append(a.tobytes())
+        for o in outputs or []:
+            req.outputs.add(name=o)
+        return self.stub.ModelInfer(req)
+
+    def outputs_of(self, resp):
+        out = {}
+        for t, raw in zip(resp.outputs, resp.raw_output_contents):
+            out[t.name] = (t.datatype, list(t.shape), raw)
+        return out
+
+    def rest_error(self, status, body, code):
+        self.assertEqual(status, code, body)
+        self.assertIn("error", body)
+        return body["error"]
+
+    # --- health and metadata
+
+    def test_health_and_server_metadata(self):
+        self.assertTrue(self.stub.ServerLive(pb.ServerLiveRequest()).live)
+        self.assertTrue(self.stub.ServerReady(pb.ServerReadyRequest()).ready)
+        md = self.stub.ServerMetadata(pb.ServerMetadataRequest())
+        self.assertEqual(md.name, "kiln")
+        for ext in ("classification", "binary_tensor_data", "model_repository", "statistics",
+                    "model_configuration"):
+            self.assertIn(ext, md.extensions)
+        self.assertEqual(self.k.get("/v2/health/live")[0], 200)
+        self.assertEqual(self.k.get("/v2/health/ready")[0], 200)
+        status, body, _ = self.k.get("/v2")
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["name"], "kiln")
+
+    def test_model_ready(self):
+        ready = lambda n, v="": self.stub.ModelReady(pb.ModelReadyRequest(name=n, version=v)).ready
+        self.assertTrue(ready("example"))
+        self.assertTrue(ready("example", "1"))
+        self.assertFalse(ready("example", "2"))
+        self.assertFalse(ready("no_such_model"))
+        code, _ = self.code_of(self.stub.ModelReady, pb.ModelReadyRequest(name="example", version="x"))
+        self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(self.k.get("/v2/models/example/ready")[0], 200)
+        self.assertEqual(self.k.get("/v2/models/example/versions/1/ready")[0], 200)
+        self.assertEqual(self.k.get("/v2/models/example/versions/2/ready")[0], 404)
+        self.assertEqual(self.k.get("/v2/models/no_such_model/ready")[0], 404)
+
+    def test_model_metadata(self):
+        md = self.stub.ModelMetadata(pb.ModelMetadataRequest(name="example"))
+        self.assertEqual(md.name, "example")
+        self.assertEqual(list(md.versions), ["1"])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in md.inputs],
+                         [("x", "FP32", [-1, 8])])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in md.outputs],
+                         [("logits", "FP32", [-1, 4]), ("probs", "FP32", [-1, 4])])
+        fixed = self.stub.ModelMetadata(pb.ModelMetadataRequest(name="fixed"))
+        self.assertEqual(list(fixed.inputs[0].shape), [2, 3])
+        dtypes = self.stub.ModelMetadata(pb.ModelMetadataRequest(name="dtypes"))
+        self.assertEqual(sorted(t.datatype for t in dtypes.inputs), sorted(DTYPES))
+        for name, version, code in (("no_such_model", "", grpc.StatusCode.NOT_FOUND),
+                                    ("example", "9", grpc.StatusCode.NOT_FOUND),
+                                    ("example", "-1", grpc.StatusCode.INVALID_ARGUMENT)):
+            got, _ = self.code_of(self.stub.ModelMetadata,
+                                  pb.ModelMetadataRequest(name=name, version=version))
+            self.assertEqual(got, code)
+        for path in ("/v2/models/example", "/v2/models/example/versions/1"):
+            status, body, _ = self.k.get(path)
+            self.assertEqual(status, 200)
+            doc = json.loads(body)
+            self.assertEqual(doc["inputs"], [{"name": "x", "datatype": "FP32", "shape": [-1, 8]}])
+            self.assertEqual(doc["versions"], ["1"])
+        status, body, _ = self.k.get("/v2/models/no_such_model")
+        self.rest_error(status, json.loads(body), 404)
+        status, body, _ = self.k.get("/v2/models/example/versions/7")
+        self.rest_error(status, json.loads(body), 404)
+
+    def test_model_config(self):
+        c = self.stub.ModelConfig(pb.ModelConfigRequest(name="example")).config
+        self.assertEqual(c.name, "example")
+        self.assertEqual(c.max_batch_size, 8)
+        self.assertEqual([(i.name, list(i.dims)) for i in c.input], [("x", [8])])
+        self.assertEqual(c.input[0].data_type, 11)  # TYPE_FP32
+        self.assertEqual(list(c.dynamic_batching.preferred_batch_size), [1, 2, 4, 8])
+        self.assertEqual(c.instance_group[0].count, 1)
+        fixed = self.stub.ModelConfig(pb.ModelConfigRequest(name="fixed")).config
+        self.assertEqual(fixed.max_batch_size, 0)
+        self.assertEqual(list(fixed.input[0].dims), [2, 3])
+        status, body, _ = self.k.get("/v2/models/example/config")
+        self.assertEqual(status, 200)
+        doc = json.loads(body)
+        self.assertEqual(doc["max_batch_size"], 8)
+        self.assertEqual(doc["input"][0]["dims"], [8])
+        self.assertEqual(doc["input"][0]["data_type"], "TYPE_FP32")
+        code, _ = self.code_of(self.stub.ModelConfig, pb.ModelConfigRequest(name="nope"))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
+
+    # --- inference
+
+    def test_grpc_rest_and_v1_agree(self):
+        x = np.random.default_rng(1).uniform(-1, 1, (3, 8)).astype(np.float32)
+        grpc_out = self.outputs_of(self.infer_raw("example", {"x": ("FP32", x)}, id="r1"))
+        # Typed contents give the same bytes as raw ones.
+        req = pb.ModelInferRequest(model_name="example")
+        t = req.inputs.add(name="x", datatype="FP32", shape=x.shape)
+        t.contents.fp32_contents.extend(x.ravel().tolist())
+        self.assertEqual(self.outputs_of(self.stub.ModelInfer(req)), grpc_out)
+        v1resp = self.v1.Predict(v1.PredictRequest(model="example", inputs={"x": tpb.Tensor(
+            dtype=tpb.DATA_TYPE_FLOAT, shape=x.shape, raw_data=x.tobytes())}))
+        for name in ("logits", "probs"):
+            self.assertEqual(grpc_out[name][0], "FP32")
+            self.assertEqual(grpc_out[name][1], [3, 4])
+            self.assertEqual(grpc_out[name][2], v1resp.outputs[name].raw_data)
+        # REST, JSON both ways: the shortest round-trip text gives back the same floats.
+        status, doc, _ = self.k.post_json("/v2/models/example/infer", {
+            "id": "r2", "inputs": [{"name": "x", "shape": [3, 8], "datatype": "FP32",
+                                    "data": x.tolist()}]})
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(doc["id"], "r2")
+        self.assertEqual(doc["model_name"], "example")
+        self.assertEqual(doc["model_version"], "1")
+        for o in doc["outputs"]:
+            self.assertEqual(np.array(o["data"], np.float32).tobytes(), grpc_out[o["name"]][2])
+        # REST, binary both ways.
+        header = json.dumps({"inputs": [{"name": "x", "shape": [3, 8], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": x.nbytes}}],
+                             "parameters": {"binary_data_output": True}}).encode()
+        status, body, hdrs = self.k.request(
+            "POST", "/v2/models/example/infer", header + x.tobytes(),
+            {"Inference-Header-Content-Length": str(len(header))})
+        self.assertEqual(status, 200, body)
+        n = int(hdrs["Inference-Header-Content-Length"])
+        doc, rest = json.loads(body[:n]), body[n:]
+        for o in doc["outputs"]:
+            size = o["parameters"]["binary_data_size"]
+            self.assertEqual(rest[:size], grpc_out[o["name"]][2])
+            rest = rest[size:]
+        self.assertEqual(rest, b"")
+
+    def test_requested_outputs_and_classification(self):
+        x = np.random.default_rng(2).uniform(-1, 1, (2, 8)).astype(np.float32)
+        out = self.outputs_of(self.infer_raw("example", {"x": ("FP32", x)}, outputs=["probs"]))
+        self.assertEqual(list(out), ["probs"])
+        probs = np.frombuffer(out["probs"][2], np.float32).reshape(2, 4)
+        req = pb.ModelInferRequest(model_name="example")
+        req.inputs.add(name="x", datatype="FP32", shape=x.shape)
+        req.raw_input_contents.append(x.tobytes())
+        o = req.outputs.add(name="probs")
+        o.parameters["classification"].int64_param = 2
+        cls = self.outputs_of(self.stub.ModelInfer(req))["probs"]
+        self.assertEqual(cls[:2], ("BYTES", [2, 2]))
+        raw, strings = cls[2], []
+        while raw:
+            (n,) = struct.unpack("<I", raw[:4])
+            strings.append(raw[4:4 + n].decode())
+            raw = raw[4 + n:]
+        top = np.argsort(-probs, axis=1, kind="stable")[:, :2]
+        self.assertEqual([int(s.split(":")[1]) for s in strings], top.ravel().tolist())
+        self.assertAlmostEqual(float(strings[0].split(":")[0]), float(probs[0, top[0, 0]]), places=5)
+        # The same over REST, mixing a JSON output and a binary one.
+        status, doc, _ = self.k.post_json("/v2/models/example/infer", {
+            "inputs": [{"name": "x", "shape": [2, 8], "datatype": "FP32", "data": x.ravel().tolist()}],
+            "outputs": [{"name": "probs", "parameters": {"classification": 2}},
+                        {"name": "logits", "parameters": {"binary_data": False}}]})
+        self.assertEqual(status, 200, doc)
+        self.assertEqual(doc["outputs"][0]["data"], strings)
+        self.assertEqual(doc["outputs"][0]["shape"], [2, 2])
+        self.assertEqual(len(doc["outputs"][1]["data"]), 8)
+
+    def test_every_datatype(self):
+        arrays = {n: sample(n, (2, 3), seed=i) for i, n in enumerate(DTYPES)}
+        # gRPC raw bytes.
+        resp = self.infer_raw("dtypes", {f"in_{n}": (n, a) for n, a in arrays.items()})
+        out = self.outputs_of(resp)
+        for n, a in arrays.items():
+            self.assertEqual(out[f"out_{n}"][:2], (n, [2, 3]), n)
+            self.assertEqual(out[f"out_{n}"][2], a.tobytes(), n)
+        # gRPC typed contents, for every datatype that has a field ("typed" takes those).
+        req = pb.ModelInferRequest(model_name="typed")
+        for n, a in arrays.items():
+            if DTYPES[n][2]:
+                t = req.inputs.add(name=f"in_{n}", datatype=n, shape=a.shape)
+                getattr(t.contents, CONTENTS_FIELD[n]).extend(a.ravel().tolist())
+        out = self.outputs_of(self.stub.ModelInfer(req))
+        for n, a in arrays.items():
+            if DTYPES[n][2]:
+                self.assertEqual(out[f"out_{n}"][2], a.tobytes(), n)
+        # FP16 and BF16 have no field: raw bytes only.
+        req = pb.ModelInferRequest(model_name="dtypes")
+        req.inputs.add(name="in_FP16", datatype="FP16", shape=[2, 3])
+        self.assertIn("no data", self.code_of(self.stub.ModelInfer, req)[1])
+        req.inputs[0].contents.fp32_contents.extend([0.0] * 6)
+        self.assertIn("FP16 has no contents field", self.code_of(self.stub.ModelInfer, req)[1])
+        # REST JSON: numbers (booleans for BOOL); FP16/BF16 as their float values.
+        inputs = []
+        for n, a in arrays.items():
+            values = bf16_to_f32(a) if n == "BF16" else a
+            inputs.append({"name": f"in_{n}", "datatype": n, "shape": [2, 3],
+                           "data": values.ravel().tolist()})
+        status, doc, _ = self.k.post_json("/v2/models/dtypes/infer", {"inputs": inputs})
+        self.assertEqual(status, 200, doc)
+        for o in doc["outputs"]:
+            n = o["name"][4:]
+            self.assertEqual(o["datatype"], n)
+            a = arrays[n]
+            want = bf16_to_f32(a) if n == "BF16" else a
+            got = np.array(o["data"], dtype=np.float32 if n == "BF16" else want.dtype)
+            self.assertTrue(np.array_equal(got.ravel(), want.ravel()), n)
+        # REST binary, every datatype in one body.
+        spec, blob = [], b""
+        for n, a in arrays.items():
+            spec.append({"name": f"in_{n}", "datatype": n, "shape": [2, 3],
+                         "parameters": {"binary_data_size": a.nbytes}})
+            blob += a.tobytes()
+        header = json.dumps({"inputs": spec, "parameters": {"binary_data_output": True}}).encode()
+        status, body, hdrs = self.k.request("POST", "/v2/models/dtypes/infer", header + blob,
+                                            {"Inference-Header-Content-Length": str(len(header))})
+        self.assertEqual(status, 200, body)
+        n_json = int(hdrs["Inference-Header-Content-Length"])
+        doc, rest = json.loads(body[:n_json]), body[n_json:]
+        for o in doc["outputs"]:
+            size = o["parameters"]["binary_data_size"]
+            self.assertEqual(rest[:size], arrays[o["name"][4:]].tobytes(), o["name"])
+            rest = rest[size:]
+
+    def test_bad_grpc_requests(self):
+        x = np.zeros((1, 8), np.float32)
+        bad = [
+            ("wrong datatype", dict(model_name="example"), [("x", "INT64", [1, 8], np.zeros((1, 8), np.int64).tobytes())], "datatype INT64"),
+            ("short data", dict(model_name="example"), [("x", "FP32", [1, 8], x.tobytes()[:28])], "needs 32"),
+            ("unknown input", dict(model_name="example"), [("y", "FP32", [1, 8], x.tobytes())], "unknown input 'y'"),
+            ("bad shape", dict(model_name="example"), [("x", "FP32", [1, 9], np.zeros(9, np.float32).tobytes())], "shape [1,9]"),
+            ("BYTES", dict(model_name="example"), [("x", "BYTES", [1], b"\x01\x00\x00\x00a")], "BYTES"),
+            ("unknown datatype", dict(model_name="example"), [("x", "FLOAT", [1, 8], x.tobytes())], "unknown datatype 'FLOAT'"),
+            ("batch too big", dict(model_name="example"), [("x", "FP32", [9, 8], np.zeros((9, 8), np.float32).tobytes())], "max_batch_size"),
+        ]
+        for what, kw, inputs, text in bad:
+            req = pb.ModelInferRequest(**kw)
+            for name, dt, shape, raw in inputs:
+                req.inputs.add(name=name, datatype=dt, shape=shape)
+                req.raw_input_contents.append(raw)
+            code, msg = self.code_of(self.stub.ModelInfer, req)
+            self.assertEqual(code, grpc.StatusCode.INVALID_ARGUMENT, what)
+            self.assertIn(text, msg, what)
+        for kw, code in ((dict(model_name="nope"), grpc.StatusCode.NOT_FOUND),
+                         (dict(model_name="example", model_version="3"), grpc.StatusCode.NOT_FOUND),
+                         (dict(model_name="example", model_version="one"), grpc.StatusCode.INVALID_ARGUMENT)):
+            got, _ = self.code_of(self.stub.ModelInfer, self._req(x, **kw))
+            self.assertEqual(got, code, kw)
+        got, msg = self.code_of(self.infer_raw, "example", {"x": ("FP32", x)}, outputs=["nope"])
+        self.assertEqual(got, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("unknown output 'nope'", msg)
+        # Counts and ranges of typed contents; raw and typed together.
+        req = pb.ModelInferRequest(model_name="example")
+        req.inputs.add(name="x", datatype="FP32", shape=[1, 8]).contents.fp32_contents.extend([1.0] * 7)
+        self.assertIn("has 7 elements", self.code_of(self.stub.ModelInfer, req)[1])
+        req = pb.ModelInferRequest(model_name="dtypes")
+        for n in DTYPES:
+            t = req.inputs.add(name=f"in_{n}", datatype=n, shape=[1, 3])
+            req.raw_input_contents.append(np.zeros(3, DTYPES[n][1]).tobytes())
+        req.inputs[list(DTYPES).index("INT8")].contents.int_contents.extend([1, 2, 3])
+        self.assertIn("both contents and raw_input_contents", self.code_of(self.stub.ModelInfer, req)[1])
+        del req.raw_input_contents[:]
+        req2 = pb.ModelInferRequest(model_name="dtypes")
+        t = req2.inputs.add(name="in_INT8", datatype="INT8", shape=[1, 3])
+        t.contents.int_contents.extend([1, 300, 3])
+        self.assertIn("out of the INT8 range", self.code_of(self.stub.ModelInfer, req2)[1])
+        req = self._req(x)
+        req.raw_input_contents.append(b"extra")
+        self.assertIn("2 entries for 1 inputs", self.code_of(self.stub.ModelInfer, req)[1])
+        # Extensions Kiln lacks are UNIMPLEMENTED, saying so.
+        req = self._req(x)
+        req.inputs[0].parameters["shared_memory_region"].string_param = "r0"
+        code, msg = self.code_of(self.stub.ModelInfer, req)
+        self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED)
+        self.assertIn("shared-memory", msg)
+        req = self._req(x)
+        req.parameters["sequence_id"].int64_param = 7
+        self.assertEqual(self.code_of(self.stub.ModelInfer, req)[0], grpc.StatusCode.UNIMPLEMENTED)
+
+    def _req(self, x, **kw):
+        kw.setdefault("model_name", "example")
+        req = pb.ModelInferRequest(**kw)
+        req.inputs.add(name="x", datatype="FP32", shape=x.shape)
+        req.raw_input_contents.append(x.tobytes())
+        return req
+
+    def test_unsupported_extensions(self):
+        for call, req in ((self.stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest()),
+                          (self.stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest(name="r")),
+                          (self.stub.SystemSharedMemoryUnregister, pb.SystemSharedMemoryUnregisterRequest()),
+                          (self.stub.CudaSharedMemoryStatus, pb.CudaSharedMemoryStatusRequest()),
+                          (self.stub.CudaSharedMemoryRegister, pb.CudaSharedMemoryRegisterRequest()),
+                          (self.stub.CudaSharedMemoryUnregister, pb.CudaSharedMemoryUnregisterRequest()),
+                          (self.stub.TraceSetting, pb.TraceSettingRequest()),
+                          (self.stub.LogSettings, pb.LogSettingsRequest())):
+            code, msg = self.code_of(call, req)
+            self.assertEqual(code, grpc.StatusCode.UNIMPLEMENTED)
+            self.assertIn("kilnd does not implement", msg)
+
+    def test_stream_infer(self):
+        xs = [np.random.default_rng(10 + i).uniform(-1, 1, (1, 8)).astype(np.float32) for i in range(20)]
+
+        def requests():
+            for i, x in enumerate(xs):
+                req = self._req(x, id=f"s{i}")
+                if i == 7:
+                    req.model_name = "nope"
+                yield req
+
+        got = list(self.stub.ModelStreamInfer(requests()))
+        self.assertEqual(len(got), 20)
+        for i, (x, r) in enumerate(zip(xs, got)):
+            self.assertEqual(r.infer_response.id, f"s{i}")
+            if i == 7:
+                self.assertIn("not loaded", r.error_message)
+                continue
+            self.assertEqual(r.error_message, "")
+            # Streamed requests batch together: another engine (bucket), so equal within
+            # rounding rather than bit for bit.
+            want = self.outputs_of(self.stub.ModelInfer(self._req(x)))
+            got_out = self.outputs_of(r.infer_response)
+            for name, (dt, shape, raw) in want.items():
+                self.assertEqual(got_out[name][:2], (dt, shape))
+                np.testing.assert_allclose(np.frombuffer(got_out[name][2], np.float32),
+                                           np.frombuffer(raw, np.float32), rtol=1e-5, atol=1e-6)
+
+    def test_statistics(self):
+        def stats():
+            s = self.stub.ModelStatistics(pb.ModelStatisticsRequest(name="fixed"))
+            self.assertEqual(len(s.model_stats), 1)
+            return s.model_stats[0]
+        before = stats()
+        x = np.ones((2, 3), np.float32)
+        for _ in range(3):
+            self.infer_raw("fixed", {"in_FP32": ("FP32", x)})
+        self.code_of(self.infer_raw, "fixed", {"in_FP32": ("FP32", np.ones((2, 4), np.float32))})
+        after = stats()
+        self.assertEqual(after.version, "1")
+        self.assertEqual(after.inference_count - before.inference_count, 3)
+        self.assertEqual(after.execution_count - before.execution_count, 3)
+        self.assertEqual(after.inference_stats.success.count - before.inference_stats.success.count, 3)
+        self.assertEqual(after.inference_stats.fail.count - before.inference_stats.fail.count, 1)
+        self.assertGreater(after.inference_stats.compute_infer.ns, 0)
+        self.assertGreater(after.last_inference, 0)
+        everything = self.stub.ModelStatistics(pb.ModelStatisticsRequest())
+        self.assertGreaterEqual(len(everything.model_stats), 3)
+        code, _ = self.code_of(self.stub.ModelStatistics, pb.ModelStatisticsRequest(name="nope"))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
+        status, body, _ = self.k.get("/v2/models/fixed/stats")
+        self.assertEqual(status, 200)
+        doc = json.loads(body)["model_stats"][0]
+        self.assertEqual(doc["inference_count"], after.inference_count)  # numbers, not strings
+        self.assertEqual(self.k.get("/v2/models/stats")[0], 200)
+        self.assertEqual(self.k.get("/v2/models/fixed/versions/1/stats")[0], 200)
+        self.assertEqual(self.k.get("/v2/models/nope/stats")[0], 404)
+
+    # --- REST errors and limits
+
+    def test_bad_rest_requests(self):
+        infer = "/v2/models/example/infer"
+        x = {"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8}
+        cases = [
+            (b"{not json", 400, "malformed JSON"),
+            (b"[" * 100 + b"]" * 100, 400, "nested deeper"),
+            (json.dumps({"inputs": [dict(x, datatype="INT32")]}).encode(), 400, "datatype INT32"),
+            (json.dumps({"inputs": [dict(x, data=[0.5] * 7)]}).encode(), 400, "has 7 elements"),
+            (json.dumps({"inputs": [dict(x, data=[[0.5] * 4, [0.5] * 4, [0.5]])]}).encode(), 400, "has 9 elements"),
+            (json.dumps({"inputs": [x], "outputs": [{"name": "nope"}]}).encode(), 400, "unknown output"),
+            (json.dumps({"inputs": [dict(x, name="y")]}).encode(), 400, "unknown input"),
+            (json.dumps({"inputs": [dict(x, data=["a"] * 8)]}).encode(), 400, "expected a number"),
+            (json.dumps({"inputs": [dict(x, datatype="BYTES")]}).encode(), 400, "BYTES"),
+            (json.dumps({"inputs": x}).encode(), 400, "'inputs' must be an array"),
+            (json.dumps({"inputs": [dict(x, parameters={"shared_memory_region": "r"})]}).encode(), 501, "shared-memory"),
+        ]
+        for body, code, text in cases:
+            status, data, _ = self.k.request("POST", infer, body, {"Content-Type": "application/json"})
+            self.assertIn(text, self.rest_error(status, json.loads(data), code), body[:80])
+        for path, code in (("/v2/models/nope/infer", 404), ("/v2/models/example/versions/5/infer", 404),
+                           ("/v2/models/example/versions/zero/infer", 400)):
+            status, doc, _ = self.k.post_json(path, {"inputs": [x]})
+            self.rest_error(status, doc, code)
+        status, doc, _ = self.k.post_json("/v2/models/dtypes/infer", {"inputs": [
+            {"name": "in_UINT8", "shape": [1, 3], "datatype": "UINT8", "data": [1, 300, 2]}]})
+        self.assertIn("out of the UINT8 range", self.rest_error(status, doc, 400))
+        # The binary extension's lengths are checked against the body.
+        header = json.dumps({"inputs": [dict(x, data=None, parameters={"binary_data_size": 32})]})
+        header = header.replace('"data": null, ', "").encode()
+        for hlen, extra, text in ((len(header) + 1000, b"\0" * 32, "exceeds the body"),
+                                  (len(header), b"\0" * 16, "exceeds the 16 bytes"),
+                                  (len(header), b"\0" * 40, "8 bytes of binary data after"),
+                                  ("12x", b"", "not a byte count")):
+            status, data, _ = self.k.request("POST", infer, header + extra,
+                                             {"Inference-Header-Content-Length": str(hlen)})
+            self.assertIn(text, self.rest_error(status, json.loads(data), 400))
+        status, data, _ = self.k.request("GET", "/v2/no/such/endpoint")
+        self.rest_error(status, json.loads(data), 404)
+
+    def test_oversize_body_is_refused_before_it_is_read(self):
+        with socket.create_connection(("127.0.0.1", self.k.http_port), timeout=10) as s:
+            s.sendall(f"POST /v2/models/example/infer HTTP/1.1\r\nHost: t\r\n"
+                      f"Content-Length: {MAX_BODY + 1}\r\n\r\n".encode())
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 413"))
+        # A body at the limit is read (and here refused only as JSON).
+        status, data, _ = self.k.request("POST", "/v2/models/example/infer", b" " * MAX_BODY)
+        self.assertEqual(status, 400, data)
+
+    def test_probes_answer_beside_a_slow_upload(self):
+        slow = socket.create_connection(("127.0.0.1", self.k.http_port), timeout=10)
+        slow.sendall(b"POST /v2/models/example/infer HTTP/1.1\r\nHost: t\r\n"
+                     b"Content-Length: 100000\r\n\r\n" + b" " * 1000)
+        t0 = time.time()
+        for path in ("/healthz", "/readyz", "/v2/health/live"):
+            self.assertEqual(self.k.get(path)[0], 200)
+        self.assertLess(time.time() - t0, 1.0)
+        # The slow one gets the body timeout (3 s here), not the probes' 2 s.
+        slow.settimeout(6)
+        t1 = time.time()
+        answer = slow.recv(100)
+        self.assertTrue(answer.startswith(b"HTTP/1.1 408"), answer)
+        self.assertGreater(time.time() - t0, 2.5)
+        self.assertLess(time.time() - t1, 4.0)
+        slow.close()
+
+    # --- repository
+
+    def test_repository(self):
+        md = lambda: [(m.name, m.version, m.state) for m in
+                      self.stub.RepositoryIndex(pb.RepositoryIndexRequest()).models]
+        self.assertIn(("example", "1", "READY"), md())
+        shutil.copytree(os.path.join(self.k.repo, "example"), os.path.join(self.k.repo, "late"))
+        self.assertIn(("late", "1", "UNAVAILABLE"), md())
+        ready_only = self.stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True)).models
+        self.assertNotIn("late", [m.name for m in ready_only])
+        load = pb.RepositoryModelLoadRequest(model_name="late")
+        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad, load)[0],
+                         grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad, load,
+                                      metadata=[("authorization", "Bearer wrong")])[0],
+                         grpc.StatusCode.PERMISSION_DENIED)
+        auth = [("authorization", f"Bearer {TOKEN}")]
+        self.stub.RepositoryModelLoad(load, metadata=auth)
+        self.assertTrue(self.stub.ModelReady(pb.ModelReadyRequest(name="late")).ready)
+        bad = pb.RepositoryModelLoadRequest(model_name="late")
+        bad.parameters["config"].string_param = "{}"
+        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad, bad, metadata=auth)[0],
+                         grpc.StatusCode.UNIMPLEMENTED)
+        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad,
+                                      pb.RepositoryModelLoadRequest(model_name="absent"),
+                                      metadata=auth)[0], grpc.StatusCode.NOT_FOUND)
+        self.stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="late"),
+                                        metadata=auth)
+        self.assertFalse(self.stub.ModelReady(pb.ModelReadyRequest(name="late")).ready)
+        # REST: the same with the Authorization header.
+        status, doc, _ = self.k.post_json("/v2/repository/models/late/load", {})
+        self.rest_error(status, doc, 401)
+        status, doc, _ = self.k.post_json("/v2/repository/models/late/load", {},
+                                          {"Authorization": "Bearer nope"})
+        self.rest_error(status, doc, 403)
+        hdr = {"Authorization": f"Bearer {TOKEN}"}
+        self.assertEqual(self.k.post_json("/v2/repository/models/late/load", {}, hdr)[0], 200)
+        self.assertEqual(self.k.get("/v2/models/late/ready")[0], 200)
+        status, doc, _ = self.k.post_json("/v2/repository/index", {})
+        self.assertEqual(status, 200)
+        self.assertIn({"name": "late", "version": "1", "state": "READY", "reason": ""}, doc)
+        self.assertEqual(self.k.post_json("/v2/repository/models/late/unload", {}, hdr)[0], 200)
+        self.assertEqual(self.k.get("/v2/models/late/ready")[0], 404)
+        status, doc, _ = self.k.post_json("/v2/repository/index", {"ready": True})
+        self.assertNotIn("late", [m["name"] for m in doc])
+        self.rest_error(*self.k.post_json("/v2/repository/models/absent/load", {}, hdr)[:2], 404)
+        shutil.rmtree(os.path.join(self.k.repo, "late"))
+
+    # --- the examples of docs/server.md
+
+    def test_docs_examples(self):
+        with open(os.path.join(SRC, "docs/server.md")) as f:
+            text = f.read()
+        blocks = re.findall(r"<!-- tested: (sh|python) -->\s*```\w*\n(.*?)```", text, re.S)
+        self.assertGreaterEqual(len(blocks), 2)
+        for lang, code in blocks:
+            code = code.replace("localhost:8501", f"127.0.0.1:{self.k.http_port}")
+            code = code.replace("localhost:8500", f"127.0.0.1:{self.k.grpc_port}")
+            if lang == "sh":
+                r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], capture_output=True,
+                                   text=True, timeout=60)
+                self.assertEqual(r.returncode, 0, code + r.stdout + r.stderr)
+            else:
+                r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                   timeout=60, cwd=os.path.join(self.tmp, "stubs"))
+                self.assertEqual(r.returncode, 0, code + r.stdout + r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
