@@ -16,7 +16,7 @@ const char* const kUnaryOps[] = {
     "Neg",       "Not",       "Reciprocal",     "Round", "Sign",  "Sin",    "Sinh",
     "Sqrt",      "Tan",       "Tanh",           "Celu",  "Elu",   "Gelu",   "HardSigmoid",
     "HardSwish", "LeakyRelu", "Mish",           "Relu",  "Selu",  "Shrink", "Sigmoid",
-    "Softplus",  "Softsign",  "ThresholdedRelu", "BitwiseNot"};
+    "Softplus",  "Softsign",  "ThresholdedRelu", "BitwiseNot", "Swish"};
 
 // Same-dtype broadcasting ops.
 const char* const kBinaryOps[] = {"Add", "Sub", "Mul", "Div",        "Mod",       "BitShift",
@@ -145,6 +145,14 @@ void RegisterElementwiseRules(RuleRegistry& r) {
   r.Register(kOnnxDomain, "Where", Where);
   r.Register(kOnnxDomain, "PRelu", PRelu);
   r.Register(kOnnxDomain, "Clip", Clip);
+  // SwiGLU: A and B of one shape (no broadcasting), which Y keeps.
+  r.Register(kOnnxDomain, "SwiGLU", [](InferContext& ctx) {
+    RETURN_IF_ERROR(BinaryArity(ctx));
+    std::optional<Shape> a = ctx.input_shape(0), b = ctx.input_shape(1);
+    if (a && b && a->size() != b->size()) return ctx.Invalid("A and B must have one shape");
+    ctx.set_output(0, ctx.input_dtype(0), a ? a : b);
+    return absl::OkStatus();
+  });
   // BitCast: X's shape, the dtype of `to` (same width; the kernel checks).
   r.Register(kOnnxDomain, "BitCast", [](InferContext& ctx) {
     const int64_t to = ctx.node().GetInt("to", 0);

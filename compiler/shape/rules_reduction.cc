@@ -1,5 +1,5 @@
-// Shape rules for reductions and search: Reduce*, ArgMax/ArgMin, CumSum, TopK. The indexing
-// and generator operators (Gather*, Scatter*, OneHot, Trilu, EyeLike, Range) are in
+// Shape rules for reductions and search: Reduce*, ArgMax/ArgMin, CumSum, CumProd, TopK. The
+// indexing and generator operators (Gather*, Scatter*, OneHot, Trilu, EyeLike, Range) are in
 // rules_indexing.cc; RegisterReductionRules registers both.
 #include <string>
 
@@ -119,6 +119,7 @@ void RegisterReductionRules(RuleRegistry& r) {
   r.Register(kOnnxDomain, "ArgMax", ArgRule);
   r.Register(kOnnxDomain, "ArgMin", ArgRule);
   r.Register(kOnnxDomain, "CumSum", SameAsInputRule);
+  r.Register(kOnnxDomain, "CumProd", SameAsInputRule);
   r.Register(kOnnxDomain, "TopK", TopKRule);
   RegisterIndexingRules(r);
 }

@@ -324,6 +324,7 @@ void RegisterTensorRules(RuleRegistry& r) {
   r.Register("", "Expand", ExpandRule);
   r.Register("", "Tile", TileRule);
   RegisterLayoutRules(r);
+  RegisterSelectRules(r);
 }
 
 }  // namespace kiln::shape

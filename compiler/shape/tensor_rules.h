@@ -11,6 +11,9 @@ namespace kiln::shape {
 
 // Transpose, Concat, Split, Slice, Pad, DepthToSpace, SpaceToDepth, Resize, Upsample.
 void RegisterLayoutRules(RuleRegistry& r);
+// Compress, NonZero, Unique, ReverseSequence, CenterCropPad, TensorScatter, Det, MaxUnpool,
+// Col2Im (rules_select.cc).
+void RegisterSelectRules(RuleRegistry& r);
 
 // Product of dims: known when all are known; the single dim itself when there is one
 // (so a symbol survives Flatten/Reshape of [N] alone); else unknown.

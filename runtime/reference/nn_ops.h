@@ -25,7 +25,9 @@ void RegisterSoftmaxKernels(KernelRegistry& r);  // Softmax, LogSoftmax, Hardmax
 void RegisterEinsumKernels(KernelRegistry& r);   // Einsum
 void RegisterAttentionKernels(KernelRegistry& r);  // Attention
 void RegisterRotaryKernels(KernelRegistry& r);     // RotaryEmbedding
-void RegisterLossKernels(KernelRegistry& r);     // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void RegisterLinalgKernels(KernelRegistry& r);     // Det
+void RegisterUnpoolKernels(KernelRegistry& r);     // MaxUnpool, Col2Im
+void RegisterLossKernels(KernelRegistry& r);       // NLL and softmax cross-entropy losses
 
 // Upper bound on the elements one NN kernel will allocate: hostile attributes (huge strides
 // in ConvTranspose, huge pads) must give an error, not a bad_alloc.

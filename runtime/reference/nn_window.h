@@ -38,6 +38,11 @@ absl::StatusOr<Window> ConvTransposeWindow(const Node& node,
 absl::StatusOr<std::vector<int64_t>> KernelShape(const Node& node, size_t spatial_rank,
                                                  const std::vector<int64_t>* from_weights);
 
+// MaxUnpool's natural output spatial dims, (in - 1) * stride + kernel - pads, from its
+// kernel_shape, strides and pads (validated; INVALID_ARGUMENT when they do not fit).
+absl::StatusOr<std::vector<int64_t>> MaxUnpoolSpatial(const Node& node,
+                                                      const std::vector<int64_t>& in);
+
 // A window padded out to three spatial dims (depth, height, width) with unit leading dims,
 // so 1-D, 2-D and 3-D kernels share one loop nest.
 struct Win3 {

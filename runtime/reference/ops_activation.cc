@@ -1,5 +1,5 @@
 // Activation reference kernels: Celu Clip Elu Gelu HardSigmoid HardSwish LeakyRelu Mish
-// PRelu Relu Selu Shrink Sigmoid Softplus Softsign ThresholdedRelu. The formulas are ONNX's
+// PRelu Relu Selu Shrink Sigmoid Softplus Softsign SwiGLU Swish ThresholdedRelu. The formulas are ONNX's
 // definitions evaluated in double (attributes are float in the model; they widen exactly).
 #include <algorithm>
 #include <cmath>
@@ -94,6 +94,30 @@ absl::StatusOr<Tensor> Sigmoid(const Node& node, const Tensor& x) {
   return MapFloat(node, x, [](double v) { return 1.0 / (1.0 + std::exp(-v)); });
 }
 
+// Swish (opset 24): x * sigmoid(alpha * x).
+double SwishOf(double v, double alpha) { return v / (1.0 + std::exp(-alpha * v)); }
+
+absl::StatusOr<Tensor> Swish(const Node& node, const Tensor& x) {
+  const double alpha = node.GetFloat("alpha", 1.0f);
+  return MapFloat(node, x, [alpha](double v) { return SwishOf(v, alpha); });
+}
+
+// SwiGLU (opset 28): Swish_alpha(A) * B over two inputs of one shape (no broadcasting).
+absl::StatusOr<Tensor> SwiGlu(const Node& node, const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) {
+    return InvalidInput(node, "A " + ShapeToString(a.shape()) + " and B " +
+                                  ShapeToString(b.shape()) + " must have one shape");
+  }
+  const double alpha = node.GetFloat("alpha", 1.0f);
+  absl::StatusOr<Tensor> out;
+  RETURN_IF_ERROR(Dispatch<kFloat>(node, a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    out = BinaryLoop<T, T, T>(node, a, b, a.dtype(),
+                              [alpha](double u, double v) { return SwishOf(u, alpha) * v; });
+  }));
+  return out;
+}
+
 absl::StatusOr<Tensor> SoftplusOp(const Node& node, const Tensor& x) {
   return MapFloat(node, x, Softplus);
 }
@@ -186,6 +210,8 @@ void RegisterActivationKernels(KernelRegistry& r) {
   RegisterUnary(r, "Softplus", SoftplusOp);
   RegisterUnary(r, "Softsign", Softsign);
   RegisterUnary(r, "ThresholdedRelu", ThresholdedRelu);
+  RegisterUnary(r, "Swish", Swish);
+  RegisterBinary(r, "SwiGLU", SwiGlu);
   RegisterBinary(r, "PRelu", PRelu);
   r.Register(kOnnxDomain, "Clip", Clip);
 }

@@ -193,6 +193,8 @@ void RegisterNnKernels(KernelRegistry& r) {
   nn::RegisterAttentionKernels(r);
   nn::RegisterRotaryKernels(r);
   RegisterQuantizeKernels(r);
+  nn::RegisterLinalgKernels(r);
+  nn::RegisterUnpoolKernels(r);
   r.Register("", "Dropout", nn::Dropout);
 }
 

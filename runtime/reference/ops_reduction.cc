@@ -1,4 +1,4 @@
-// Reference kernels for reductions and search: Reduce*, ArgMax/ArgMin, CumSum, TopK.
+// Reference kernels for reductions and search: Reduce*, ArgMax/ArgMin, CumSum, CumProd, TopK.
 //
 // All of them work on "groups": the input elements that share every coordinate except the
 // reduced (or scanned, or searched) axes. GroupsOf lists each group's base offset and the
@@ -336,7 +336,9 @@ absl::StatusOr<std::vector<Tensor>> TopKKernel(const Node& node, const KernelInp
   return std::vector<Tensor>{std::move(values), std::move(indices)};
 }
 
-absl::StatusOr<std::vector<Tensor>> CumSumKernel(const Node& node, const KernelInputs& in) {
+// CumSum (product = false) and CumProd: the running sum or product along one axis.
+absl::StatusOr<std::vector<Tensor>> CumKernel(const Node& node, const KernelInputs& in,
+                                              bool product) {
   ASSIGN_OR_RETURN(const Tensor* x, RequireInput(node, in, 0));
   ASSIGN_OR_RETURN(const Tensor* axis_t, RequireInput(node, in, 1));
   RETURN_IF_ERROR(CheckNumeric(node, x->dtype()));
@@ -350,13 +352,14 @@ absl::StatusOr<std::vector<Tensor>> CumSumKernel(const Node& node, const KernelI
     using C = decltype(tag);
     const auto n = static_cast<int64_t>(g.offsets.size());
     for (int64_t base : g.bases) {
-      C acc = 0;
+      C acc = product ? 1 : 0;
+      auto fold = [product](C a, C v) { return product ? WrapMul(a, v) : WrapAdd(a, v); };
       for (int64_t step = 0; step < n; ++step) {
         int64_t i = base + g.offsets[reverse ? n - 1 - step : step];
         C v = GetAs<C>(*x, i);
-        if (!exclusive) acc = WrapAdd(acc, v);
+        if (!exclusive) acc = fold(acc, v);
         SetAs<C>(y, i, acc);
-        if (exclusive) acc = WrapAdd(acc, v);
+        if (exclusive) acc = fold(acc, v);
       }
     }
   }));
@@ -420,7 +423,10 @@ void RegisterReductionKernels(KernelRegistry& r) {
   r.Register(kOnnxDomain, "ArgMin",
              [](const Node& n, const KernelInputs& in) { return ArgKernel(false, n, in); });
   r.Register(kOnnxDomain, "TopK", TopKKernel);
-  r.Register(kOnnxDomain, "CumSum", CumSumKernel);
+  r.Register(kOnnxDomain, "CumSum",
+             [](const Node& n, const KernelInputs& in) { return CumKernel(n, in, false); });
+  r.Register(kOnnxDomain, "CumProd",
+             [](const Node& n, const KernelInputs& in) { return CumKernel(n, in, true); });
   RegisterGatherScatterKernels(r);
   RegisterGeneratorKernels(r);
 }

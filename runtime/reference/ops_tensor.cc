@@ -322,6 +322,8 @@ void RegisterTensorKernels(KernelRegistry& r) {
   RegisterLayoutKernels(r);
   RegisterCastKernels(r);
   RegisterResizeKernels(r);
+  RegisterSelectKernels(r);
+  RegisterReorderKernels(r);
 }
 
 }  // namespace kiln::ref

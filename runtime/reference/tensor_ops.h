@@ -15,6 +15,8 @@ void RegisterShapeKernels(KernelRegistry& r);   // Shape, Size, Reshape, Expand,
 void RegisterLayoutKernels(KernelRegistry& r);  // Transpose, Concat, Split, Slice, Pad...
 void RegisterCastKernels(KernelRegistry& r);    // Cast, CastLike
 void RegisterResizeKernels(KernelRegistry& r);  // Resize, Upsample
+void RegisterSelectKernels(KernelRegistry& r);   // Compress, NonZero, Unique
+void RegisterReorderKernels(KernelRegistry& r);  // ReverseSequence, CenterCropPad, TensorScatter
 
 // Hostile shapes (Expand to 2^40 elements) must fail cleanly instead of allocating.
 inline constexpr int64_t kMaxOutputElements = int64_t{1} << 31;
