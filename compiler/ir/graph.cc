@@ -76,9 +76,17 @@ Attribute Attribute::Strings(std::vector<std::string> v) {
   return a;
 }
 
+Attribute Attribute::GraphValue(std::shared_ptr<const Graph> v) {
+  Attribute a;
+  a.kind = Kind::kGraph;
+  a.g = std::move(v);
+  return a;
+}
+
 bool Attribute::operator==(const Attribute& o) const {
   if (kind != o.kind) return false;
   switch (kind) {
+    case Kind::kGraph: return g == o.g;
     case Kind::kInt: return i == o.i;
     case Kind::kFloat: return f == o.f || (f != f && o.f != o.f);
     case Kind::kString: return s == o.s;
@@ -292,6 +300,7 @@ std::unique_ptr<Graph> Graph::Clone() const {
   auto mapped = [&map](Value* v) { return v ? map.at(v) : nullptr; };
   for (Value* v : inputs) g->inputs.push_back(mapped(v));
   for (Value* v : outputs) g->outputs.push_back(mapped(v));
+  for (Value* v : captures) g->captures.push_back(mapped(v));
   for (const auto& n : nodes_) {
     auto c = std::make_unique<Node>();
     c->name = n->name;
@@ -299,6 +308,7 @@ std::unique_ptr<Graph> Graph::Clone() const {
     c->domain = n->domain;
     c->opset = n->opset;
     c->attrs = n->attrs;
+    c->captures = n->captures;
     for (Value* in : n->inputs) c->inputs.push_back(mapped(in));
     for (Value* out : n->outputs) c->outputs.push_back(mapped(out));
     g->InsertNode(nullptr, std::move(c));

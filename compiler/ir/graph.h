@@ -40,6 +40,7 @@ std::vector<int64_t> StaticDims(const Shape& shape);  // precondition: IsStatic
 Shape ToShape(const std::vector<int64_t>& dims);
 
 class Node;
+class Graph;
 
 struct Value {
   std::string name;
@@ -52,7 +53,7 @@ struct Value {
 };
 
 struct Attribute {
-  enum class Kind { kInt, kFloat, kString, kTensor, kInts, kFloats, kStrings };
+  enum class Kind { kInt, kFloat, kString, kTensor, kInts, kFloats, kStrings, kGraph };
   Kind kind = Kind::kInt;
   int64_t i = 0;
   float f = 0.0f;
@@ -61,6 +62,9 @@ struct Attribute {
   std::vector<int64_t> ints;
   std::vector<float> floats;
   std::vector<std::string> strings;
+  // kGraph: a control-flow body (If's branches, Loop's and Scan's body). Immutable once
+  // imported, so clones of the node share it; passes never rewrite inside it.
+  std::shared_ptr<const Graph> g;
 
   static Attribute Int(int64_t v);
   static Attribute Float(float v);
@@ -69,6 +73,8 @@ struct Attribute {
   static Attribute Ints(std::vector<int64_t> v);
   static Attribute Floats(std::vector<float> v);
   static Attribute Strings(std::vector<std::string> v);
+  static Attribute GraphValue(std::shared_ptr<const Graph> v);
+  // Graphs compare by identity (two equal bodies are rarely worth proving equal).
   bool operator==(const Attribute& o) const;
 };
 
@@ -84,6 +90,11 @@ class Node {
   std::vector<Value*> inputs;   // nullptr for an omitted optional input
   std::vector<Value*> outputs;  // nullptr for an omitted optional output
   std::map<std::string, Attribute> attrs;
+  // A control-flow node's bodies read values of the enclosing graph by name. Those values
+  // are the node's last captures.size() inputs (so liveness, dead code and memory planning
+  // see them as uses), and captures[i] is the name the bodies know the i-th of them by
+  // (outer passes may replace the value; the name inside stays).
+  std::vector<std::string> captures;
 
   bool HasAttr(const std::string& key) const { return attrs.count(key) > 0; }
   int64_t GetInt(const std::string& key, int64_t dflt) const;
@@ -112,6 +123,9 @@ class Graph {
   std::map<std::string, int64_t> opsets;  // domain ("" = ai.onnx) -> version
   std::vector<Value*> inputs;             // graph inputs (non-constant)
   std::vector<Value*> outputs;
+  // A body graph only: the values it reads from enclosing graphs, bound by name (their
+  // producer is null, they are neither inputs nor constants).
+  std::vector<Value*> captures;
 
   // Values: names are unique; AddValue fails (returns nullptr) on a duplicate name.
   Value* AddValue(const std::string& name);

@@ -34,6 +34,8 @@ void WriteValueInfo(const Value& v, onnx::ValueInfoProto* out) {
   if (v.shape) WriteShape(*v.shape, tt->mutable_shape());
 }
 
+void WriteGraph(const Graph& graph, onnx::GraphProto* g);
+
 void WriteAttribute(const std::string& name, const Attribute& a, onnx::AttributeProto* out) {
   out->set_name(name);
   switch (a.kind) {
@@ -65,6 +67,32 @@ void WriteAttribute(const std::string& name, const Attribute& a, onnx::Attribute
       out->set_type(onnx::AttributeProto::STRINGS);
       for (const auto& v : a.strings) out->add_strings(v);
       break;
+    case Attribute::Kind::kGraph:
+      out->set_type(onnx::AttributeProto::GRAPH);
+      if (a.g) WriteGraph(*a.g, out->mutable_g());
+      break;
+  }
+}
+
+// A body reads a capture by the name it was imported with; when the outer value feeding it
+// now has another name (an outer pass replaced it), an Identity at the start of every body
+// of the node bridges the two.
+void BridgeCaptures(const Node& n, onnx::NodeProto* out) {
+  const size_t first = n.inputs.size() - n.captures.size();
+  for (auto& a : *out->mutable_attribute()) {
+    if (a.type() != onnx::AttributeProto::GRAPH) continue;
+    onnx::GraphProto* body = a.mutable_g();
+    for (size_t i = 0; i < n.captures.size(); ++i) {
+      const Value* outer = n.inputs[first + i];
+      if (!outer || outer->name == n.captures[i]) continue;
+      onnx::NodeProto* bridge = body->add_node();
+      bridge->set_op_type("Identity");
+      bridge->set_name(n.captures[i] + "_capture");
+      bridge->add_input(outer->name);
+      bridge->add_output(n.captures[i]);
+      // The body stays sorted: the bridge moves to the front.
+      for (int k = body->node_size() - 1; k > 0; --k) body->mutable_node()->SwapElements(k, k - 1);
+    }
   }
 }
 
@@ -74,7 +102,11 @@ void WriteNode(const Node& n, onnx::NodeProto* out) {
   if (!n.domain.empty()) out->set_domain(n.domain);
   // Omitted optional inputs/outputs are empty names; ONNX allows trailing ones to be left
   // out, but keeping them makes the round trip exact.
-  for (const Value* in : n.inputs) out->add_input(in ? in->name : "");
+  // Captured outer values are not ONNX inputs: the bodies read them by name.
+  const size_t explicit_inputs = n.inputs.size() - n.captures.size();
+  for (size_t i = 0; i < explicit_inputs; ++i) {
+    out->add_input(n.inputs[i] ? n.inputs[i]->name : "");
+  }
   for (const Value* o : n.outputs) out->add_output(o ? o->name : "");
   for (const auto& [key, attr] : n.attrs) {
     // Kiln's planning marks on ai.onnx nodes (kiln_view) are not ONNX attributes: other
@@ -82,6 +114,7 @@ void WriteNode(const Node& n, onnx::NodeProto* out) {
     if (n.domain.empty() && key.rfind("kiln_", 0) == 0) continue;
     WriteAttribute(key, attr, out->add_attribute());
   }
+  if (!n.captures.empty()) BridgeCaptures(n, out);
 }
 
 // One opset_import per domain: the graph's declared versions, plus any domain a node uses
@@ -154,6 +187,19 @@ void WriteIntermediateInfo(const Graph& graph, onnx::GraphProto* g) {
 
 }  // namespace
 
+namespace {
+
+void WriteGraph(const Graph& graph, onnx::GraphProto* g) {
+  g->set_name(graph.name.empty() ? "kiln" : graph.name);
+  for (const Value* in : graph.inputs) WriteValueInfo(*in, g->add_input());
+  WriteInitializers(graph, g);
+  for (const auto& n : graph.nodes()) WriteNode(*n, g->add_node());
+  for (const Value* out : graph.outputs) WriteValueInfo(*out, g->add_output());
+  WriteIntermediateInfo(graph, g);
+}
+
+}  // namespace
+
 absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph) {
   RETURN_IF_ERROR(CheckDefined(graph));
   onnx::ModelProto model;
@@ -161,13 +207,7 @@ absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph) {
   model.set_producer_name("kiln");
   model.set_producer_version("0.1.0");
   WriteOpsets(graph, model);
-  onnx::GraphProto* g = model.mutable_graph();
-  g->set_name(graph.name.empty() ? "kiln" : graph.name);
-  for (const Value* in : graph.inputs) WriteValueInfo(*in, g->add_input());
-  WriteInitializers(graph, g);
-  for (const auto& n : graph.nodes()) WriteNode(*n, g->add_node());
-  for (const Value* out : graph.outputs) WriteValueInfo(*out, g->add_output());
-  WriteIntermediateInfo(graph, g);
+  WriteGraph(graph, model.mutable_graph());
   return model;
 }
 

@@ -1,6 +1,8 @@
 #include "compiler/onnx/importer.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <unordered_set>
 
 #include "base/file.h"
@@ -110,19 +112,28 @@ bool IsTopologicallySorted(const Graph& g) {
   return true;
 }
 
+// Imports one graph: the model's, or (with a parent) a control-flow body, whose reads of
+// names it does not define are captures of an enclosing graph (Graph::captures; the owning
+// node gets the outer values as trailing inputs, Node::captures).
 class GraphImporter {
  public:
   GraphImporter(const onnx::ModelProto& model, const ImportOptions& options)
-      : model_(model), options_(options) {
+      : model_(&model), proto_(model.graph()), options_(options) {
     topts_.base_dir = options.model_dir;
     topts_.max_bytes = options.max_tensor_bytes;
   }
+  GraphImporter(const onnx::GraphProto& body, GraphImporter& parent)
+      : proto_(body), options_(parent.options_), topts_(parent.topts_), parent_(&parent) {}
 
   absl::StatusOr<std::unique_ptr<Graph>> Run() {
     graph_ = std::make_unique<Graph>();
-    const auto& g = model_.graph();
+    const auto& g = proto_;
     graph_->name = g.name();
-    RETURN_IF_ERROR(ImportOpsets());
+    if (parent_) {
+      graph_->opsets = parent_->graph_->opsets;
+    } else {
+      RETURN_IF_ERROR(ImportOpsets());
+    }
     RETURN_IF_ERROR(ImportInitializers());
     RETURN_IF_ERROR(ImportInputs());
     RETURN_IF_ERROR(ImportNodes());
@@ -136,19 +147,19 @@ class GraphImporter {
 
  private:
   absl::Status ImportOpsets() {
-    for (const auto& op : model_.opset_import()) {
+    for (const auto& op : model_->opset_import()) {
       std::string domain = op.domain() == "ai.onnx" ? "" : op.domain();
       graph_->opsets[domain] = op.version();
     }
     if (!graph_->opsets.count("")) {
       // IR versions before 3 had no opset_import; ONNX treats that as opset 1.
-      graph_->opsets[""] = model_.opset_import_size() == 0 ? 1 : 0;
+      graph_->opsets[""] = model_->opset_import_size() == 0 ? 1 : 0;
     }
     return absl::OkStatus();
   }
 
   absl::Status ImportInitializers() {
-    const auto& g = model_.graph();
+    const auto& g = proto_;
     if (g.sparse_initializer_size() > 0) {
       return absl::UnimplementedError("sparse initializers are not supported");
     }
@@ -165,7 +176,7 @@ class GraphImporter {
   }
 
   absl::Status ImportInputs() {
-    for (const auto& in : model_.graph().input()) {
+    for (const auto& in : proto_.input()) {
       if (Value* existing = graph_->FindValue(in.name())) {
         if (existing->is_constant()) continue;  // shadowed by an initializer: a constant
         return absl::InvalidArgumentError("duplicate graph input '" + in.name() + "'");
@@ -173,7 +184,8 @@ class GraphImporter {
       if (in.name().empty()) return absl::InvalidArgumentError("a graph input has no name");
       Value* v = graph_->AddValue(in.name());
       RETURN_IF_ERROR(ApplyValueInfo(in, v));
-      if (v->dtype == DType::kUndefined) {
+      // A body's inputs may leave their types to the node that runs it.
+      if (v->dtype == DType::kUndefined && !parent_) {
         return absl::InvalidArgumentError("graph input '" + in.name() + "' has no element type");
       }
       graph_->inputs.push_back(v);
@@ -184,6 +196,7 @@ class GraphImporter {
   absl::StatusOr<Value*> LookupInput(const onnx::NodeProto& node, const std::string& name) {
     if (name.empty()) return nullptr;  // omitted optional input
     Value* v = graph_->FindValue(name);
+    if (!v && Capture(name)) v = graph_->FindValue(name);
     if (!v) {
       // Defined later by another node (unsorted model): create now, check definition below.
       v = graph_->AddValue(name);
@@ -211,6 +224,51 @@ class GraphImporter {
     return absl::OkStatus();
   }
 
+  // Whether `name` is readable here: defined in this graph, or (in a body) captured from an
+  // enclosing graph, which then captures it in turn if it does not define it either.
+  bool Capture(const std::string& name) {
+    if (graph_->FindValue(name)) return !pending_.count(name);
+    if (!parent_ || !parent_->Capture(name)) return false;
+    Value* v = graph_->AddValue(name);
+    const Value* outer = parent_->graph_->FindValue(name);
+    v->dtype = outer->dtype;
+    v->shape = outer->shape;
+    graph_->captures.push_back(v);
+    return true;
+  }
+
+  // A GRAPH attribute: the body, imported with this graph as its enclosing scope.
+  absl::StatusOr<Attribute> ImportBody(const onnx::NodeProto& np, const onnx::AttributeProto& a) {
+    if (++depth_guard_ > 64) return absl::InvalidArgumentError(NodeLabel(np) + ": bodies nest too deep");
+    GraphImporter body(a.g(), *this);
+    body.depth_guard_ = depth_guard_;
+    ASSIGN_OR_RETURN(std::unique_ptr<Graph> g, body.Run());
+    --depth_guard_;
+    // A body's ops get the same one-form-per-op normalization as the graph's (a body frozen
+    // after import is never normalized later).
+    if (options_.normalize) RETURN_IF_ERROR(NormalizeOperators(*g));
+    return Attribute::GraphValue(std::shared_ptr<const Graph>(std::move(g)));
+  }
+
+  // The node's captures: every name its bodies read from this scope, once, sorted (an order
+  // that does not depend on the order of the bodies' nodes, so export and import agree),
+  // appended to its inputs.
+  absl::Status AddCaptures(Node& node) {
+    std::set<std::string> names;
+    for (const auto& [key, attr] : node.attrs) {
+      (void)key;
+      if (attr.kind != Attribute::Kind::kGraph) continue;
+      for (const Value* c : attr.g->captures) names.insert(c->name);
+    }
+    for (const std::string& name : names) {
+      Value* outer = graph_->FindValue(name);
+      if (!outer) return absl::InternalError("capture '" + name + "' is not in scope");
+      node.captures.push_back(name);
+      node.inputs.push_back(outer);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ImportNode(const onnx::NodeProto& np) {
     std::string domain = np.domain() == "ai.onnx" ? "" : np.domain();
     if (np.op_type() == "Constant" && domain.empty()) {
@@ -232,6 +290,10 @@ class GraphImporter {
     auto it = graph_->opsets.find(domain);
     node->opset = it == graph_->opsets.end() ? 0 : it->second;
     for (const auto& a : np.attribute()) {
+      if (a.type() == onnx::AttributeProto::GRAPH && a.ref_attr_name().empty()) {
+        ASSIGN_OR_RETURN(node->attrs[a.name()], ImportBody(np, a));
+        continue;
+      }
       ASSIGN_OR_RETURN(Attribute attr, ConvertAttribute(np, a, topts_));
       node->attrs[a.name()] = std::move(attr);
     }
@@ -239,6 +301,7 @@ class GraphImporter {
       ASSIGN_OR_RETURN(Value * v, LookupInput(np, in));
       node->inputs.push_back(v);
     }
+    RETURN_IF_ERROR(AddCaptures(*node));
     for (const auto& out : np.output()) {
       Value* v = nullptr;
       RETURN_IF_ERROR(DefineOutput(np, out, &v));
@@ -249,7 +312,7 @@ class GraphImporter {
   }
 
   absl::Status ImportNodes() {
-    for (const auto& np : model_.graph().node()) {
+    for (const auto& np : proto_.node()) {
       ++node_count_;
       RETURN_IF_ERROR(ImportNode(np));
     }
@@ -257,7 +320,7 @@ class GraphImporter {
       return absl::InvalidArgumentError("value '" + *pending_.begin() +
                                         "' is used but never defined");
     }
-    for (const auto& info : model_.graph().value_info()) {
+    for (const auto& info : proto_.value_info()) {
       Value* v = graph_->FindValue(info.name());
       if (v && !v->is_constant() && v->producer) {
         absl::Status st = ApplyValueInfo(info, v);
@@ -268,10 +331,11 @@ class GraphImporter {
   }
 
   absl::Status ImportOutputs() {
-    const auto& g = model_.graph();
+    const auto& g = proto_;
     if (g.output_size() == 0) return absl::InvalidArgumentError("the graph has no outputs");
     for (const auto& out : g.output()) {
       Value* v = graph_->FindValue(out.name());
+      if (!v && Capture(out.name())) v = graph_->FindValue(out.name());  // a body passing one on
       if (!v) {
         return absl::InvalidArgumentError("graph output '" + out.name() + "' is never defined");
       }
@@ -292,9 +356,12 @@ class GraphImporter {
     return absl::OkStatus();
   }
 
-  const onnx::ModelProto& model_;
+  const onnx::ModelProto* model_ = nullptr;  // the top-level graph's model
+  const onnx::GraphProto& proto_;
   const ImportOptions& options_;
   TensorReadOptions topts_;
+  GraphImporter* parent_ = nullptr;  // set for a body
+  int depth_guard_ = 0;
   std::unique_ptr<Graph> graph_;
   std::unordered_set<std::string> pending_;
   int64_t node_count_ = 0;

@@ -30,6 +30,7 @@ std::string AttrKey(const Attribute& a) {
     case Attribute::Kind::kStrings:
       for (const auto& s : a.strings) os << s.size() << s;
       break;
+    case Attribute::Kind::kGraph: os << static_cast<const void*>(a.g.get()); break;  // identity
   }
   return os.str();
 }

@@ -66,6 +66,7 @@ const RuleRegistry& RuleRegistry::Default() {
     RegisterReductionRules(*r);
     RegisterTensorRules(*r);
     RegisterKilnRules(*r);
+    RegisterControlFlowRules(*r);
     return r;
   }();
   return *registry;

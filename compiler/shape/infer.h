@@ -66,6 +66,7 @@ void RegisterNnRules(RuleRegistry& r);
 void RegisterReductionRules(RuleRegistry& r);
 void RegisterTensorRules(RuleRegistry& r);
 void RegisterKilnRules(RuleRegistry& r);
+void RegisterControlFlowRules(RuleRegistry& r);
 
 struct InferOptions {
   // Constant-propagate nodes whose inputs are all constant when the result is at most this

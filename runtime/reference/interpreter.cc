@@ -34,6 +34,7 @@ const KernelRegistry& KernelRegistry::Default() {
     RegisterReductionKernels(*r);
     RegisterTensorKernels(*r);
     RegisterKilnKernels(*r);
+    RegisterControlFlowKernels(*r);
     return r;
   }();
   return *registry;
@@ -88,22 +89,13 @@ std::unordered_map<const Value*, size_t> LastUses(const Graph& graph) {
 
 }  // namespace
 
-absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
-  std::unordered_map<const Value*, Tensor> env;
-  for (Value* in : graph.inputs) {
-    auto it = inputs.find(in->name);
-    if (it == inputs.end()) {
-      return absl::InvalidArgumentError("missing input '" + in->name + "'");
-    }
-    RETURN_IF_ERROR(CheckInput(*in, it->second));
-    env[in] = it->second;
-  }
-  for (const auto& [name, t] : inputs) {
-    Value* v = graph.FindValue(name);
-    if (!v || (std::find(graph.inputs.begin(), graph.inputs.end(), v) == graph.inputs.end())) {
-      return absl::InvalidArgumentError("unknown input '" + name + "'");
-    }
-  }
+namespace {
+
+using Env = std::unordered_map<const Value*, Tensor>;
+
+// Runs the nodes of `graph` on `env` (its inputs and captures already bound); returns the
+// graph's outputs in order. Intermediates are released after their last use.
+absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env) {
   auto last = LastUses(graph);
   const auto& nodes = graph.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -132,17 +124,65 @@ absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
       if (in && !in->constant && last[in] == i) env.erase(in);
     }
   }
-  TensorMap result;
+  std::vector<Tensor> result;
   for (Value* out : graph.outputs) {
     if (out->constant) {
-      result[out->name] = *out->constant;
+      result.push_back(*out->constant);
       continue;
     }
     auto it = env.find(out);
     if (it == env.end()) return absl::InternalError("output '" + out->name + "' not computed");
-    result[out->name] = it->second;
+    result.push_back(it->second);
   }
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
+  Env env;
+  for (Value* in : graph.inputs) {
+    auto it = inputs.find(in->name);
+    if (it == inputs.end()) {
+      return absl::InvalidArgumentError("missing input '" + in->name + "'");
+    }
+    RETURN_IF_ERROR(CheckInput(*in, it->second));
+    env[in] = it->second;
+  }
+  for (const auto& [name, t] : inputs) {
+    Value* v = graph.FindValue(name);
+    if (!v || (std::find(graph.inputs.begin(), graph.inputs.end(), v) == graph.inputs.end())) {
+      return absl::InvalidArgumentError("unknown input '" + name + "'");
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> outs, Execute(graph, env));
+  TensorMap result;
+  for (size_t i = 0; i < graph.outputs.size(); ++i) result[graph.outputs[i]->name] = outs[i];
+  return result;
+}
+
+absl::StatusOr<std::vector<Tensor>> RunBody(const Graph& body, const std::vector<Tensor>& args,
+                                            const TensorMap& captured) {
+  if (args.size() != body.inputs.size()) {
+    return absl::InvalidArgumentError("the body takes " + std::to_string(body.inputs.size()) +
+                                      " inputs, " + std::to_string(args.size()) + " given");
+  }
+  Env env;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Value* in = body.inputs[i];
+    if (in->dtype != DType::kUndefined && in->dtype != args[i].dtype()) {
+      return absl::InvalidArgumentError("body input '" + in->name + "' must be " +
+                                        DTypeName(in->dtype) + ", got " +
+                                        DTypeName(args[i].dtype()));
+    }
+    env[in] = args[i];
+  }
+  for (const Value* c : body.captures) {
+    auto it = captured.find(c->name);
+    if (it == captured.end()) return absl::InternalError("capture '" + c->name + "' is unbound");
+    env[c] = it->second;
+  }
+  return Execute(body, env);
 }
 
 }  // namespace kiln::ref

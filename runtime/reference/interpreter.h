@@ -23,6 +23,11 @@ absl::StatusOr<std::vector<Tensor>> RunNode(const Node& node, const KernelInputs
 // are released after their last use.
 absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs);
 
+// Runs a control-flow body: `args` bind its inputs in order, `captured` its captures by
+// name (Graph::captures); returns its outputs in order.
+absl::StatusOr<std::vector<Tensor>> RunBody(const Graph& body, const std::vector<Tensor>& args,
+                                            const TensorMap& captured);
+
 // Checks a fed tensor against a graph input declaration.
 absl::Status CheckInput(const Value& input, const Tensor& t);
 

@@ -40,5 +40,6 @@ void RegisterReductionKernels(KernelRegistry& r);    // Reduce*, Arg*, CumSum, T
                                                      // scatter, OneHot, Trilu, EyeLike, Range
 void RegisterTensorKernels(KernelRegistry& r);       // shape, layout, cast, resize...
 void RegisterKilnKernels(KernelRegistry& r);         // ai.kiln fused operators
+void RegisterControlFlowKernels(KernelRegistry& r);  // If, Loop, Scan (ops_control.cc)
 
 }  // namespace kiln::ref

@@ -46,6 +46,8 @@ void ExpectSameConstant(const Value* a, const Value* b) {
   EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0) << a->name << ": bytes differ";
 }
 
+void ExpectSameGraph(const Graph& a, const Graph& b, bool compare_opset);
+
 void ExpectSameNode(const Node& a, const Node& b, bool compare_opset) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.op_type, b.op_type) << a.name;
@@ -63,10 +65,16 @@ void ExpectSameNode(const Node& a, const Node& b, bool compare_opset) {
     EXPECT_EQ(Name(a.outputs[i]), Name(b.outputs[i])) << a.name;
     if (a.outputs[i] && b.outputs[i]) ExpectSameValueInfo(a.outputs[i], b.outputs[i]);
   }
+  EXPECT_EQ(a.captures, b.captures) << a.name;
   ASSERT_EQ(a.attrs.size(), b.attrs.size()) << a.name;
   for (const auto& [key, attr] : a.attrs) {
     const Attribute* other = b.FindAttr(key);
     ASSERT_NE(other, nullptr) << a.name << "." << key;
+    if (attr.kind == Attribute::Kind::kGraph && other->kind == Attribute::Kind::kGraph) {
+      SCOPED_TRACE(a.name + "." + key);
+      ExpectSameGraph(*attr.g, *other->g, compare_opset);  // bodies compare by structure
+      continue;
+    }
     EXPECT_TRUE(attr == *other) << a.name << "." << key;
   }
 }
