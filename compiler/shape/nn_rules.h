@@ -11,6 +11,7 @@ namespace kiln::shape {
 void RegisterNnLinalgRules(RuleRegistry& r);  // Gemm, MatMul, Einsum
 void RegisterAttentionRules(RuleRegistry& r);  // Attention, RotaryEmbedding
 void RegisterQuantizeRules(RuleRegistry& r);  // Q/DQ, QLinear*, *Integer
+void RegisterGridRules(RuleRegistry& r);      // GridSample, AffineGrid
 void RegisterLossRules(RuleRegistry& r);      // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 
 // MatMul's output shape for operands ai and bi (numpy batch broadcasting, 1-D operands);

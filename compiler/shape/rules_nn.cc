@@ -172,6 +172,7 @@ void RegisterNnRules(RuleRegistry& r) {
   RegisterLossRules(r);
   RegisterAttentionRules(r);
   RegisterQuantizeRules(r);
+  RegisterGridRules(r);
 }
 
 }  // namespace kiln::shape

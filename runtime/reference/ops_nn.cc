@@ -195,6 +195,7 @@ void RegisterNnKernels(KernelRegistry& r) {
   RegisterQuantizeKernels(r);
   nn::RegisterLinalgKernels(r);
   nn::RegisterUnpoolKernels(r);
+  nn::RegisterGridKernels(r);
   r.Register("", "Dropout", nn::Dropout);
 }
 
