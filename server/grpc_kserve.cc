@@ -174,8 +174,7 @@ inference::ModelStreamInferResponse Answer(StreamEntry& e,
 
 grpc::Status Unimplemented(const char* what) {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      absl::StrCat("kilnd does not implement ", what,
-                                   " (KServe v2 extensions: see docs/server.md)"));
+                      absl::StrCat("kilnd does not implement ", what));
 }
 
 }  // namespace

@@ -469,9 +469,14 @@ int HttpStatusFor(absl::StatusCode code) {
   }
 }
 
-void AddKServeRoutes(httplib::Server& router, ModelRegistry& registry, const HttpOptions& options) {
-  const json::Limits limits{options.max_json_depth};
-  const std::string model = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+namespace {
+
+// /v2/models/NAME and /v2/models/NAME/versions/V: match 1 is the name, 2 the version.
+constexpr char kModelPath[] = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+
+// GET: health, server and model metadata, configuration, statistics.
+void AddReadRoutes(httplib::Server& router, const ModelRegistry& registry) {
+  const std::string model = kModelPath;
   router.Get("/v2", [](const httplib::Request&, httplib::Response& res) {
     SendMessage(res, kserve::GetServerMetadata());
   });
@@ -498,7 +503,12 @@ void AddKServeRoutes(httplib::Server& router, ModelRegistry& registry, const Htt
   router.Get(model, [&registry](const httplib::Request& req, httplib::Response& res) {
     SendOrFail(res, kserve::GetModelMetadata(registry, Matched(req, 1), Matched(req, 2)));
   });
-  router.Post(model + "/infer",
+}
+
+// POST: inference and the repository.
+void AddWriteRoutes(httplib::Server& router, ModelRegistry& registry, const HttpOptions& options) {
+  const json::Limits limits{options.max_json_depth};
+  router.Post(std::string(kModelPath) + "/infer",
               [&registry, limits](const httplib::Request& req, httplib::Response& res) {
                 Infer(registry, limits, req, res);
               });
@@ -514,6 +524,13 @@ void AddKServeRoutes(httplib::Server& router, ModelRegistry& registry, const Htt
                   res.status = 200;
                 });
   }
+}
+
+}  // namespace
+
+void AddKServeRoutes(httplib::Server& router, ModelRegistry& registry, const HttpOptions& options) {
+  AddReadRoutes(router, registry);
+  AddWriteRoutes(router, registry, options);
   // Anything else under /v2 gets the protocol's error body rather than an empty 404.
   auto unknown = [](const httplib::Request& req, httplib::Response& res) {
     SendError(res, absl::NotFoundError(
