@@ -226,6 +226,64 @@ absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
 
 bool IsReferenceImpl(const std::string& impl) { return impl.rfind("ref", 0) == 0; }
 
+bool SamePlacement(const memory::desc& a, const memory::desc& b) {
+  const dnnl_memory_desc_t &x = a.data, &y = b.data;
+  if (x.ndims != y.ndims || x.format_kind != y.format_kind || x.format_kind != dnnl_blocked ||
+      x.offset0 != y.offset0 || x.data_type != y.data_type) {
+    return false;
+  }
+  const auto& bx = x.format_desc.blocking;
+  const auto& by = y.format_desc.blocking;
+  if (bx.inner_nblks != by.inner_nblks) return false;
+  for (int i = 0; i < bx.inner_nblks; ++i) {
+    if (bx.inner_blks[i] != by.inner_blks[i] || bx.inner_idxs[i] != by.inner_idxs[i]) return false;
+  }
+  for (int i = 0; i < x.ndims; ++i) {
+    if (x.dims[i] != y.dims[i] || x.padded_dims[i] != y.padded_dims[i] ||
+        bx.strides[i] != by.strides[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+memory::desc ChannelLayoutDesc(const std::vector<int64_t>& shape, ChannelLayout layout,
+                               int block) {
+  using tag = memory::format_tag;
+  const size_t r = shape.size();
+  const tag last[] = {tag::nwc, tag::nhwc, tag::ndhwc};
+  const tag b8[] = {tag::nCw8c, tag::nChw8c, tag::nCdhw8c};
+  const tag b16[] = {tag::nCw16c, tag::nChw16c, tag::nCdhw16c};
+  const tag t = layout == ChannelLayout::kLast ? last[r - 3] : block == 16 ? b16[r - 3] : b8[r - 3];
+  return memory::desc(ToDims(shape), memory::data_type::f32, t);
+}
+
+ChannelLayout ChannelLayoutOf(const memory::desc& md, const memory::dims& dims, int block) {
+  if (dims.size() < 3 || dims.size() > 5) return ChannelLayout::kOther;
+  const std::vector<int64_t> shape(dims.begin(), dims.end());
+  if (SamePlacement(md, ChannelLayoutDesc(shape, ChannelLayout::kLast, block))) {
+    return ChannelLayout::kLast;
+  }
+  if (dims[1] % block == 0 &&
+      SamePlacement(md, ChannelLayoutDesc(shape, ChannelLayout::kBlocked, block))) {
+    return ChannelLayout::kBlocked;
+  }
+  return ChannelLayout::kOther;
+}
+
+ChannelLayout StoredChannelLayout(const BuildContext& ctx, int slot, int* block) {
+  const Slot& s = ctx.slots[slot];
+  if (s.is_plain() || s.dtype != DType::kFloat32) return ChannelLayout::kOther;
+  for (int b : {16, 8}) {
+    const ChannelLayout l = ChannelLayoutOf(s.md, ToDims(s.shape), b);
+    if (l != ChannelLayout::kOther) {
+      *block = b;
+      return l;
+    }
+  }
+  return ChannelLayout::kOther;
+}
+
 void BuildContext::NoteImplementation(const Node& node, const std::string& impl) {
   if (IsReferenceImpl(impl)) slow_ops.push_back(node.op_type + " (" + impl + ")");
 }

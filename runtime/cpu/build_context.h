@@ -147,8 +147,28 @@ std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeDnnlBinary(BuildContext& ctx, const Node& node);
 // Which input of `node` is such an activation (0 or 1), or -1 when the node is not one.
 int LayoutBinaryActivationInput(const Node& node);
+// Whether input i of an element-wise node (or FusedElementwise program) is an activation the
+// element-wise kernel can read in a convolution's layout (elementwise_kernel.cc): every
+// operand f32, of the output's shape or per-channel/scalar.
+bool LayoutElementwiseInput(const Node& node, size_t i);
 std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeFallback(BuildContext& ctx, const Node& node);
+
+// How a convolution left an activation (rank 3..5): channels-last, or whole blocks of 8 or
+// 16 channels. Kernels that work in those layouts (concat, per-channel element-wise work)
+// spare the reorders to plain and back around them.
+enum class ChannelLayout { kOther, kLast, kBlocked };
+
+// Whether two f32 descs place every element at the same offset (oneDNN's operator== also
+// compares fields that do not change the placement).
+bool SamePlacement(const dnnl::memory::desc& a, const dnnl::memory::desc& b);
+// The layout of `md` (dims `dims`) with channel block `block`; kOther when neither.
+ChannelLayout ChannelLayoutOf(const dnnl::memory::desc& md, const dnnl::memory::dims& dims,
+                              int block);
+// The slot's stored channel layout and its block (16 tried first, then 8).
+ChannelLayout StoredChannelLayout(const BuildContext& ctx, int slot, int* block);
+dnnl::memory::desc ChannelLayoutDesc(const std::vector<int64_t>& shape, ChannelLayout layout,
+                                     int block);
 
 // oneDNN's reference implementations ("ref:any", "ref_int8:any", ...): plain C++ loops.
 bool IsReferenceImpl(const std::string& impl);

@@ -59,59 +59,6 @@ class LayoutConcatKernel : public CpuKernel {
   int64_t groups = 0;  // pixels (channels-last) or images (blocked)
 };
 
-enum class ChannelLayout { kOther, kLast, kBlocked };
-
-// Whether two f32 descs place every element at the same offset (oneDNN's operator== also
-// compares fields that do not change the placement, which differ between a primitive's desc
-// and one made from a tag).
-bool SamePlacement(const dnnl::memory::desc& a, const dnnl::memory::desc& b) {
-  const dnnl_memory_desc_t &x = a.data, &y = b.data;
-  if (x.ndims != y.ndims || x.format_kind != y.format_kind || x.format_kind != dnnl_blocked ||
-      x.offset0 != y.offset0 || x.data_type != y.data_type) {
-    return false;
-  }
-  const auto& bx = x.format_desc.blocking;
-  const auto& by = y.format_desc.blocking;
-  if (bx.inner_nblks != by.inner_nblks) return false;
-  for (int i = 0; i < bx.inner_nblks; ++i) {
-    if (bx.inner_blks[i] != by.inner_blks[i] || bx.inner_idxs[i] != by.inner_idxs[i]) return false;
-  }
-  for (int i = 0; i < x.ndims; ++i) {
-    if (x.dims[i] != y.dims[i] || x.padded_dims[i] != y.padded_dims[i] ||
-        bx.strides[i] != by.strides[i]) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// How `md` (dims `dims`, rank 3..5) lays out channels: channels-last, blocks of `block`, or
-// neither.
-ChannelLayout LayoutOf(const dnnl::memory::desc& md, const dnnl::memory::dims& dims, int block) {
-  using tag = dnnl::memory::format_tag;
-  const size_t r = dims.size();
-  const tag last[] = {tag::nwc, tag::nhwc, tag::ndhwc};
-  const tag b8[] = {tag::nCw8c, tag::nChw8c, tag::nCdhw8c};
-  const tag b16[] = {tag::nCw16c, tag::nChw16c, tag::nCdhw16c};
-  const auto f32 = dnnl::memory::data_type::f32;
-  if (SamePlacement(md, dnnl::memory::desc(dims, f32, last[r - 3]))) return ChannelLayout::kLast;
-  const tag blocked = block == 16 ? b16[r - 3] : b8[r - 3];
-  if (dims[1] % block == 0 && SamePlacement(md, dnnl::memory::desc(dims, f32, blocked))) {
-    return ChannelLayout::kBlocked;
-  }
-  return ChannelLayout::kOther;
-}
-
-dnnl::memory::desc LayoutDesc(const std::vector<int64_t>& shape, ChannelLayout layout, int block) {
-  using tag = dnnl::memory::format_tag;
-  const size_t r = shape.size();
-  const tag last[] = {tag::nwc, tag::nhwc, tag::ndhwc};
-  const tag b8[] = {tag::nCw8c, tag::nChw8c, tag::nCdhw8c};
-  const tag b16[] = {tag::nCw16c, tag::nChw16c, tag::nCdhw16c};
-  const tag t = layout == ChannelLayout::kLast ? last[r - 3] : block == 16 ? b16[r - 3] : b8[r - 3];
-  return dnnl::memory::desc(ToDims(shape), dnnl::memory::data_type::f32, t);
-}
-
 // The layout of the first input a convolution left channels-last or blocked (blocks only
 // when every input's channels are whole blocks); kOther when there is none.
 ChannelLayout ChooseLayout(const BuildContext& ctx, const Node& node, int* block) {
@@ -119,7 +66,7 @@ ChannelLayout ChooseLayout(const BuildContext& ctx, const Node& node, int* block
     const int s = ctx.SlotOf(v);
     if (s < 0 || ctx.slots[s].is_plain()) continue;
     for (int b : {16, 8}) {
-      const ChannelLayout l = LayoutOf(ctx.StoredMd(s), ToDims(ctx.slots[s].shape), b);
+      const ChannelLayout l = ChannelLayoutOf(ctx.StoredMd(s), ToDims(ctx.slots[s].shape), b);
       if (l == ChannelLayout::kOther) continue;
       bool whole = true;
       for (const Value* u : node.inputs) {
@@ -160,12 +107,12 @@ std::unique_ptr<CpuKernel> MakeLayoutConcat(BuildContext& ctx, const Node& node,
   for (const Value* v : node.inputs) {
     const int s = ctx.SlotOf(v);
     const std::vector<int64_t> shape = ctx.slots[s].shape;
-    k->in.push_back(ctx.ReadAs(s, LayoutDesc(shape, layout, block)));
+    k->in.push_back(ctx.ReadAs(s, ChannelLayoutDesc(shape, layout, block)));
     k->run.push_back(shape[1] * per_channel * sizeof(float));
   }
   k->groups = layout == ChannelLayout::kLast ? y_shape[0] * spatial : y_shape[0];
   k->out_run = y_shape[1] * per_channel * sizeof(float);
-  k->out = ctx.WriteAs(out, LayoutDesc(y_shape, layout, block));
+  k->out = ctx.WriteAs(out, ChannelLayoutDesc(y_shape, layout, block));
   return k;
 }
 
@@ -175,7 +122,8 @@ std::unique_ptr<CpuKernel> MakeConcatKernel(BuildContext& ctx, const Node& node)
   if (!node.domain.empty() || node.op_type != "Concat" || node.inputs.empty()) return nullptr;
   const int out = ctx.SlotOf(node.output(0));
   if (out < 0) return nullptr;
-  const std::vector<int64_t>& ys = ctx.slots[out].shape;
+  // A copy: reading an input through a reorder adds slots (and may move the table).
+  const std::vector<int64_t> ys = ctx.slots[out].shape;
   const size_t elem = DTypeSize(ctx.slots[out].dtype);
   const int64_t rank = static_cast<int64_t>(ys.size());
   int64_t axis = node.GetInt("axis", 0);

@@ -268,12 +268,107 @@ std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>&
   return strides;
 }
 
+namespace {
+
+// An operand's shape padded to `rank` when it is [N or 1, C or 1, 1, ...] against `y`: a
+// per-channel (or per-image, or scalar) operand; nullopt otherwise.
+std::optional<std::vector<int64_t>> PerChannel(std::vector<int64_t> s, const std::vector<int64_t>& y) {
+  if (s.size() > y.size()) return std::nullopt;
+  s.insert(s.begin(), y.size() - s.size(), 1);
+  if ((s[0] != 1 && s[0] != y[0]) || (s[1] != 1 && s[1] != y[1])) return std::nullopt;
+  for (size_t d = 2; d < s.size(); ++d) {
+    if (s[d] != 1) return std::nullopt;
+  }
+  return s;
+}
+
+bool FloatValue(const Value* v) { return v && v->dtype == DType::kFloat32 && v->shape && IsStatic(*v->shape); }
+
+// The iteration space in memory order: [N, spatial..., C] channels-last, [N, C/b, spatial...,
+// b] blocked; and the element strides there of a per-channel operand of shape `s`.
+std::vector<int64_t> MemoryOrderDims(const std::vector<int64_t>& y, ChannelLayout l, int b) {
+  std::vector<int64_t> d = {y[0]};
+  if (l == ChannelLayout::kBlocked) d.push_back(y[1] / b);
+  d.insert(d.end(), y.begin() + 2, y.end());
+  d.push_back(l == ChannelLayout::kBlocked ? b : y[1]);
+  return d;
+}
+
+std::vector<int64_t> PerChannelStrides(const std::vector<int64_t>& s, const std::vector<int64_t>& y,
+                                       ChannelLayout l, int b) {
+  const int64_t c_stride = s[1] == 1 ? 0 : 1;
+  const int64_t n_stride = s[0] == 1 ? 0 : s[1];
+  std::vector<int64_t> st = {n_stride};
+  if (l == ChannelLayout::kBlocked) st.push_back(b * c_stride);
+  st.insert(st.end(), y.size() - 2, 0);
+  st.push_back(c_stride);
+  return st;
+}
+
+std::vector<int64_t> DenseStrides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> st(dims.size(), 1);
+  for (int64_t d = static_cast<int64_t>(dims.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * dims[d + 1];
+  return st;
+}
+
+// The element-wise work in the layout a convolution left its activation in (channels-last
+// or whole channel blocks): DenseNet's pre-activation BatchNorm+ReLU and the like no longer
+// reorder to plain and back. Every operand is either the activation's shape (read in that
+// layout) or per-channel/scalar; the output is written in the layout too. nullptr otherwise.
+std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& node,
+                                                 const std::vector<Instr>& prog, int out) {
+  const std::vector<int64_t> y = ctx.slots[out].shape;
+  if (!ctx.slots[out].blocked_ok || y.size() < 3 || y.size() > 5) return nullptr;
+  int block = 0;
+  ChannelLayout layout = ChannelLayout::kOther;
+  for (const Value* v : node.inputs) {
+    const int s = ctx.SlotOf(v);
+    if (s < 0 || !v || ctx.slots[s].dtype != DType::kFloat32) return nullptr;
+    if (layout == ChannelLayout::kOther && ctx.slots[s].shape == y) {
+      layout = StoredChannelLayout(ctx, s, &block);
+    }
+  }
+  if (layout == ChannelLayout::kOther) return nullptr;
+  const std::vector<int64_t> dims = MemoryOrderDims(y, layout, block);
+  std::vector<Operand> in;
+  for (const Value* v : node.inputs) {
+    const int s = ctx.SlotOf(v);
+    const std::vector<int64_t> shape = ctx.slots[s].shape;
+    if (shape == y) {
+      in.push_back({ctx.ReadAs(s, ChannelLayoutDesc(y, layout, block)), DenseStrides(dims), true});
+      continue;
+    }
+    std::optional<std::vector<int64_t>> pc = PerChannel(shape, y);
+    if (!pc) return nullptr;
+    const int plain = ctx.slots[s].is_plain() ? s : ctx.ReadAs(s, ctx.PlainMd(s));
+    in.push_back({plain, PerChannelStrides(*pc, y, layout, block), false});
+  }
+  const int y_slot = ctx.WriteAs(out, ChannelLayoutDesc(y, layout, block));
+  return std::make_unique<ElementwiseKernel>(std::move(in), prog, y_slot, dims,
+                                             omp_get_max_threads());
+}
+
+}  // namespace
+
+bool LayoutElementwiseInput(const Node& node, size_t i) {
+  if (!ReadInstrs(node) || !node.output(0) || !FloatValue(node.output(0))) return false;
+  const std::vector<int64_t> y = StaticDims(*node.output(0)->shape);
+  if (y.size() < 3 || y.size() > 5 || i >= node.inputs.size()) return false;
+  for (const Value* v : node.inputs) {
+    if (!FloatValue(v)) return false;
+    const std::vector<int64_t> s = StaticDims(*v->shape);
+    if (s != y && !PerChannel(s, y)) return false;
+  }
+  return StaticDims(*node.inputs[i]->shape) == y;
+}
+
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node) {
   std::optional<std::vector<Instr>> prog = ReadInstrs(node);
   const int out = ctx.SlotOf(node.output(0));
   if (!prog || prog->empty() || out < 0 || ctx.slots[out].dtype != DType::kFloat32) {
     return nullptr;
   }
+  if (auto k = MakeLayoutElementwise(ctx, node, *prog, out)) return k;
   const std::vector<int64_t> shape = ctx.slots[out].shape;
   std::vector<Operand> in;
   for (size_t k = 0; k < node.inputs.size(); ++k) {

@@ -67,6 +67,7 @@ void MarkBlockable(const Graph& graph, BuildContext& ctx) {
       const bool residual = n->domain == kKilnDomain && i >= 3;
       if (IsChannelConcat(*n)) continue;  // concat_kernel.cc works in those layouts
       if (LayoutBinaryActivationInput(*n) == static_cast<int>(i)) continue;  // dnnl_binary.cc
+      if (LayoutElementwiseInput(*n, i)) continue;  // elementwise_kernel.cc
       if (!IsConvFamily(*n) || (i != 0 && !residual)) ctx.slots[s].blocked_ok = false;
     }
   }

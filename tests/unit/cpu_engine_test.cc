@@ -601,6 +601,28 @@ TEST(CpuEngineBuild, ConstantOnlyNodesAreEvaluatedOnceAtBuild) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+// DenseNet's pre-activation: a concat, then BatchNorm as per-channel Mul and Add, then ReLU,
+// then a convolution. The element-wise ops read and write the convolutions' layout.
+TEST(CpuEngineLayouts, PerChannelElementwiseStaysInTheConvolutionsLayout) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 16, 5, 5});
+  Value* c = b.Op("Conv", {x, b.Constant("w1", Random({32, 16, 3, 3}, 81))},
+                  {{"pads", Ints({1, 1, 1, 1})}});
+  Value* cat = b.Op("Concat", {c, b.Op("Conv", {x, b.Constant("w2", Random({16, 16, 1, 1}, 82))})},
+                    {{"axis", Attribute::Int(1)}});
+  Value* bn = b.Op("Add", {b.Op("Mul", {cat, b.Constant("g", Random({48, 1, 1}, 83))}),
+                           b.Constant("beta", Random({1, 48, 1, 1}, 84))});
+  b.Output(b.Op("Conv", {b.Op("Relu", {bn}), b.Constant("w3", Random({16, 48, 1, 1}, 85))}));
+  Outcome o = ExpectMatchesReference(b.Build());
+  cpu::CpuEngineOptions eo;
+  eo.layout = cpu::ActivationLayout::kBlocked;
+  auto blocked = cpu::BuildCpuEngine(o.compiled, eo);
+  ASSERT_TRUE(blocked.ok()) << blocked.status();
+  // The graph input (once per convolution reading it), the output, and at most one concat
+  // input another convolution left in another layout; none around the element-wise ops.
+  EXPECT_LE((*blocked)->info().layout_reorders, 4);
+}
+
 TEST(CpuEngineSteadyState, RunAllocatesNothingAfterTheFirstCall) {
   // Own kernels only (view, element-wise, softmax, layer norm, transpose).
   GraphBuilder b;
