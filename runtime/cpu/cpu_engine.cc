@@ -455,6 +455,7 @@ const char* ActivationLayoutName(ActivationLayout layout) {
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGraph& compiled,
                                                                  const CpuEngineOptions& options) {
   if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
+  RETURN_IF_ERROR(ref::CheckSupported(*compiled.graph));  // fallbacks and bodies need kernels
   CpuIsa();  // the ISA cap reaches oneDNN before its first primitive
   auto build_with = [&](const CpuEngineOptions& o, ActivationLayout layout)
       -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {

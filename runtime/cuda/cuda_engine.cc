@@ -14,6 +14,7 @@
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/device_arena.h"
 #include "runtime/cuda/graph_capture.h"
+#include "runtime/reference/interpreter.h"
 #include "runtime/cuda/node_plan.h"
 #include "runtime/cuda/nvrtc_compiler.h"
 #include "runtime/cuda/steps.h"
@@ -335,6 +336,7 @@ CudaEngine::~CudaEngine() {
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCudaEngine(const CompiledGraph& compiled,
                                                                   const CudaEngineOptions& options) {
   if (!compiled.graph) return absl::InvalidArgumentError("cuda engine: no graph");
+  RETURN_IF_ERROR(ref::CheckSupported(*compiled.graph));  // host fallbacks and bodies need kernels
   auto engine = std::make_unique<CudaEngine>();
   absl::Status st = engine->Build(compiled, options);
   if (!st.ok()) {

@@ -54,6 +54,20 @@ absl::StatusOr<std::vector<Tensor>> RunNode(const Node& node, const KernelInputs
   return outs;
 }
 
+absl::Status CheckSupported(const Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    if (!KernelRegistry::Default().Find(node->domain, node->op_type)) {
+      return absl::UnimplementedError(node->Describe() + ": operator is not supported");
+    }
+    for (const auto& [name, attr] : node->attrs) {
+      if (attr.kind != Attribute::Kind::kGraph || !attr.g) continue;
+      absl::Status st = CheckSupported(*attr.g);
+      if (!st.ok()) return absl::Status(st.code(), node->Describe() + " " + name + ": " + std::string(st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckInput(const Value& input, const Tensor& t) {
   if (t.dtype() != input.dtype) {
     return absl::InvalidArgumentError("input '" + input.name + "' must be " +
@@ -140,6 +154,7 @@ absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env) {
 }  // namespace
 
 absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
+  RETURN_IF_ERROR(CheckSupported(graph));
   Env env;
   for (Value* in : graph.inputs) {
     auto it = inputs.find(in->name);

@@ -28,6 +28,10 @@ absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs);
 absl::StatusOr<std::vector<Tensor>> RunBody(const Graph& body, const std::vector<Tensor>& args,
                                             const TensorMap& captured);
 
+// UNIMPLEMENTED naming the first node, in `graph` or any body nested in it, that has no
+// kernel: a branch a request may never take is refused at load, not when it is taken.
+absl::Status CheckSupported(const Graph& graph);
+
 // Checks a fed tensor against a graph input declaration.
 absl::Status CheckInput(const Value& input, const Tensor& t);
 

@@ -314,13 +314,37 @@ TEST(BadModels, UnknownOperatorIsUnimplemented) {
 
 // ---- attributes and Constant nodes ---------------------------------------------------
 
-TEST(BadModels, GraphAttribute) {
-  onnx::ModelProto m = ReluModel();
-  auto* a = m.mutable_graph()->mutable_node(0)->add_attribute();
-  a->set_name("then_branch");
-  a->set_type(onnx::AttributeProto::GRAPH);
-  *a->mutable_g() = ReluModel().graph();
-  EXPECT_CODE(Pipeline(m), kUnimplemented);
+// cond -> If(then: Relu(x), else: Relu(x)) -> y, the bodies reading x from the outer graph.
+onnx::ModelProto IfModel() {
+  onnx::ModelProto m = BaseModel();
+  AddInput(m, "x");
+  AddInput(m, "cond", {}, TensorProto::BOOL);
+  onnx::NodeProto* n = AddNode(m, "If", {"cond"}, {"y"});
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    onnx::ModelProto body = BaseModel();
+    AddNode(body, "Relu", {"x"}, {std::string(branch) + "_y"});
+    AddOutput(body, std::string(branch) + "_y");
+    auto* a = n->add_attribute();
+    a->set_name(branch);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = body.graph();
+  }
+  AddOutput(m, "y");
+  return m;
+}
+
+// Graph attributes are imported as bodies and checked like a main graph: an unknown
+// operator or a value that exists nowhere inside one is refused, never run.
+TEST(BadModels, GraphAttributeBodiesAreChecked) {
+  ASSERT_TRUE(Pipeline(IfModel()).ok()) << Pipeline(IfModel());
+  onnx::ModelProto unknown = IfModel();
+  unknown.mutable_graph()->mutable_node(0)->mutable_attribute(0)->mutable_g()->mutable_node(0)
+      ->set_op_type("NoSuchOp");
+  EXPECT_CODE(Pipeline(unknown), kUnimplemented);
+  onnx::ModelProto dangling = IfModel();
+  dangling.mutable_graph()->mutable_node(0)->mutable_attribute(1)->mutable_g()->mutable_node(0)
+      ->set_input(0, "nowhere");
+  EXPECT_FALSE(Pipeline(dangling).ok());
 }
 
 TEST(BadModels, AttributeReferenceAndSparseTensorAttribute) {
