@@ -2,6 +2,8 @@
 // (InferenceService, ModelService, the KServe v2 GRPCInferenceService, grpc.health.v1,
 // reflection) and HTTP (/healthz, /readyz, /metrics, the KServe v2 REST API), and on
 // SIGTERM/SIGINT drains in-flight requests before it stops.
+#include <malloc.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -145,6 +147,10 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
 
 int main(int argc, char** argv) {
   kiln::EnsureOpenMpWaitPolicy(argv);
+  // Request and upload buffers of a MiB or more are mapped and unmapped on their own: glibc's
+  // adaptive threshold would otherwise keep freed multi-MiB chunks in every worker thread's
+  // arena, and RSS would grow with the largest messages seen rather than with the live ones.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   const sigset_t stop_signals = kiln::server::BlockStopSignals();
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args) {
