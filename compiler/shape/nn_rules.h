@@ -12,6 +12,8 @@ void RegisterNnLinalgRules(RuleRegistry& r);  // Gemm, MatMul, Einsum
 void RegisterAttentionRules(RuleRegistry& r);  // Attention, RotaryEmbedding
 void RegisterQuantizeRules(RuleRegistry& r);  // Q/DQ, QLinear*, *Integer
 void RegisterGridRules(RuleRegistry& r);      // GridSample, AffineGrid
+void RegisterDetectionRules(RuleRegistry& r);  // NonMaxSuppression, RoiAlign
+void RegisterRecurrentRules(RuleRegistry& r);  // RNN, GRU, LSTM
 void RegisterLossRules(RuleRegistry& r);      // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
 
 // MatMul's output shape for operands ai and bi (numpy batch broadcasting, 1-D operands);

@@ -173,6 +173,8 @@ void RegisterNnRules(RuleRegistry& r) {
   RegisterAttentionRules(r);
   RegisterQuantizeRules(r);
   RegisterGridRules(r);
+  RegisterDetectionRules(r);
+  RegisterRecurrentRules(r);
 }
 
 }  // namespace kiln::shape

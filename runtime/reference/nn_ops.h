@@ -28,6 +28,8 @@ void RegisterRotaryKernels(KernelRegistry& r);     // RotaryEmbedding
 void RegisterLinalgKernels(KernelRegistry& r);     // Det
 void RegisterUnpoolKernels(KernelRegistry& r);     // MaxUnpool, Col2Im
 void RegisterGridKernels(KernelRegistry& r);       // GridSample, AffineGrid
+void RegisterDetectionKernels(KernelRegistry& r);  // NonMaxSuppression, RoiAlign
+void RegisterRecurrentKernels(KernelRegistry& r);  // RNN, GRU, LSTM
 void RegisterLossKernels(KernelRegistry& r);       // NLL and softmax cross-entropy losses
 
 // Upper bound on the elements one NN kernel will allocate: hostile attributes (huge strides

@@ -196,6 +196,8 @@ void RegisterNnKernels(KernelRegistry& r) {
   nn::RegisterLinalgKernels(r);
   nn::RegisterUnpoolKernels(r);
   nn::RegisterGridKernels(r);
+  nn::RegisterDetectionKernels(r);
+  nn::RegisterRecurrentKernels(r);
   r.Register("", "Dropout", nn::Dropout);
 }
 
