@@ -91,7 +91,7 @@ COPY . .
 RUN --mount=type=cache,id=kiln-ccache-cuda,target=/root/.cache/ccache \
     export CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_MAXSIZE=2G \
  && cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON \
-      -DKILN_BUILD_TESTS=OFF -DCUDAToolkit_ROOT=/usr/local/cuda \
+      -DKILN_BUILD_TESTS=OFF -DCUDAToolkit_ROOT=/usr/local/cuda-$(echo ${CUDA_VERSION} | tr - .) \
  && grep -q 'KILN_HAVE_CUDA:INTERNAL=ON' build-cuda/CMakeCache.txt \
  && cmake --build build-cuda --target kilnd kiln \
  && strip build-cuda/server/kilnd build-cuda/tools/kiln
