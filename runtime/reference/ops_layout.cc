@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "runtime/reference/pad_source.h"
 #include "runtime/reference/tensor_ops.h"
 
 namespace kiln::ref {
@@ -213,21 +214,6 @@ Outs SliceKernel(const Node& node, const KernelInputs& in) {
   return std::vector<Tensor>{y};
 }
 
-// Maps a padded coordinate back into [0, n) for the non-constant pad modes; -1 = use the
-// constant value.
-int64_t PadSource(int64_t i, int64_t n, const std::string& mode) {
-  if (i >= 0 && i < n) return i;
-  if (mode == "edge") return std::clamp<int64_t>(i, 0, n - 1);
-  if (mode == "wrap") return ((i % n) + n) % n;
-  if (mode == "reflect") {
-    if (n == 1) return 0;
-    const int64_t period = 2 * (n - 1);  // reflection without repeating the edge element
-    int64_t m = ((i % period) + period) % period;
-    return m < n ? m : period - m;
-  }
-  return -1;
-}
-
 Outs PadKernel(const Node& node, const KernelInputs& in) {
   ASSIGN_OR_RETURN(const Tensor* x, RequireInput(node, in, 0));
   ASSIGN_OR_RETURN(const Tensor* p, RequireInput(node, in, 1));
@@ -329,6 +315,19 @@ void RegisterLayoutKernels(KernelRegistry& r) {
              [](const Node& n, const KernelInputs& in) { return BlockKernel(n, in, true); });
   r.Register("", "SpaceToDepth",
              [](const Node& n, const KernelInputs& in) { return BlockKernel(n, in, false); });
+}
+
+int64_t PadSource(int64_t i, int64_t n, const std::string& mode) {
+  if (i >= 0 && i < n) return i;
+  if (mode == "edge") return std::clamp<int64_t>(i, 0, n - 1);
+  if (mode == "wrap") return ((i % n) + n) % n;
+  if (mode == "reflect") {
+    if (n == 1) return 0;
+    const int64_t period = 2 * (n - 1);  // reflection without repeating the edge element
+    int64_t m = ((i % period) + period) % period;
+    return m < n ? m : period - m;
+  }
+  return -1;
 }
 
 }  // namespace kiln::ref

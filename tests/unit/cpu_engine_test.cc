@@ -476,6 +476,43 @@ TEST(CpuEngineOwnKernels, SplitAndExpandAnyElementType) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+TEST(CpuEngineOwnKernels, PadEveryModeCropsAndAxes) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 3, 4});
+  Value* ids = b.Input("ids", DType::kInt64, {3, 5});
+  int n = 0;
+  auto c = [&](std::vector<int64_t> v) {
+    const int64_t size = static_cast<int64_t>(v.size());
+    return b.Constant("c" + std::to_string(n++), Tensor::FromInt64(v, {size}));
+  };
+  auto mode = [](const char* m) {
+    return std::map<std::string, Attribute>{{"mode", Attribute::String(m)}};
+  };
+  Value* value = b.Constant("v", Tensor::Scalar(DType::kFloat32, 2.5));
+  b.Output(b.Op("Pad", {x, c({0, 1, 2, 1, 0, 3}), value}, mode("constant")));
+  b.Output(b.Op("Pad", {x, c({0, 2, 5, 0, 2, 6})}, mode("reflect")));  // wider than the axis
+  b.Output(b.Op("Pad", {x, c({1, 0, 1, 1, 3, 2})}, mode("edge")));
+  b.Output(b.Op("Pad", {x, c({0, 4, 1, 0, 1, 7})}, mode("wrap")));
+  b.Output(b.Op("Pad", {x, c({0, -1, 2, 0, -1, -1})}, mode("constant")));  // crops too
+  b.Output(b.Op("Pad", {x, c({0, -1, 2, 0, -2, -1})}, mode("reflect")));   // to nothing
+  b.Output(b.Op("Pad", {x, c({1, 2}), nullptr, c({-1})}, mode("edge")));  // axes input
+  b.Output(b.Op("Pad", {ids, c({1, 0, 0, 2})}, mode("reflect")));             // int64
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
+// A constant value fed at run time has no bytes at build: the reference runs that Pad.
+TEST(CpuEngineOwnKernels, PadWithARuntimeValueFallsBack) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 3});
+  Value* value = b.Input("value", DType::kFloat32, {});
+  b.Output(b.Op("Pad", {x, b.Constant("p", Tensor::FromInt64({1, 0, 0, 2}, {4})), value}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/1);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 1);
+}
+
 TEST(CpuEngineOwnKernels, ReductionsTheKernelLeavesToTheReference) {
   // LogSumExp (wants a max pass) and integer inputs.
   GraphBuilder b;
