@@ -13,6 +13,7 @@
 #include "compiler/passes/fuse_conv_epilogue.h"
 #include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
+#include "compiler/passes/lower_einsum.h"
 #include "compiler/passes/recognize_patterns.h"
 #include "compiler/passes/simplify_reshapes.h"
 #include "base/stop.h"
@@ -32,6 +33,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fuse_matmul_epilogue",
        [] { return std::make_unique<passes::FuseMatMulEpiloguePass>(); }},
       {"fuse_elementwise", [] { return std::make_unique<passes::FuseElementwisePass>(); }},
+      {"lower_einsum", [] { return std::make_unique<passes::LowerEinsumPass>(); }},
       {"recognize_patterns", [] { return std::make_unique<passes::RecognizePatternsPass>(); }},
       {"simplify_reshapes", [] { return std::make_unique<passes::SimplifyReshapesPass>(); }},
       {"fold_scale_into_weights",
@@ -104,7 +106,12 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   // Folding first: once the batch is bound, shape subgraphs become constants and expose
   // no-op reshapes to eliminate_identity. CSE after that sees canonical inputs. Dead code
   // last: every earlier pass leaves unused values behind.
-  std::vector<std::string> o1 = {"fold_constants", "eliminate_identity",
+  // lower_einsum at O1 too: an Einsum has no backend kernel (it runs on the reference
+  // fallback), the MatMul it becomes has one. It needs the static shapes that folding and
+  // binding the batch give, and it comes before CSE (two Einsums that transpose one operand
+  // the same way share the Transpose) and, at O2, before simplify_reshapes (a Transpose it
+  // adds merges with the exporter's) and the epilogue fusion (the MatMul takes a bias/scale).
+  std::vector<std::string> o1 = {"fold_constants", "eliminate_identity", "lower_einsum",
                                  "eliminate_common_subexpressions", "fold_constants",
                                  "eliminate_dead_code"};
   if (level == OptLevel::kO1) return o1;
