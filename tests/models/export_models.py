@@ -36,13 +36,13 @@ import sys
 import tempfile
 import time
 
-SCRIPT_VERSION = "1"  # bump when a model, its inputs or the export settings change
+SCRIPT_VERSION = "2"  # bump when a model, its inputs or the export settings change
 OPSET = 17
 SKIP = 77
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_ORT = os.path.join(REPO, "tools", "ort", "run_ort.js")
 ORT_PKG = os.path.join(REPO, "tools", "ort", "node_modules", "onnxruntime-node")
-MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_tiny")
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_tiny", "rnn_tagger", "lraspp")
 
 
 # Inputs other than 224 x 224: Inception v3 is defined for 299 (its aux-free eval graph still
@@ -134,6 +134,29 @@ def build_encoder(torch):
     return TinyBert()
 
 
+def build_tagger(torch):
+    """A sequence tagger: embeddings, a bidirectional LSTM, a GRU over its states, per-token
+    logits (the recurrent family as torch exports it: LSTM/GRU nodes with Transposes around
+    them for batch_first)."""
+    nn = torch.nn
+
+    class Tagger(nn.Module):
+        def __init__(self, vocab=500, emb=32, hidden=48, tags=9):
+            super().__init__()
+            self.vocab = vocab
+            self.emb = nn.Embedding(vocab, emb)
+            self.lstm = nn.LSTM(emb, hidden, batch_first=True, bidirectional=True)
+            self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
+            self.out = nn.Linear(hidden, tags)
+
+        def forward(self, tokens):
+            y, _ = self.lstm(self.emb(tokens))
+            y, _ = self.gru(y)
+            return self.out(y)
+
+    return Tagger()
+
+
 def randomize_batchnorm(torch, model):
     g = torch.Generator().manual_seed(1234)
     for m in model.modules():
@@ -166,6 +189,30 @@ def make_model(name, torch, torchvision):
         in_names, out_names = ["input_ids", "attention_mask"], ["last_hidden_state", "pooled"]
         dyn = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"},
                "last_hidden_state": {0: "batch"}, "pooled": {0: "batch"}}
+    elif name == "rnn_tagger":
+        model = build_tagger(torch)
+        tokens = torch.randint(0, model.vocab, (2, 12), generator=g, dtype=torch.int64)
+        inputs, in_names, out_names = [tokens], ["tokens"], ["tag_logits"]
+        dyn = {"tokens": {0: "batch"}, "tag_logits": {0: "batch"}}
+    elif name == "lraspp":
+        # Segmentation: MobileNetV3 backbone, LR-ASPP head (global-pool gating, bilinear
+        # upsampling back to the input size).
+        model = torchvision.models.segmentation.lraspp_mobilenet_v3_large(
+            weights=None, weights_backbone=None)
+        randomize_batchnorm(torch, model)
+
+        class OutOnly(torch.nn.Module):  # the dict output as one tensor
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)["out"]
+
+        model = OutOnly(model)
+        inputs = [torch.randn(1, 3, 224, 224, generator=g)]
+        in_names, out_names = ["input"], ["masks"]
+        dyn = {"input": {0: "batch"}, "masks": {0: "batch"}}
     else:
         model = getattr(torchvision.models, name)(weights=None)
         randomize_batchnorm(torch, model)
