@@ -8,7 +8,7 @@ std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node) {
                                        MakeLayerNormKernel, MakeTransposeKernel, MakeGatherKernel,
                                        MakeConcatKernel, MakeReduceKernel, MakeSliceKernel,
                                        MakeCastKernel, MakeWhereKernel, MakeSplitKernel,
-                                       MakeExpandKernel, MakePadKernel};
+                                       MakeExpandKernel, MakePadKernel, MakeResizeKernel};
   for (Factory f : kFactories) {
     if (auto k = f(ctx, node)) return k;
   }

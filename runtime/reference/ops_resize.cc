@@ -11,6 +11,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "runtime/reference/resize_plan.h"
 #include "runtime/reference/tensor_ops.h"
 
 namespace kiln::ref {
@@ -128,9 +129,10 @@ absl::Status ScalesToAxes(const Node& node, const ResizeAttrs& a, const std::vec
 
 // Output lengths and per-axis scales from scales or sizes (exactly one must be given).
 absl::StatusOr<std::vector<AxisMap>> PlanAxes(const Node& node, const ResizeAttrs& a,
-                                              const Tensor& x, const KernelInputs& in) {
-  std::vector<AxisMap> maps(x.rank());
-  for (int64_t d = 0; d < x.rank(); ++d) maps[d].in = maps[d].out = x.dim(d);
+                                              const std::vector<int64_t>& shape,
+                                              const KernelInputs& in) {
+  std::vector<AxisMap> maps(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) maps[d].in = maps[d].out = shape[d];
   const size_t n = a.axes.size();
   if (const Tensor* roi = Present(in, 1)) {
     if (roi->numel() != static_cast<int64_t>(2 * n)) {
@@ -352,7 +354,7 @@ Outs ResizeKernel(const Node& node, const KernelInputs& in) {
   ASSIGN_OR_RETURN(const Tensor* x, RequireInput(node, in, 0));
   RETURN_IF_ERROR(CheckMovableDType(node, *x));
   ASSIGN_OR_RETURN(ResizeAttrs a, ReadAttrs(node, x->rank()));
-  ASSIGN_OR_RETURN(std::vector<AxisMap> maps, PlanAxes(node, a, *x, in));
+  ASSIGN_OR_RETURN(std::vector<AxisMap> maps, PlanAxes(node, a, x->shape(), in));
   ASSIGN_OR_RETURN(Tensor y, RunResize(node, a, *x, maps));
   return std::vector<Tensor>{y};
 }
@@ -394,6 +396,38 @@ Outs UpsampleKernel(const Node& node, const KernelInputs& in) {
 void RegisterResizeKernels(KernelRegistry& r) {
   r.Register("", "Resize", ResizeKernel);
   r.Register("", "Upsample", UpsampleKernel);
+}
+
+
+absl::StatusOr<ResizePlan> PlanResize(const Node& node, const std::vector<int64_t>& shape,
+                                      const KernelInputs& in) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  ASSIGN_OR_RETURN(ResizeAttrs a, ReadAttrs(node, rank));
+  ASSIGN_OR_RETURN(std::vector<AxisMap> maps, PlanAxes(node, a, shape, in));
+  std::vector<int64_t> out;
+  for (const AxisMap& m : maps) out.push_back(m.out);
+  RETURN_IF_ERROR(CheckOutputShape(node, out));
+  ResizePlan plan;
+  plan.nearest = a.mode == "nearest";
+  plan.extrapolation = a.extrapolation;
+  plan.order = AxisOrder(maps);
+  for (const AxisMap& m : maps) {
+    ResizeAxisPlan p{m.in, m.out, m.resized, {}};
+    for (int64_t j = 0; m.resized && j < m.out; ++j) {
+      const double xo = SourceCoord(a, m, j);
+      std::vector<ResizeTap> taps;
+      if (!Outside(a, m, xo)) {
+        if (plan.nearest) {
+          taps.push_back({NearestIndex(a, xo, m.in), 1.0});
+        } else {
+          for (const Tap& t : InterpTaps(a, m, xo)) taps.push_back({t.index, t.weight});
+        }
+      }
+      p.taps.push_back(std::move(taps));
+    }
+    plan.axes.push_back(std::move(p));
+  }
+  return plan;
 }
 
 }  // namespace kiln::ref

@@ -513,6 +513,56 @@ TEST(CpuEngineOwnKernels, PadWithARuntimeValueFallsBack) {
   EXPECT_EQ(o.engine->info().fallback_ops, 1);
 }
 
+// Resize with constant scales/sizes runs the reference's own taps: nearest on any dtype,
+// linear and cubic on float32, each coordinate transform, antialias and extrapolation.
+TEST(CpuEngineOwnKernels, ResizeModesAndCoordinateTransforms) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 2, 5, 6});
+  Value* ids = b.Input("ids", DType::kInt64, {2, 3, 4});
+  int n = 0;
+  auto floats = [&](std::vector<float> v) {
+    const int64_t size = static_cast<int64_t>(v.size());
+    return b.Constant("f" + std::to_string(n++), Tensor::FromFloat(v, {size}));
+  };
+  auto sizes = [&](std::vector<int64_t> v) {
+    const int64_t size = static_cast<int64_t>(v.size());
+    return b.Constant("s" + std::to_string(n++), Tensor::FromInt64(v, {size}));
+  };
+  using A = std::map<std::string, Attribute>;
+  auto s = [](const char* v) { return Attribute::String(v); };
+  Value* none = nullptr;
+  b.Output(b.Op("Resize", {x, none, floats({1, 1, 2, 1.5f})},
+                A{{"mode", s("nearest")}, {"coordinate_transformation_mode", s("asymmetric")},
+                  {"nearest_mode", s("floor")}}));
+  b.Output(b.Op("Resize", {x, none, none, sizes({1, 2, 9, 4})}, A{{"mode", s("linear")}}));
+  b.Output(b.Op("Resize", {x, none, floats({1, 1, 0.6f, 0.5f})},
+                A{{"mode", s("linear")}, {"antialias", Attribute::Int(1)}}));
+  b.Output(b.Op("Resize", {x, none, none, sizes({1, 2, 7, 8})},
+                A{{"mode", s("cubic")}, {"coordinate_transformation_mode", s("align_corners")}}));
+  b.Output(b.Op("Resize", {x, floats({0, 0, 0.2f, 0.1f, 1, 1, 1.3f, 0.9f}), none,
+                           sizes({1, 2, 4, 4})},
+                A{{"mode", s("linear")}, {"coordinate_transformation_mode", s("tf_crop_and_resize")},
+                  {"extrapolation_value", Attribute::Float(-3.f)}}));
+  b.Output(b.Op("Resize", {ids, none, floats({2, 0.5f, 1.5f})}, A{{"mode", s("nearest")}}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
+// Linear interpolation of integers (rounded and saturated by the reference's rules) stays on
+// the reference kernel; nearest on the same integers does not.
+TEST(CpuEngineOwnKernels, ResizeTheKernelLeavesToTheReference) {
+  GraphBuilder b;
+  Value* ids = b.Input("ids", DType::kInt32, {1, 1, 4, 4});
+  Value* none = nullptr;
+  Value* sizes = b.Constant("sizes", Tensor::FromInt64({1, 1, 6, 6}, {4}));
+  b.Output(b.Op("Resize", {ids, none, none, sizes}, {{"mode", Attribute::String("linear")}}));
+  b.Output(b.Op("Resize", {ids, none, none, sizes}, {{"mode", Attribute::String("nearest")}}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/1);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 1);
+}
+
 TEST(CpuEngineOwnKernels, ReductionsTheKernelLeavesToTheReference) {
   // LogSumExp (wants a max pass) and integer inputs.
   GraphBuilder b;
