@@ -15,6 +15,7 @@ void RegisterGridRules(RuleRegistry& r);      // GridSample, AffineGrid
 void RegisterDetectionRules(RuleRegistry& r);  // NonMaxSuppression, RoiAlign
 void RegisterRecurrentRules(RuleRegistry& r);  // RNN, GRU, LSTM
 void RegisterLossRules(RuleRegistry& r);      // NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+void RegisterSignalRules(RuleRegistry& r);    // DFT, STFT, windows, MelWeightMatrix
 
 // MatMul's output shape for operands ai and bi (numpy batch broadcasting, 1-D operands);
 // nullopt when either rank is unknown.

@@ -175,6 +175,7 @@ void RegisterNnRules(RuleRegistry& r) {
   RegisterGridRules(r);
   RegisterDetectionRules(r);
   RegisterRecurrentRules(r);
+  RegisterSignalRules(r);
 }
 
 }  // namespace kiln::shape

@@ -31,6 +31,7 @@ void RegisterGridKernels(KernelRegistry& r);       // GridSample, AffineGrid
 void RegisterDetectionKernels(KernelRegistry& r);  // NonMaxSuppression, RoiAlign
 void RegisterRecurrentKernels(KernelRegistry& r);  // RNN, GRU, LSTM
 void RegisterLossKernels(KernelRegistry& r);       // NLL and softmax cross-entropy losses
+void RegisterSignalKernels(KernelRegistry& r);     // DFT, STFT, windows, MelWeightMatrix
 
 // Upper bound on the elements one NN kernel will allocate: hostile attributes (huge strides
 // in ConvTranspose, huge pads) must give an error, not a bad_alloc.

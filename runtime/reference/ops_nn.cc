@@ -198,6 +198,7 @@ void RegisterNnKernels(KernelRegistry& r) {
   nn::RegisterGridKernels(r);
   nn::RegisterDetectionKernels(r);
   nn::RegisterRecurrentKernels(r);
+  nn::RegisterSignalKernels(r);
   r.Register("", "Dropout", nn::Dropout);
 }
 
