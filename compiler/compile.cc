@@ -42,6 +42,15 @@ std::map<std::string, int> CountOpTypes(const Graph& graph) {
   return counts;
 }
 
+bool HasDynamicShapes(const Graph& graph) {
+  for (const auto& n : graph.nodes()) {
+    for (const Value* v : n->outputs) {
+      if (v && (!v->shape || !IsStatic(*v->shape))) return true;
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<CompiledGraph> CompileGraph(const Graph& imported, const CompileOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   CompiledGraph out;
@@ -56,7 +65,9 @@ absl::StatusOr<CompiledGraph> CompileGraph(const Graph& imported, const CompileO
   out.report.ops_specialized = out.graph->nodes().size();
   ASSIGN_OR_RETURN(out.report.passes, RunPipeline(*out.graph, options.pipeline));
   auto t_plan = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(out.plan, plan::PlanMemory(*out.graph, options.plan));
+  if (!options.allow_dynamic_shapes || !HasDynamicShapes(*out.graph)) {
+    ASSIGN_OR_RETURN(out.plan, plan::PlanMemory(*out.graph, options.plan));
+  }
   out.report.plan_ms = MsSince(t_plan);
   out.report.ops_after = out.graph->nodes().size();
   out.report.op_types_after = CountOpTypes(*out.graph);

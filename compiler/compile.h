@@ -27,6 +27,12 @@ struct CompileOptions {
   shape::InputDims dims;
   PipelineOptions pipeline;
   plan::PlanOptions plan;
+  // A graph whose shapes depend on input values (NonZero, NMS, a Reshape to a computed
+  // shape) cannot be planned as a whole. With this set, such a graph compiles with an empty
+  // plan instead of failing, and the backend plans what is static itself (the CPU engine's
+  // dynamic region, runtime/cpu/dynamic_engine.h). Off by default: callers that need one
+  // fixed arena (the server) keep the error.
+  bool allow_dynamic_shapes = false;
 };
 
 struct CompileReport {
@@ -50,6 +56,9 @@ struct CompiledGraph {
 
 // Op type counts ("ai.kiln.FusedConv" for other domains).
 std::map<std::string, int> CountOpTypes(const Graph& graph);
+
+// True when some node output has no static shape (or unknown rank) after compilation.
+bool HasDynamicShapes(const Graph& graph);
 
 // Clones `imported`, binds the batch size, runs the pipeline and plans memory.
 absl::StatusOr<CompiledGraph> CompileGraph(const Graph& imported, const CompileOptions& options);

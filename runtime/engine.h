@@ -17,7 +17,9 @@ namespace kiln::runtime {
 struct TensorSpec {
   std::string name;
   DType dtype = DType::kUndefined;
-  std::vector<int64_t> shape;  // static: an engine serves one batch size
+  // Static: an engine serves one batch size. -1: a dim known only per run (a CPU engine
+  // built with dynamic_shapes, runtime/cpu/dynamic_engine.h).
+  std::vector<int64_t> shape;
 };
 
 struct EngineInfo {

@@ -16,6 +16,7 @@
 #include "base/stop.h"
 #include "compiler/passes/fold_constants.h"
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/dynamic_engine.h"
 #include "runtime/reference/interpreter.h"
 #include "runtime/cpu/isa.h"
 #include "runtime/cpu/slot_table.h"
@@ -457,6 +458,16 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGr
   if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
   RETURN_IF_ERROR(ref::CheckSupported(*compiled.graph));  // fallbacks and bodies need kernels
   CpuIsa();  // the ISA cap reaches oneDNN before its first primitive
+  if (options.dynamic_shapes && HasDynamicShapes(*compiled.graph)) {
+    // Shapes known only per run: the static region comes back through this function (its
+    // sub-graph is all static, so one level deep), the rest runs on the reference.
+    const char* layout = options.layout == ActivationLayout::kTune
+                             ? ActivationLayoutName(ActivationLayout::kPrimitive)
+                             : ActivationLayoutName(options.layout);
+    return BuildDynamicEngine(
+        compiled, [&](const CompiledGraph& part) { return BuildCpuEngine(part, options); },
+        layout);
+  }
   auto build_with = [&](const CpuEngineOptions& o, ActivationLayout layout)
       -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
     ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, o, layout));

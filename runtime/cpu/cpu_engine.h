@@ -39,6 +39,11 @@ struct CpuEngineOptions {
   bool tune_threads = true;
   bool warm_up = true;
   ActivationLayout layout = ActivationLayout::kTune;
+  // A graph with data-dependent shapes builds as a static region plus a dynamic region on
+  // the reference (dynamic_engine.h), its outputs' sizes known only per run. Off: such a
+  // graph is refused ("no static shape"), as the server needs every output size up front
+  // (it splits batched outputs by rows).
+  bool dynamic_shapes = false;
 };
 
 // The engine keeps its own clone of the graph (constants shared), so `compiled` may go away.
