@@ -172,6 +172,12 @@ void Batcher::Stop() {
   for (Request& r : leftover) r.promise.set_value(absl::UnavailableError("the server is stopping"));
 }
 
+bool Batcher::Idle() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return queue_.empty() && inline_runs_ == 0 &&
+         std::find(busy_.begin(), busy_.end(), 1) == busy_.end();
+}
+
 std::vector<Batcher::Request> Batcher::TakeLocked(const BatchDecision& d) {
   std::vector<bool> expired(queue_.size(), false), taken(queue_.size(), false);
   for (size_t i : d.expired) expired[i] = true;

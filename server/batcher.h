@@ -89,6 +89,9 @@ class Batcher {
   // Fails every queued request with UNAVAILABLE, lets running batches finish, joins.
   // Idempotent.
   void Stop();
+  // Nothing queued and no batch running: what an evicted shape's batcher waits for before
+  // it is freed (server/shape_engines.h).
+  bool Idle();
 
  private:
   struct Request {

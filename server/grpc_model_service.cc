@@ -46,6 +46,26 @@ void FillEngines(const ModelVersion& mv, v1::ModelInfo* out) {
   }
 }
 
+void FillShapes(const ModelVersion& mv, v1::ModelInfo* out) {
+  for (const auto& [name, size] : mv.built().signature.default_dims) {
+    (*out->mutable_dynamic_dims())[name] = size;
+  }
+  const ShapeEngines* shapes = mv.shapes();
+  if (!shapes) return;
+  for (const ShapeSummary& s : shapes->Shapes()) {
+    v1::ShapeEngineSummary* e = out->add_shape_engines();
+    e->set_dims(s.dims);
+    for (int64_t b : s.batches) e->add_batch_sizes(b);
+    e->set_build_ms(s.build_ms);
+  }
+  const ShapeCounters c = shapes->counters();
+  v1::ShapeEngineCounters* pc = out->mutable_shape_counters();
+  pc->set_hits(c.hits);
+  pc->set_misses(c.misses);
+  pc->set_evictions(c.evictions);
+  pc->set_builds(c.builds);
+}
+
 }  // namespace
 
 void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
@@ -60,6 +80,7 @@ void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
   for (const auto& s : b.signature.outputs) FillTensorInfo(s, out->add_outputs());
   out->set_max_batch_size(b.signature.max_batch_size);
   FillEngines(mv, out);
+  FillShapes(mv, out);
   v1::DifferentialCheck* c = out->mutable_check();
   c->set_ran(b.check.ran);
   c->set_ok(b.check.ok);

@@ -442,6 +442,70 @@ ModelConfig ConfigForBucket(const ModelConfig& config, const BuiltModel& m, int6
   return c;
 }
 
+using DimSymbols = std::vector<std::vector<std::string>>;
+
+// input_shapes first, then the dynamic_dims symbols at their warm-up sizes. `symbols` gets,
+// per input and dim, the dynamic symbol bound there ("" elsewhere): a dim input_shapes fixed
+// is not dynamic, and a dynamic_dims name no open dim carries is a config error.
+absl::Status BindConfigDims(Graph& g, const ModelConfig& config, DimSymbols& symbols) {
+  shape::InputDims fixed;
+  fixed.shapes = config.input_shapes;
+  RETURN_IF_ERROR(shape::BindInputDims(g, fixed));
+  if (config.dynamic_dims.empty()) return absl::OkStatus();
+  std::set<std::string> seen;
+  for (const Value* in : g.inputs) {
+    std::vector<std::string>& row = symbols.emplace_back(in->shape ? in->shape->size() : 0);
+    for (size_t i = 0; i < row.size(); ++i) {
+      const Dim& d = (*in->shape)[i];
+      if (d.known() || !config.dynamic_dims.count(d.param)) continue;
+      if (i == 0) {  // the batch dim varies per request already (batch_buckets)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "dynamic_dims names '", d.param, "', dim 0 of input '", in->name, "' (the batch)"));
+      }
+      row[i] = d.param;
+      seen.insert(d.param);
+    }
+  }
+  for (const auto& [name, size] : config.dynamic_dims) {
+    if (!seen.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dynamic_dims names '", name,
+          "', which is no symbolic input dim left open by input_shapes"));
+    }
+  }
+  shape::InputDims dynamic;
+  dynamic.symbols = config.dynamic_dims;
+  return shape::BindInputDims(g, dynamic);
+}
+
+// Shows the dynamic dims as -1 in the signature (inputs, and every output dim the model's
+// shapes, inferred with the dynamic dims left symbolic, do not fix), and records where they
+// are for request validation and routing.
+void MarkDynamicDims(const Graph& model, const ModelConfig& config, DimSymbols symbols,
+                     ModelSignature& sig) {
+  if (config.dynamic_dims.empty()) return;
+  for (size_t k = 0; k < sig.inputs.size() && k < symbols.size(); ++k) {
+    for (size_t i = 0; i < symbols[k].size() && i < sig.inputs[k].shape.size(); ++i) {
+      if (!symbols[k][i].empty()) sig.inputs[k].shape[i] = -1;
+    }
+  }
+  std::unique_ptr<Graph> open = model.Clone();
+  shape::InputDims fixed;
+  fixed.shapes = config.input_shapes;
+  // On failure the declared output shapes stand in for the inferred ones.
+  if (shape::BindInputDims(*open, fixed).ok()) (void)shape::InferShapes(*open);
+  for (runtime::TensorSpec& out : sig.outputs) {
+    for (const Value* v : open->outputs) {
+      if (v->name != out.name) continue;
+      for (size_t i = 0; i < out.shape.size(); ++i) {
+        if (!v->shape || i >= v->shape->size() || !(*v->shape)[i].known()) out.shape[i] = -1;
+      }
+    }
+  }
+  sig.dim_symbols = std::move(symbols);
+  sig.default_dims = config.dynamic_dims;
+}
+
 }  // namespace
 
 std::string LoadTimes::ToString() const {
@@ -454,6 +518,7 @@ std::string LoadTimes::ToString() const {
 shape::InputDims InputDimsOf(const ModelConfig& config) {
   shape::InputDims dims;
   dims.shapes = config.input_shapes;
+  dims.symbols = config.dynamic_dims;
   return dims;
 }
 
@@ -482,7 +547,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
   // The config's input_shapes fix symbolic dims other than the batch (a sequence length):
   // from here on the model is the one with those sizes.
   std::unique_ptr<Graph> bound = model.Clone();
-  RETURN_IF_ERROR(shape::BindInputDims(*bound, InputDimsOf(config)));
+  DimSymbols dynamic;
+  RETURN_IF_ERROR(BindConfigDims(*bound, config, dynamic));
   const Graph& imported = *bound;
   ASSIGN_OR_RETURN(m.signature, SignatureOf(imported, config));
   m.buckets = m.signature.batchable ? config.batch_buckets : std::vector<int64_t>{1};
@@ -530,8 +596,30 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
     if (m.signature.batchable && !s.shape.empty()) s.shape[0] = -1;
     m.signature.outputs.push_back(std::move(s));
   }
+  MarkDynamicDims(model, config, std::move(dynamic), m.signature);
   spdlog::info("built {} bucket(s): {}", m.buckets.size(), m.times.ToString());
   return m;
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
+    const Graph& model, const ModelConfig& config, const BuiltModel& base,
+    const std::map<std::string, int64_t>& dims, int64_t bucket) {
+  ModelConfig c = config;
+  c.dynamic_dims = dims;
+  c.batch_buckets = {bucket};
+  c.max_batch_size = bucket;
+  c.instances = 1;  // a shape's batcher runs one batch at a time
+  c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
+  if (!base.engines.empty() && !base.engines.begin()->second.empty()) {
+    const runtime::EngineInfo& first = base.engines.begin()->second[0]->info();
+    if (c.cpu_layout == "tune" && !first.layout.empty()) c.cpu_layout = first.layout;
+    if (c.cpu_threads == 0 && first.threads > 0) c.cpu_threads = first.threads;
+  }
+  ASSIGN_OR_RETURN(BuiltModel m, BuildModel(model, c, nullptr));
+  if (m.engines.empty() || m.engines.begin()->second.empty()) {
+    return absl::InternalError("the shape's build made no engine");
+  }
+  return std::move(m.engines.begin()->second[0]);
 }
 
 }  // namespace kiln::server

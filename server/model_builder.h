@@ -89,7 +89,16 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
 // has the config's input_shapes applied already (BuildModel does that).
 absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelConfig& config);
 
-// The config's input_shapes as compiler input dims (also part of the engine cache key).
+// The config's input_shapes and dynamic_dims (at their warm-up sizes) as compiler input dims
+// (also part of the engine cache key).
 shape::InputDims InputDimsOf(const ModelConfig& config);
+
+// A dynamic model's engine for one shape and batch bucket: `dims` (every dynamic_dims symbol)
+// bound instead of the warm-up sizes, then compiled and checked against the reference at that
+// shape like a bucket at load. It takes the layout, threads and disabled passes the model's
+// own engines (`base`) settled on, so neither tuning nor a known bisection is repeated.
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
+    const Graph& model, const ModelConfig& config, const BuiltModel& base,
+    const std::map<std::string, int64_t>& dims, int64_t bucket);
 
 }  // namespace kiln::server

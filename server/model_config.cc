@@ -109,6 +109,21 @@ absl::Status ReadInputShapes(const YAML::Node& v, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// dynamic_dims: {symbol: warm-up size}, each size >= 1.
+absl::Status ReadDynamicDims(const YAML::Node& v, ModelConfig& c) {
+  const std::string key = "dynamic_dims";
+  if (!v.IsMap()) return BadKey(key, "expected a map of dim name -> warm-up size");
+  c.dynamic_dims.clear();
+  for (const auto& kv : v) {
+    const std::string name = kv.first.as<std::string>();
+    int64_t size = 0;
+    RETURN_IF_ERROR(Read(kv.second, key + "." + name, size));
+    if (size < 1) return BadKey(key + "." + name, absl::StrCat(size, " is not a size (>= 1)"));
+    c.dynamic_dims[name] = size;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
@@ -139,6 +154,10 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(ApplyWarmup(v, c.warmup));
     } else if (key == "input_shapes") {
       RETURN_IF_ERROR(ReadInputShapes(v, c));
+    } else if (key == "dynamic_dims") {
+      RETURN_IF_ERROR(ReadDynamicDims(v, c));
+    } else if (key == "max_shape_engines") {
+      RETURN_IF_ERROR(Read(v, key, c.max_shape_engines));
     } else {
       return BadKey(key, "unknown key");
     }
@@ -174,6 +193,9 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
   if (c.max_queue_delay_us < 0) return BadKey("max_queue_delay_us", "must be >= 0");
   if (c.max_queue_size < 1) return BadKey("max_queue_size", "must be >= 1");
   if (c.instances < 1 || c.instances > 64) return BadKey("instances", "must be in 1..64");
+  if (c.max_shape_engines < 1 || c.max_shape_engines > 1024) {
+    return BadKey("max_shape_engines", "must be in 1..1024");
+  }
   if (c.cpu_threads < 0 || c.cpu_threads > 1024) return BadKey("cpu_threads", "must be in 0..1024");
   if (c.cpu_layout != "tune" && c.cpu_layout != "primitive" && c.cpu_layout != "blocked") {
     return BadKey("cpu_layout", absl::StrCat("'", c.cpu_layout, "' is not one of: tune, primitive, blocked"));

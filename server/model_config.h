@@ -48,6 +48,13 @@ struct ModelConfig {
   // its whole shape, -1 keeping a dim as the model declares it. A size given for a named dim
   // applies to every input carrying that name (compiler/shape/bind_dims.h).
   std::map<std::string, std::vector<int64_t>> input_shapes;
+  // Symbolic input dims served at any size (ONNX dim_param -> the size the model is built and
+  // warm-up checked at). A request with other sizes runs on an engine specialised for them,
+  // built on its first request and kept in a per-model LRU (server/shape_engines.h).
+  std::map<std::string, int64_t> dynamic_dims;
+  // How many such specialised shapes a model keeps (each with the engines of the batch
+  // buckets its requests used); the least recently used one is dropped beyond it.
+  int max_shape_engines = 8;
 };
 
 // Overrides the fields of `config` present in `node` (a YAML map). Unknown keys and bad

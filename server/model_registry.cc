@@ -12,6 +12,7 @@
 #include "server/crash_point.h"
 #include "server/echo.h"
 #include "server/metrics/kiln_metrics.h"
+#include "server/request_validation.h"
 
 namespace kiln::server {
 
@@ -26,6 +27,7 @@ const char* ModelStateName(ModelState s) {
 
 ModelVersion::~ModelVersion() {
   if (batcher_) batcher_->Stop();
+  if (shapes_) shapes_->Stop();
 }
 
 std::string ModelVersion::reason() const {
@@ -43,7 +45,7 @@ void ModelVersion::Fail(const std::string& reason) {
   state_ = ModelState::kFailed;
 }
 
-absl::Status ModelVersion::Start(BuiltModel built) {
+absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> graph) {
   built_ = std::move(built);
   BatchPolicy policy;
   policy.buckets = built_.buckets;
@@ -62,6 +64,16 @@ absl::Status ModelVersion::Start(BuiltModel built) {
     if (it == built_.engines.end()) return absl::InternalError("no engine for the batch size");
     return it->second.at(worker)->Run(in, out);
   };
+  if (built_.signature.dynamic()) {
+    if (!graph) return absl::InternalError("a dynamic model needs its graph to build shapes");
+    graph_ = std::move(graph);
+    auto build = [this](const DimValues& dims, int64_t bucket) {
+      return BuildShapeEngine(*graph_, config_, built_, dims, bucket);
+    };
+    ASSIGN_OR_RETURN(shapes_, ShapeEngines::Create(policy, static_cast<size_t>(
+                                                               config_.max_shape_engines),
+                                                   build));
+  }
   ASSIGN_OR_RETURN(batcher_, Batcher::Create(policy, config_.instances, run));
   SetReason("");
   state_ = ModelState::kReady;
@@ -73,6 +85,14 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
   if (state() != ModelState::kReady || !batcher_) {
     return absl::UnavailableError(absl::StrCat("model '", name_, "' version ", version_, " is ",
                                                ModelStateName(state())));
+  }
+  if (shapes_) {
+    // Validation has checked the sizes; requests at the warm-up sizes take the model's own
+    // engines, any other shape its specialised ones.
+    ASSIGN_OR_RETURN(DimValues dims, DynamicDimValues(built_.signature, inputs));
+    if (dims != built_.signature.default_dims) {
+      return shapes_->Enqueue(dims, std::move(inputs), rows, deadline);
+    }
   }
   return batcher_->Enqueue(std::move(inputs), rows, deadline);
 }
@@ -184,7 +204,9 @@ absl::Status ModelRegistry::Build(ModelVersion& mv, const std::string& path) {
   metrics::RecordModelBuild(mv.name(), built.ok() ? &built->check : nullptr, built.status(),
                             build_start);
   if (!built.ok()) return built.status();
-  return mv.Start(std::move(*built));
+  const bool dynamic = built->signature.dynamic();
+  return mv.Start(std::move(*built), dynamic ? std::shared_ptr<const Graph>(std::move(graph))
+                                             : nullptr);
 }
 
 absl::StatusOr<int64_t> ModelRegistry::ChooseVersion(const std::string& name,
@@ -372,6 +394,7 @@ void ModelRegistry::StopAll() {
   for (auto& mv : all) {
     // READY is published after batcher_ is set, so this never races a load in progress.
     if (mv->state() == ModelState::kReady) mv->batcher_->Stop();
+    if (mv->state() == ModelState::kReady && mv->shapes_) mv->shapes_->Stop();
   }
 }
 

@@ -25,6 +25,7 @@
 #include "server/model_config.h"
 #include "server/model_repository.h"
 #include "server/model_stats.h"
+#include "server/shape_engines.h"
 
 namespace kiln::server {
 
@@ -46,6 +47,9 @@ class ModelVersion {
   std::string reason() const;
   // The version's request and engine counters; null until READY (created by Start).
   ModelStats* stats() const { return stats_.get(); }
+  // A dynamic model's engines for shapes other than its warm-up one (config dynamic_dims);
+  // null for static models and until READY.
+  const ShapeEngines* shapes() const { return shapes_.get(); }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
   absl::StatusOr<std::future<Batcher::Result>> Submit(std::vector<Tensor> inputs, int64_t rows,
@@ -54,7 +58,9 @@ class ModelVersion {
  private:
   friend class ModelRegistry;
   void SetReason(const std::string& r);
-  absl::Status Start(BuiltModel built);  // takes the engines, starts the batcher, READY
+  // Takes the engines, starts the batcher, READY. `graph`: the imported model, kept by a
+  // dynamic model to build engines for new shapes (unused by static ones).
+  absl::Status Start(BuiltModel built, std::shared_ptr<const Graph> graph = nullptr);
   void Fail(const std::string& reason);
 
   const std::string name_;
@@ -65,7 +71,10 @@ class ModelVersion {
   std::string reason_;  // guarded by reason_mu_
   BuiltModel built_;    // written once by Start before state_ becomes READY
   std::unique_ptr<ModelStats> stats_;  // written once by Start, like built_
-  // Declared after built_ and stats_ so it is destroyed first: its workers use both.
+  std::shared_ptr<const Graph> graph_;  // dynamic models only; written once by Start
+  // Declared after built_, stats_ and graph_ so these are destroyed first: their workers use
+  // them.
+  std::unique_ptr<ShapeEngines> shapes_;
   std::unique_ptr<Batcher> batcher_;
 };
 

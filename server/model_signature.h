@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -13,6 +15,14 @@ struct ModelSignature {
   std::vector<runtime::TensorSpec> inputs, outputs;
   bool batchable = true;       // every input has a symbolic (or unknown) dim 0
   int64_t max_batch_size = 1;  // rows a request may carry (batchable) ; 1 otherwise
+  // Dynamic models (model config dynamic_dims) only, else empty. Per input and dim: the
+  // symbol served at any size there ("" for the batch and fixed dims); those dims show as -1
+  // in `inputs`, and inputs sharing a symbol must agree on its size.
+  std::vector<std::vector<std::string>> dim_symbols;
+  // The sizes the model's own engines were built at: requests with other sizes run on
+  // engines specialised for them (server/shape_engines.h).
+  std::map<std::string, int64_t> default_dims;
+  bool dynamic() const { return !default_dims.empty(); }
 };
 
 }  // namespace kiln::server

@@ -21,9 +21,15 @@ std::string TypeName(DType t, Naming naming) {
   return DTypeName(t);
 }
 
-std::string SpecText(const runtime::TensorSpec& s, Naming naming = Naming::kOnnx) {
+// `symbols`: the input's dynamic dims (ModelSignature::dim_symbols), named instead of "batch".
+std::string SpecText(const runtime::TensorSpec& s, Naming naming = Naming::kOnnx,
+                     const std::vector<std::string>* symbols = nullptr) {
   std::vector<std::string> dims;
-  for (int64_t d : s.shape) dims.push_back(d < 0 ? "batch" : std::to_string(d));
+  for (size_t i = 0; i < s.shape.size(); ++i) {
+    const bool named = symbols && i < symbols->size() && !(*symbols)[i].empty();
+    dims.push_back(named ? (*symbols)[i]
+                         : s.shape[i] < 0 ? "batch" : std::to_string(s.shape[i]));
+  }
   return absl::StrCat(TypeName(s.dtype, naming), "[", absl::StrJoin(dims, ","), "]");
 }
 
@@ -49,8 +55,11 @@ absl::Status CheckAgainstSpec(const ModelSignature& sig, const runtime::TensorSp
     match = spec.shape[i] < 0 ? shape[i] >= 1 : shape[i] == spec.shape[i];
   }
   if (!match) {
+    const size_t k = static_cast<size_t>(&spec - sig.inputs.data());
+    const auto* symbols = k < sig.dim_symbols.size() ? &sig.dim_symbols[k] : nullptr;
     return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeToString(shape),
-                                                   ", the model takes ", SpecText(spec, naming)));
+                                                   ", the model takes ",
+                                                   SpecText(spec, naming, symbols)));
   }
   if (!sig.batchable) return absl::OkStatus();
   if (shape[0] > sig.max_batch_size) {
@@ -84,6 +93,28 @@ std::vector<std::string> OutputNames(const ModelSignature& sig) {
 
 }  // namespace
 
+absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(
+    const ModelSignature& sig, const std::vector<Tensor>& inputs) {
+  std::map<std::string, int64_t> values;
+  std::map<std::string, size_t> first;  // symbol -> the input that gave its size
+  for (size_t k = 0; k < sig.dim_symbols.size() && k < inputs.size(); ++k) {
+    for (size_t i = 0; i < sig.dim_symbols[k].size() && i < inputs[k].shape().size(); ++i) {
+      const std::string& sym = sig.dim_symbols[k][i];
+      if (sym.empty()) continue;
+      const int64_t size = inputs[k].shape()[i];
+      auto [it, inserted] = values.emplace(sym, size);
+      if (inserted) {
+        first[sym] = k;
+      } else if (it->second != size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", sig.inputs[k].name, "' dim ", i, " ('", sym, "') is ", size,
+            ", but input '", sig.inputs[first[sym]].name, "' has ", it->second));
+      }
+    }
+  }
+  return values;
+}
+
 absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
                                                     std::vector<NamedTensor> inputs) {
   std::vector<Tensor*> by_spec(sig.inputs.size(), nullptr);
@@ -107,6 +138,7 @@ absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
     RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, *by_spec[i], rows, Naming::kKServe));
     out.tensors.push_back(std::move(*by_spec[i]));
   }
+  if (sig.dynamic()) RETURN_IF_ERROR(DynamicDimValues(sig, out.tensors).status());
   out.rows = sig.batchable ? rows : 1;
   return out;
 }
@@ -166,6 +198,7 @@ absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoT
     RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, t, rows));
     out.tensors.push_back(std::move(t));
   }
+  if (sig.dynamic()) RETURN_IF_ERROR(DynamicDimValues(sig, out.tensors).status());
   out.rows = sig.batchable ? rows : 1;
   return out;
 }

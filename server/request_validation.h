@@ -4,6 +4,7 @@
 // what was expected and what came.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ using ProtoTensorMap = google::protobuf::Map<std::string, v1::Tensor>;
 // Moves each input's raw bytes out of `inputs` into the tensors (no copy); typed fields are
 // converted. `inputs` is the request's own map, read by nothing afterwards.
 absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoTensorMap* inputs);
+// A dynamic model's request (`inputs` in signature order, shapes already checked): its size
+// for every dynamic symbol. INVALID_ARGUMENT when two inputs sharing a symbol disagree
+// (ids of 17 tokens with a mask of 18). Empty for a static model.
+absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(const ModelSignature& sig,
+                                                                const std::vector<Tensor>& inputs);
 // Indices into sig.outputs to return; every name in `filter` must exist (empty: all).
 absl::StatusOr<std::vector<size_t>> SelectOutputs(
     const ModelSignature& sig, const google::protobuf::RepeatedPtrField<std::string>& filter);

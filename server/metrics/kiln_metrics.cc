@@ -48,6 +48,18 @@ struct Families {
                             {"model", "outcome"})),
         cache(r.AddCounter("kiln_engine_cache_requests_total", "Engine cache lookups, by result.",
                            {"result"})),
+        shape_build(r.AddHistogram(
+            "kiln_shape_engine_build_seconds",
+            "Time to build a dynamic model's engine for a new shape: compile, engine, check.",
+            {"model"}, CompileBuckets())),
+        shape_requests(r.AddCounter("kiln_shape_engine_requests_total",
+                                    "Requests of a dynamic model at a shape other than its "
+                                    "warm-up one, by whether the shape had an engine entry.",
+                                    {"model", "result"})),
+        shape_evictions(r.AddCounter("kiln_shape_engine_evictions_total",
+                                     "Shapes dropped from a dynamic model's LRU "
+                                     "(max_shape_engines).",
+                                     {"model"})),
         inflight(r.AddGauge("kiln_inflight_requests", "Inference RPCs being handled now.")),
         queue_depth(
             r.AddGauge("kiln_queue_depth", "Requests waiting in the batcher's queue.", {"model"})) {
@@ -57,6 +69,8 @@ struct Families {
   HistogramFamily &request_duration, &queue_duration, &compute_duration, &batch_size,
       &compile_duration;
   CounterFamily &requests, &checks, &cache;
+  HistogramFamily& shape_build;
+  CounterFamily &shape_requests, &shape_evictions;
   GaugeFamily &inflight, &queue_depth;
 };
 
@@ -139,6 +153,18 @@ void RecordModelBuild(const std::string& model, const CheckSummary* check,
     outcome = "fail";
   }
   if (outcome != nullptr) F().checks.WithLabels({model, outcome}).Inc();
+}
+
+void ShapeEngineLookup(const std::string& model, bool hit) {
+  F().shape_requests.WithLabels({model, hit ? "hit" : "miss"}).Inc();
+}
+
+void ShapeEngineEvicted(const std::string& model) {
+  F().shape_evictions.WithLabels({model}).Inc();
+}
+
+void ShapeEngineBuilt(const std::string& model, double seconds) {
+  F().shape_build.WithLabels({model}).Observe(seconds);
 }
 
 void EngineCacheResult(bool hit) { F().cache.WithLabels({hit ? "hit" : "miss"}).Inc(); }

@@ -66,6 +66,13 @@ void RecordModelBuild(const std::string& model, const CheckSummary* check,
 // For the engine cache: one lookup, found (hit) or not (miss).
 void EngineCacheResult(bool hit);
 
+// A dynamic model's specialised shapes (server/shape_engines.h): one request's lookup (hit:
+// its shape had an entry), one entry evicted from the LRU, one engine build (compile, engine
+// and check at that shape and bucket; failed builds too) and how long it took.
+void ShapeEngineLookup(const std::string& model, bool hit);
+void ShapeEngineEvicted(const std::string& model);
+void ShapeEngineBuilt(const std::string& model, double seconds);
+
 // Resident set size from /proc/self/status (VmRSS); 0 when unreadable.
 int64_t ResidentMemoryBytes();
 
