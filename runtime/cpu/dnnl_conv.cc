@@ -46,6 +46,9 @@ class ConvKernel : public CpuKernel {
   std::unique_ptr<CpuKernel> residual_;  // copies the residual into dst before the sum
   // The guard (nonfinite_guard.h); `guarded` when a post-op is not exact on NaN.
   bool guarded = false;
+  // The epilogue always runs apart (the exact path): oneDNN has a JIT kernel for this
+  // convolution on this CPU only without the post-ops.
+  bool epilogue_apart = false;
   int x_slot = -1, src_slot = -1, res_slot = -1, dst_slot = -1, y_slot = -1;
   int64_t src_floats = 0, res_floats = 0, dst_floats = 0;
   float w_l1 = 0.f, b_max = 0.f;  // max over output channels of sum |w|; max |bias|
@@ -85,7 +88,7 @@ float ConvKernel::OutputBound(const ExecContext& ctx, bool scan) const {
 absl::Status ConvKernel::Run(const ExecContext& ctx) {
   const float out = OutputBound(ctx, guarded);
   if (residual_) RETURN_IF_ERROR(residual_->Run(ctx));
-  if (guarded && !(out <= kSafeBound)) return RunExact(ctx);
+  if (epilogue_apart || (guarded && !(out <= kSafeBound))) return RunExact(ctx);
   RETURN_IF_ERROR(call_.Execute(ctx));
   if (out <= kSafeBound) {
     ctx.bounds->Set(dst_slot, out);
@@ -292,6 +295,27 @@ bool NeedsGuard(const std::vector<kiln_ops::EpilogueStep>& steps) {
   return false;
 }
 
+// Whether the node has post-ops that the exact path can run with the own ops instead.
+bool EpilogueRunsApart(const Node& node, const dnnl::post_ops& po) {
+  if (po.len() == 0 || node.domain != kKilnDomain) return false;
+  for (const kiln_ops::EpilogueStep& s : kiln_ops::ReadEpilogue(node)) {
+    if (s.op != "Add" && !MakeEpilogueActivation(s)) return false;
+  }
+  return true;
+}
+
+// The convolution without post-ops, in the layout the engine wants if oneDNN has a JIT
+// kernel for it there, else in the primitive's own; nullopt when both are reference code.
+std::optional<ConvPrimitive> BarePrimitive(BuildContext& ctx, const Node& node,
+                                           const ConvShapes& sh, bool blocked) {
+  std::optional<ConvPrimitive> c = CreatePrimitive(ctx, node, sh, dnnl::post_ops(), blocked);
+  if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
+    c = CreatePrimitive(ctx, node, sh, dnnl::post_ops(), false);
+  }
+  if (!c || IsReferenceImpl(c->pd.impl_info_str())) return std::nullopt;
+  return c;
+}
+
 }  // namespace
 
 std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
@@ -316,6 +340,14 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   std::optional<ConvPrimitive> c = CreatePrimitive(ctx, node, sh, po, blocked);
   if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
     c = CreatePrimitive(ctx, node, sh, po, false);
+  }
+  const bool apart = c && IsReferenceImpl(c->pd.impl_info_str()) && EpilogueRunsApart(node, po);
+  if (apart) {
+    // oneDNN 2.6 below AVX-512 has no JIT kernel for some post-op chains (and would run the
+    // whole convolution on its reference code): the bare convolution, then the epilogue with
+    // the own element-wise ops.
+    std::optional<ConvPrimitive> bare = BarePrimitive(ctx, node, sh, blocked);
+    if (bare) c = std::move(bare);
   }
   if (!c) return nullptr;
   ctx.NoteImplementation(node, c->pd.impl_info_str());
@@ -347,6 +379,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->call_.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
   if (fused) k->steps = kiln_ops::ReadEpilogue(node);
   k->guarded = NeedsGuard(k->steps);
+  k->epilogue_apart = apart && !IsReferenceImpl(pd.impl_info_str());
   k->x_slot = xs;
   k->src_slot = src;
   k->res_slot = residual ? rs : -1;

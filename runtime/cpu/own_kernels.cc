@@ -8,7 +8,8 @@ std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node) {
                                        MakeLayerNormKernel, MakeTransposeKernel, MakeGatherKernel,
                                        MakeConcatKernel, MakeReduceKernel, MakeSliceKernel,
                                        MakeCastKernel, MakeWhereKernel, MakeSplitKernel,
-                                       MakeExpandKernel, MakePadKernel, MakeResizeKernel};
+                                       MakeExpandKernel, MakePadKernel, MakeResizeKernel,
+                                       MakeRecurrentKernel};
   for (Factory f : kFactories) {
     if (auto k = f(ctx, node)) return k;
   }

@@ -89,5 +89,6 @@ std::unique_ptr<CpuKernel> MakeCastKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeWhereKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakePadKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeResizeKernel(BuildContext& ctx, const Node& node);
+std::unique_ptr<CpuKernel> MakeRecurrentKernel(BuildContext& ctx, const Node& node);
 
 }  // namespace kiln::cpu

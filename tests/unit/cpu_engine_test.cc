@@ -181,6 +181,28 @@ TEST(CpuEngineConv, ResidualSumThenRelu) {
   ExpectMatchesReference(b.Build());
 }
 
+// An activation before the residual sum (EfficientNetV2's SiLU then Add): oneDNN 2.6 has no
+// AVX2 kernel for that post-op chain and would run the convolution on its reference code.
+// The engine then runs the bare convolution and the epilogue with its own ops: no slow op
+// at any ISA level (the .avx2 run of this test proves the AVX2 path), dying residual or not.
+TEST(CpuEngineConv, ActivationThenSumNeverRunsOnReferenceCode) {
+  for (bool dying : {false, true}) {
+    SCOPED_TRACE(dying ? "dying residual" : "residual read again");
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {1, 16, 8, 8});
+    Value* w1 = b.Constant("w1", Random({16, 16, 1, 1}, 50, 0.3f));
+    Value* w2 = b.Constant("w2", Random({16, 16, 3, 3}, 51, 0.3f));
+    Value* none = nullptr;
+    Value* r = b.Op("Conv", {x, w1});
+    Value* y = FusedConv(b, {x, w2, none, r}, {{"pads", Ints({1, 1, 1, 1})}}, {{"SiLU"}, {"Add"}});
+    b.Output(y);
+    if (!dying) b.Output(b.Op("Relu", {r}));
+    Outcome o = ExpectMatchesReference(b.Build());
+    ASSERT_TRUE(o.engine);
+    EXPECT_TRUE(o.engine->info().slow_ops.empty()) << o.engine->info().slow_ops[0];
+  }
+}
+
 TEST(CpuEngineConv, DyingResidualIsSummedInPlace) {
   // b dies at the last conv, so its blocked buffer becomes the output's (no copy).
   GraphBuilder b;
@@ -558,6 +580,68 @@ TEST(CpuEngineOwnKernels, ResizeTheKernelLeavesToTheReference) {
   Value* sizes = b.Constant("sizes", Tensor::FromInt64({1, 1, 6, 6}, {4}));
   b.Output(b.Op("Resize", {ids, none, none, sizes}, {{"mode", Attribute::String("linear")}}));
   b.Output(b.Op("Resize", {ids, none, none, sizes}, {{"mode", Attribute::String("nearest")}}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/1);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 1);
+}
+
+// RNN, GRU and LSTM with constant weights run the own recurrent kernel: directions, layouts,
+// sequence lengths, initial states, clip, peepholes, input_forget, linear_before_reset and
+// activations with alpha/beta, against the reference.
+TEST(CpuEngineOwnKernels, RecurrentCellsEveryForm) {
+  GraphBuilder b;
+  const int64_t T = 10, B = 3, I = 4, H = 6;  // lengths are drawn from [0, 10]
+  Value* x = b.Input("x", DType::kFloat32, {T, B, I});
+  Value* xb = b.Input("xb", DType::kFloat32, {B, T, I});  // batch first
+  Value* lens = b.Input("lens", DType::kInt32, {B});
+  Value* h0 = b.Input("h0", DType::kFloat32, {2, B, H});
+  Value* c0 = b.Input("c0", DType::kFloat32, {2, B, H});
+  int n = 0;
+  auto w = [&](std::vector<int64_t> shape) {
+    ++n;
+    return b.Constant("w" + std::to_string(n), Random(shape, 100 + n, 0.5f));
+  };
+  using A = std::map<std::string, Attribute>;
+  auto str = [](const char* v) { return Attribute::String(v); };
+  Value* none = nullptr;
+  // LSTM: bidirectional, lengths, initial states, peepholes, clip.
+  for (Value* o : b.OpN("LSTM", {x, w({2, 4 * H, I}), w({2, 4 * H, H}), w({2, 8 * H}), lens, h0,
+                                 c0, w({2, 3 * H})},
+                        3, A{{"hidden_size", Attribute::Int(H)},
+                             {"direction", str("bidirectional")},
+                             {"clip", Attribute::Float(2.5f)}})) {
+    b.Output(o);
+  }
+  // LSTM, batch first, input_forget, reverse, only Y_h.
+  b.Output(b.OpN("LSTM", {xb, w({1, 4 * H, I}), w({1, 4 * H, H})}, 2,
+                 A{{"hidden_size", Attribute::Int(H)}, {"layout", Attribute::Int(1)},
+                   {"direction", str("reverse")}, {"input_forget", Attribute::Int(1)}})[1]);
+  // GRU both ways of the reset gate.
+  for (int64_t lbr : {0, 1}) {
+    for (Value* o : b.OpN("GRU", {x, w({1, 3 * H, I}), w({1, 3 * H, H}), w({1, 6 * H}), lens},
+                          2, A{{"hidden_size", Attribute::Int(H)},
+                               {"linear_before_reset", Attribute::Int(lbr)}})) {
+      b.Output(o);
+    }
+  }
+  // RNN with a parameterized activation per direction.
+  b.Output(b.OpN("RNN", {x, w({2, H, I}), w({2, H, H}), none, none, h0}, 2,
+                 A{{"hidden_size", Attribute::Int(H)}, {"direction", str("bidirectional")},
+                   {"activations", Attribute::Strings({"LeakyRelu", "ScaledTanh"})},
+                   {"activation_alpha", Attribute::Floats({0.2f, 0.9f})},
+                   {"activation_beta", Attribute::Floats({0.f, 1.1f})}})[0]);
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.engine->info().fallback_ops, 0);
+}
+
+// Weights computed at run time (not constants) leave the cell to the reference.
+TEST(CpuEngineOwnKernels, RecurrentWithRuntimeWeightsFallsBack) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {3, 2, 4});
+  Value* wr = b.Input("w", DType::kFloat32, {1, 5, 4});
+  Value* r = b.Constant("r", Random({1, 5, 5}, 7, 0.5f));
+  b.Output(b.OpN("RNN", {x, wr, r}, 2, {{"hidden_size", Attribute::Int(5)}})[0]);
   Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/1);
   ASSERT_TRUE(o.engine);
   EXPECT_EQ(o.engine->info().fallback_ops, 1);

@@ -1,0 +1,390 @@
+// RNN, GRU and LSTM on float32 with constant W, R and B (every direction, layout, activation
+// with alpha/beta, clip, sequence_lens, initial states, GRU's linear_before_reset, LSTM's
+// peepholes and input_forget), the reference's formulas (runtime/reference/ops_rnn.cc) in
+// float. W and R are stored transposed at build so each gate update is a run of axpys over
+// contiguous gate rows (vectorizable without reassociating sums); the input projection of
+// a whole sequence is done before its recurrence. Scratch is owned by the kernel: Run
+// allocates nothing.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "runtime/cpu/own_kernels.h"
+
+namespace kiln::cpu {
+namespace {
+
+enum class Cell { kRnn, kGru, kLstm };
+
+struct Act {
+  enum Kind { kSigmoid, kTanh, kRelu, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh,
+              kHardSigmoid, kElu, kSoftsign, kSoftplus } kind = kTanh;
+  float alpha = 0, beta = 0;
+  float operator()(float x) const {
+    switch (kind) {
+      case kSigmoid: return 1.f / (1.f + std::exp(-x));
+      case kTanh: return std::tanh(x);
+      case kRelu: return std::max(0.f, x);
+      case kAffine: return alpha * x + beta;
+      case kLeakyRelu: return x >= 0 ? x : alpha * x;
+      case kThresholdedRelu: return x > alpha ? x : 0.f;
+      case kScaledTanh: return alpha * std::tanh(beta * x);
+      case kHardSigmoid: return std::clamp(alpha * x + beta, 0.f, 1.f);
+      case kElu: return x >= 0 ? x : alpha * (std::exp(x) - 1);
+      case kSoftsign: return x / (1 + std::fabs(x));
+      case kSoftplus: return std::log1p(std::exp(x));
+    }
+    return x;
+  }
+};
+
+// The activation named `name` with ONNX's default alpha/beta; false for an unknown name.
+bool MakeAct(const std::string& name, Act& a) {
+  struct D { const char* n; Act::Kind k; float alpha, beta; };
+  static const D kAll[] = {{"Sigmoid", Act::kSigmoid, 0, 0}, {"Tanh", Act::kTanh, 0, 0},
+                           {"Relu", Act::kRelu, 0, 0}, {"Affine", Act::kAffine, 1, 0},
+                           {"LeakyRelu", Act::kLeakyRelu, 0.01f, 0},
+                           {"ThresholdedRelu", Act::kThresholdedRelu, 1, 0},
+                           {"ScaledTanh", Act::kScaledTanh, 1, 1},
+                           {"HardSigmoid", Act::kHardSigmoid, 0.2f, 0.5f},
+                           {"Elu", Act::kElu, 1, 0}, {"Softsign", Act::kSoftsign, 0, 0},
+                           {"Softplus", Act::kSoftplus, 0, 0}};
+  for (const D& d : kAll) {
+    if (name == d.n) {
+      a = Act{d.k, d.alpha, d.beta};
+      return true;
+    }
+  }
+  return false;
+}
+
+struct RnnShape {
+  Cell cell = Cell::kLstm;
+  int64_t gates = 4, dirs = 1, hidden = 0, input = 0, steps = 0, batch = 0;
+  bool batch_first = false, reverse_only = false, lbr = false, input_forget = false;
+  float clip = 0;  // 0: none
+  std::vector<Act> acts;  // per direction: 1 (RNN), 2 (GRU) or 3 (LSTM)
+};
+
+struct RnnSlots {
+  int x = -1, lens = -1, h0 = -1, c0 = -1, y = -1, yh = -1, yc = -1;
+};
+
+class RecurrentKernel : public CpuKernel {
+ public:
+  RecurrentKernel(RnnShape s, RnnSlots io, std::vector<float> wt, std::vector<float> rt,
+                  std::vector<float> b, std::vector<float> p)
+      : s_(std::move(s)), io_(io), wt_(std::move(wt)), rt_(std::move(rt)), b_(std::move(b)),
+        p_(std::move(p)) {
+    const int64_t gh = s_.gates * s_.hidden;
+    scratch_.resize(s_.dirs * s_.batch);
+    for (Scratch& w : scratch_) {
+      w.xw.resize(s_.steps * gh);
+      w.gates.resize(gh);
+      w.h.resize(s_.hidden);
+      w.c.resize(s_.hidden);
+      w.tmp.resize(s_.hidden);
+    }
+    // Sequences of a batch and directions are independent: split across threads when the
+    // work outweighs waking them.
+    parallel_ = s_.dirs * s_.batch > 1 &&
+                s_.steps * gh * (s_.input + s_.hidden) * s_.dirs * s_.batch >= kParallelElements * 8;
+  }
+
+  absl::Status Run(const ExecContext& ctx) override {
+    float* y = io_.y >= 0 ? static_cast<float*>(ctx.ptrs[io_.y]) : nullptr;
+    if (y) std::fill(y, y + s_.steps * s_.dirs * s_.batch * s_.hidden, 0.f);
+    if (io_.lens >= 0) {  // checked up front: the tasks below cannot return errors
+      const int32_t* lens = static_cast<const int32_t*>(ctx.ptrs[io_.lens]);
+      for (int64_t b = 0; b < s_.batch; ++b) {
+        if (lens[b] < 0 || lens[b] > s_.steps) {
+          return absl::InvalidArgumentError("sequence_lens[" + std::to_string(b) + "] = " +
+                                            std::to_string(lens[b]) + " is outside [0, " +
+                                            std::to_string(s_.steps) + "]");
+        }
+      }
+    }
+    ForEachIndex(s_.dirs * s_.batch, parallel_, [&](int64_t task) {
+      RunOne(ctx, task / s_.batch, task % s_.batch, y, scratch_[task]);
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  // Element index of (t, d, b, k) in Y, and of (d, b, k) in Y_h / Y_c, in the node's layout.
+  int64_t YAt(int64_t t, int64_t d, int64_t b) const {
+    return s_.batch_first ? ((b * s_.steps + t) * s_.dirs + d) * s_.hidden
+                          : ((t * s_.dirs + d) * s_.batch + b) * s_.hidden;
+  }
+  int64_t StateAt(int64_t d, int64_t b) const {
+    return s_.batch_first ? (b * s_.dirs + d) * s_.hidden : (d * s_.batch + b) * s_.hidden;
+  }
+  const float* XAt(const float* x, int64_t t, int64_t b) const {
+    return x + (s_.batch_first ? b * s_.steps + t : t * s_.batch + b) * s_.input;
+  }
+  float Clip(float v) const { return s_.clip > 0 ? std::clamp(v, -s_.clip, s_.clip) : v; }
+
+  // One sequence's buffers: the input projection, gates, state and a temp.
+  struct Scratch {
+    std::vector<float> xw, gates, h, c, tmp;
+  };
+  void RunOne(const ExecContext& ctx, int64_t d, int64_t b, float* y, Scratch& w) const;
+  void Project(const float* x, int64_t d, int64_t b, int64_t len, bool reverse, Scratch& w) const;
+  void Step(int64_t d, const float* xw, Scratch& w) const;
+
+  RnnShape s_;
+  RnnSlots io_;
+  std::vector<float> wt_, rt_, b_, p_;  // W^T, R^T per direction, B (Wb then Rb), P
+  std::vector<Scratch> scratch_;          // one per (direction, batch entry)
+  bool parallel_ = false;
+};
+
+// xw_[k] = x_t W^T + Wb (+ Rb where it adds directly) for the steps in processing order.
+void RecurrentKernel::Project(const float* x, int64_t d, int64_t b, int64_t len, bool reverse,
+                              Scratch& ws) const {
+  const int64_t gh = s_.gates * s_.hidden;
+  const float* wt = wt_.data() + d * s_.input * gh;
+  const float* wb = b_.data() + d * 2 * gh;
+  const float* rb = wb + gh;
+  for (int64_t k = 0; k < len; ++k) {
+    const int64_t t = reverse ? len - 1 - k : k;
+    float* out = ws.xw.data() + k * gh;
+    for (int64_t j = 0; j < gh; ++j) {
+      // GRU's candidate keeps Rbh apart (it is scaled by r with linear_before_reset).
+      const bool apart = s_.cell == Cell::kGru && j >= 2 * s_.hidden;
+      out[j] = wb[j] + (apart ? 0.f : rb[j]);
+    }
+    const float* xt = XAt(x, t, b);
+    for (int64_t i = 0; i < s_.input; ++i) {
+      const float v = xt[i];
+      const float* w = wt + i * gh;
+      for (int64_t j = 0; j < gh; ++j) out[j] += v * w[j];
+    }
+  }
+}
+
+void RecurrentKernel::Step(int64_t d, const float* xw, Scratch& ws) const {
+  const int64_t H = s_.hidden, gh = s_.gates * H;
+  const float* rt = rt_.data() + d * H * gh;  // R^T: H rows of gh
+  const size_t per_dir = s_.acts.size() / s_.dirs;
+  const Act* a = s_.acts.data() + d * per_dir;
+  float* g = ws.gates.data();
+  std::vector<float>& h_ = ws.h;
+  std::vector<float>& c_ = ws.c;
+  std::vector<float>& tmp_ = ws.tmp;
+  std::copy(xw, xw + gh, g);
+  auto recur = [&](const float* in, float* out, int64_t first, int64_t rows) {
+    for (int64_t k = 0; k < H; ++k) {
+      const float v = in[k];
+      const float* r = rt + k * gh + first;
+      for (int64_t j = 0; j < rows; ++j) out[j] += v * r[j];
+    }
+  };
+  if (s_.cell == Cell::kRnn) {
+    recur(h_.data(), g, 0, gh);
+    for (int64_t j = 0; j < H; ++j) h_[j] = a[0](Clip(g[j]));
+    return;
+  }
+  if (s_.cell == Cell::kGru) {
+    recur(h_.data(), g, 0, 2 * H);  // z and r
+    for (int64_t j = 0; j < 2 * H; ++j) g[j] = a[0](Clip(g[j]));
+    const float* rbh = b_.data() + d * 2 * gh + gh + 2 * H;
+    std::copy(rbh, rbh + H, tmp_.data());
+    if (s_.lbr) {
+      recur(h_.data(), tmp_.data(), 2 * H, H);  // r scales (Rh h + Rbh)
+      for (int64_t j = 0; j < H; ++j) tmp_[j] *= g[H + j];
+    } else {
+      for (int64_t j = 0; j < H; ++j) c_[j] = g[H + j] * h_[j];  // r (.) h, c_ is free in a GRU
+      recur(c_.data(), tmp_.data(), 2 * H, H);
+    }
+    for (int64_t j = 0; j < H; ++j) {
+      const float cand = a[1](Clip(g[2 * H + j] + tmp_[j]));
+      h_[j] = (1 - g[j]) * cand + g[j] * h_[j];
+    }
+    return;
+  }
+  recur(h_.data(), g, 0, gh);
+  const float* p = p_.empty() ? nullptr : p_.data() + d * 3 * H;  // i, o, f
+  for (int64_t j = 0; j < H; ++j) {
+    const float c_prev = c_[j];
+    const float pi = p ? p[j] : 0.f, po = p ? p[H + j] : 0.f, pf = p ? p[2 * H + j] : 0.f;
+    const float i = a[0](Clip(g[j] + pi * c_prev));
+    float f = a[0](Clip(g[2 * H + j] + pf * c_prev));
+    if (s_.input_forget) f = 1 - i;
+    const float cand = a[1](Clip(g[3 * H + j]));
+    c_[j] = f * c_prev + i * cand;
+    const float o = a[0](Clip(g[H + j] + po * c_[j]));
+    h_[j] = o * a[2](c_[j]);
+  }
+}
+
+void RecurrentKernel::RunOne(const ExecContext& ctx, int64_t d, int64_t b, float* y,
+                             Scratch& ws) const {
+  const float* x = static_cast<const float*>(ctx.ptrs[io_.x]);
+  const int64_t len = io_.lens >= 0 ? static_cast<const int32_t*>(ctx.ptrs[io_.lens])[b]
+                                    : s_.steps;
+  const int64_t st = StateAt(d, b), H = s_.hidden;
+  auto load = [&](int slot, std::vector<float>& v) {
+    if (slot >= 0) {
+      const float* src = static_cast<const float*>(ctx.ptrs[slot]) + st;
+      std::copy(src, src + H, v.begin());
+    } else {
+      std::fill(v.begin(), v.end(), 0.f);
+    }
+  };
+  load(io_.h0, ws.h);
+  load(io_.c0, ws.c);
+  const bool reverse = s_.reverse_only || d == 1;
+  Project(x, d, b, len, reverse, ws);
+  const int64_t gh = s_.gates * H;
+  for (int64_t k = 0; k < len; ++k) {
+    Step(d, ws.xw.data() + k * gh, ws);
+    const int64_t t = reverse ? len - 1 - k : k;
+    if (y) std::copy(ws.h.begin(), ws.h.end(), y + YAt(t, d, b));
+  }
+  if (io_.yh >= 0) std::copy(ws.h.begin(), ws.h.end(), static_cast<float*>(ctx.ptrs[io_.yh]) + st);
+  if (io_.yc >= 0) std::copy(ws.c.begin(), ws.c.end(), static_cast<float*>(ctx.ptrs[io_.yc]) + st);
+}
+
+// Attributes as the reference reads them; false for what the kernel leaves to it.
+bool ReadShape(const Node& node, RnnShape& s) {
+  s.cell = node.op_type == "RNN" ? Cell::kRnn : node.op_type == "GRU" ? Cell::kGru : Cell::kLstm;
+  s.gates = s.cell == Cell::kRnn ? 1 : s.cell == Cell::kGru ? 3 : 4;
+  const std::string dir = node.GetString("direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional") return false;
+  s.dirs = dir == "bidirectional" ? 2 : 1;
+  s.reverse_only = dir == "reverse";
+  s.batch_first = node.GetInt("layout", 0) != 0;
+  s.clip = node.HasAttr("clip") ? node.GetFloat("clip", 0.f) : 0.f;
+  s.lbr = node.GetInt("linear_before_reset", 0) != 0;
+  s.input_forget = node.GetInt("input_forget", 0) != 0;
+  const size_t per_dir = s.cell == Cell::kRnn ? 1 : s.cell == Cell::kGru ? 2 : 3;
+  std::vector<std::string> names;
+  if (const Attribute* a = node.FindAttr("activations")) names = a->strings;
+  if (names.empty()) {
+    names = s.cell == Cell::kRnn   ? std::vector<std::string>{"Tanh"}
+            : s.cell == Cell::kGru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                   : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+  }
+  if (names.size() == per_dir && s.dirs == 2) {
+    const std::vector<std::string> forward = names;
+    names.insert(names.end(), forward.begin(), forward.end());
+  }
+  if (names.size() != per_dir * s.dirs || s.clip < 0) return false;
+  const std::vector<float> alphas = node.GetFloats("activation_alpha");
+  const std::vector<float> betas = node.GetFloats("activation_beta");
+  for (size_t i = 0; i < names.size(); ++i) {
+    Act a;
+    if (!MakeAct(names[i], a)) return false;
+    if (i < alphas.size()) a.alpha = alphas[i];
+    if (i < betas.size()) a.beta = betas[i];
+    s.acts.push_back(a);
+  }
+  return true;
+}
+
+// A constant float32 input's values, or nullopt.
+std::optional<std::vector<float>> ConstFloats(const Node& node, size_t i) {
+  const Value* v = node.input(i);
+  if (!v || !v->is_constant() || v->constant->dtype() != DType::kFloat32) return std::nullopt;
+  const float* p = v->constant->data<float>();
+  return std::vector<float>(p, p + v->constant->numel());
+}
+
+// (dirs, rows, cols) -> (dirs, cols, rows).
+std::vector<float> TransposeEach(const std::vector<float>& m, int64_t dirs, int64_t rows,
+                                 int64_t cols) {
+  std::vector<float> t(m.size());
+  for (int64_t d = 0; d < dirs; ++d) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        t[(d * cols + c) * rows + r] = m[(d * rows + r) * cols + c];
+      }
+    }
+  }
+  return t;
+}
+
+// The optional runtime input i as a slot (-1 when absent); false when it has the wrong
+// dtype or shape for the kernel.
+bool OptionalSlot(BuildContext& ctx, const Node& node, size_t i, DType dtype,
+                  const std::vector<int64_t>& shape, int& slot) {
+  slot = -1;
+  const Value* v = node.input(i);
+  if (!v) return true;
+  slot = ctx.SlotOf(v);
+  return slot >= 0 && ctx.slots[slot].is_plain() && ctx.slots[slot].dtype == dtype &&
+         ctx.slots[slot].shape == shape;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> MakeRecurrentKernel(BuildContext& ctx, const Node& node) {
+  if (!node.domain.empty() ||
+      (node.op_type != "RNN" && node.op_type != "GRU" && node.op_type != "LSTM")) {
+    return nullptr;
+  }
+  RnnShape s;
+  RnnSlots io;
+  if (!ReadShape(node, s) || node.inputs.size() < 3 || !node.input(0)) return nullptr;
+  io.x = ctx.SlotOf(node.input(0));
+  if (io.x < 0 || !ctx.slots[io.x].is_plain() || ctx.slots[io.x].dtype != DType::kFloat32 ||
+      ctx.slots[io.x].shape.size() != 3) {
+    return nullptr;
+  }
+  const std::vector<int64_t>& xs = ctx.slots[io.x].shape;
+  s.steps = xs[s.batch_first ? 1 : 0];
+  s.batch = xs[s.batch_first ? 0 : 1];
+  s.input = xs[2];
+  std::optional<std::vector<float>> w = ConstFloats(node, 1), r = ConstFloats(node, 2);
+  s.hidden = node.GetInt("hidden_size", 0);
+  if (s.hidden <= 0 && node.input(1) && node.input(1)->shape && node.input(1)->shape->size() == 3 &&
+      (*node.input(1)->shape)[1].known()) {
+    s.hidden = (*node.input(1)->shape)[1].value / s.gates;
+  }
+  const int64_t H = s.hidden, gh = s.gates * H;
+  if (!w || !r || H <= 0 || static_cast<int64_t>(w->size()) != s.dirs * gh * s.input ||
+      static_cast<int64_t>(r->size()) != s.dirs * gh * H || s.steps == 0 || s.batch == 0) {
+    return nullptr;
+  }
+  std::vector<float> b(s.dirs * 2 * gh, 0.f), p;
+  if (node.input(3)) {
+    std::optional<std::vector<float>> bias = ConstFloats(node, 3);
+    if (!bias || bias->size() != b.size()) return nullptr;
+    b = std::move(*bias);
+  }
+  if (s.cell == Cell::kLstm && node.input(7)) {
+    std::optional<std::vector<float>> peep = ConstFloats(node, 7);
+    if (!peep || static_cast<int64_t>(peep->size()) != s.dirs * 3 * H) return nullptr;
+    p = std::move(*peep);
+  }
+  const std::vector<int64_t> state = s.batch_first ? std::vector<int64_t>{s.batch, s.dirs, H}
+                                                   : std::vector<int64_t>{s.dirs, s.batch, H};
+  const std::vector<int64_t> ys = s.batch_first
+                                      ? std::vector<int64_t>{s.batch, s.steps, s.dirs, H}
+                                      : std::vector<int64_t>{s.steps, s.dirs, s.batch, H};
+  if (!OptionalSlot(ctx, node, 4, DType::kInt32, {s.batch}, io.lens) ||
+      !OptionalSlot(ctx, node, 5, DType::kFloat32, state, io.h0) ||
+      (s.cell == Cell::kLstm && !OptionalSlot(ctx, node, 6, DType::kFloat32, state, io.c0))) {
+    return nullptr;
+  }
+  const int outs[3] = {node.output(0) ? ctx.SlotOf(node.output(0)) : -1,
+                       node.output(1) ? ctx.SlotOf(node.output(1)) : -1,
+                       node.output(2) ? ctx.SlotOf(node.output(2)) : -1};
+  for (int k = 0; k < 3; ++k) {
+    if (outs[k] < 0) continue;
+    if (!ctx.slots[outs[k]].is_plain() || ctx.slots[outs[k]].shape != (k == 0 ? ys : state)) {
+      return nullptr;
+    }
+  }
+  io.y = outs[0];
+  io.yh = outs[1];
+  io.yc = s.cell == Cell::kLstm ? outs[2] : -1;
+  std::vector<float> wt = TransposeEach(*w, s.dirs, gh, s.input);
+  std::vector<float> rt = TransposeEach(*r, s.dirs, gh, H);
+  return std::make_unique<RecurrentKernel>(std::move(s), io, std::move(wt), std::move(rt),
+                                           std::move(b), std::move(p));
+}
+
+}  // namespace kiln::cpu
