@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
+#include <string>
 
 #include "compiler/codegen/cuda_kernel.h"
 #include "runtime/cuda/cuda_engine.h"
@@ -64,8 +66,13 @@ TEST(Nvrtc, CompilesEveryGeneratedKernel) {
               node.kernels, node.graphs, model.kernels, model.graphs, node.modules + model.modules,
               (node.ms + model.ms) / 1000.0);
   EXPECT_GT(node.kernels + model.kernels, 0);
-  // The real models run entirely on device paths: no op is left to the host fallback.
-  for (const auto& [op, n] : model.fallback) ADD_FAILURE() << n << " " << op << " node(s) of the real models fall back";
+  // The real models run on device paths, except the ops the code generator has no kernel for
+  // yet (docs/cuda-engine.md, Limits): the recurrent cells and Resize run on the host. Any
+  // other op of a real model on the host is a regression.
+  const std::set<std::string> host_ops = {"GRU", "LSTM", "RNN", "Resize"};
+  for (const auto& [op, n] : model.fallback) {
+    if (!host_ops.count(op)) ADD_FAILURE() << n << " " << op << " node(s) of the real models fall back";
+  }
   std::string fallbacks;
   for (const auto& [op, n] : node.fallback) fallbacks += " " + op + "=" + std::to_string(n);
   std::printf("conformance nodes left to the host fallback:%s\n", fallbacks.c_str());

@@ -249,7 +249,9 @@ TEST(Upload, AnUploadStreamsToDiskNotToMemory) {
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);  // not ONNX
   std::printf("VmRSS while receiving a 512 MiB upload: %lld KiB before, %lld KiB at the peak\n",
               static_cast<long long>(rss_before), static_cast<long long>(peak));
-  EXPECT_LT(peak - rss_before, kChunks * 4 * 1024 / 4) << "the upload is held in memory";
+  // Measured growth: 28-69 MiB (gRPC's receive buffers fill while a busy disk drains them);
+  // held whole it would be 512 MiB. Half of that separates the two on a loaded CI machine.
+  EXPECT_LT(peak - rss_before, kChunks * 4 * 1024 / 2) << "the upload is held in memory";
   EXPECT_TRUE(s.RepoFiles().empty());
 }
 
