@@ -42,6 +42,26 @@ struct EngineInfo {
   int threads = 0;             // intra-op threads a run uses (0: not applicable)
 };
 
+// INVALID_ARGUMENT unless `inputs` match `specs` one for one in dtype and shape (what every
+// engine's Run requires of its inputs).
+inline absl::Status CheckInputs(const std::vector<TensorSpec>& specs,
+                                const std::vector<Tensor>& inputs) {
+  if (inputs.size() != specs.size()) {
+    return absl::InvalidArgumentError("expected " + std::to_string(specs.size()) +
+                                      " inputs, got " + std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    if (inputs[i].dtype() != spec.dtype || inputs[i].shape() != spec.shape) {
+      return absl::InvalidArgumentError(
+          "input '" + spec.name + "': expected " + DTypeName(spec.dtype) + " " +
+          ShapeToString(spec.shape) + ", got " + DTypeName(inputs[i].dtype()) + " " +
+          ShapeToString(inputs[i].shape()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 class Engine {
  public:
   virtual ~Engine() = default;

@@ -10,11 +10,6 @@
 namespace kiln::shape {
 namespace {
 
-absl::Status SameAsInputRule(InferContext& ctx) {
-  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
-  return absl::OkStatus();
-}
-
 absl::Status GatherRule(InferContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
   std::optional<Shape> data = ctx.input_shape(0), indices = ctx.input_shape(1);

@@ -110,12 +110,6 @@ absl::Status GlobalPoolRule(InferContext& ctx) {
   return absl::OkStatus();
 }
 
-// Output 0 has X's dtype and shape (normalizations, softmaxes).
-absl::Status SameAsInputRule(InferContext& ctx) {
-  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
-  return absl::OkStatus();
-}
-
 absl::Status BatchNormRule(InferContext& ctx) {
   ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
   // Training mode's running mean and variance: one value per channel, typed like the mean.

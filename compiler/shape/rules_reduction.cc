@@ -76,11 +76,6 @@ absl::Status ArgRule(InferContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status SameAsInputRule(InferContext& ctx) {
-  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
-  return absl::OkStatus();
-}
-
 absl::Status TopKRule(InferContext& ctx) {
   const DType dtype = ctx.input_dtype(0);
   std::optional<Shape> in = ctx.input_shape(0);

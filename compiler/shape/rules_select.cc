@@ -57,11 +57,6 @@ absl::Status UniqueRule(InferContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status SameShapeRule(InferContext& ctx) {
-  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
-  return absl::OkStatus();
-}
-
 absl::Status CenterCropPadRule(InferContext& ctx) {
   std::optional<Shape> x = ctx.input_shape_or_unknown_output(0);
   if (!x) return absl::OkStatus();
@@ -141,8 +136,8 @@ void RegisterSelectRules(RuleRegistry& r) {
   r.Register(kOnnxDomain, "Compress", CompressRule);
   r.Register(kOnnxDomain, "NonZero", NonZeroRule);
   r.Register(kOnnxDomain, "Unique", UniqueRule);
-  r.Register(kOnnxDomain, "ReverseSequence", SameShapeRule);
-  r.Register(kOnnxDomain, "TensorScatter", SameShapeRule);
+  r.Register(kOnnxDomain, "ReverseSequence", SameAsInputRule);
+  r.Register(kOnnxDomain, "TensorScatter", SameAsInputRule);
   r.Register(kOnnxDomain, "CenterCropPad", CenterCropPadRule);
   r.Register(kOnnxDomain, "Det", DetRule);
   r.Register(kOnnxDomain, "MaxUnpool", MaxUnpoolRule);

@@ -62,4 +62,9 @@ std::optional<std::vector<int64_t>> ConstantInts(const InferContext& ctx, size_t
 
 Shape UnknownDims(int64_t rank) { return Shape(static_cast<size_t>(rank), Dim()); }
 
+absl::Status SameAsInputRule(InferContext& ctx) {
+  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+  return absl::OkStatus();
+}
+
 }  // namespace kiln::shape

@@ -17,6 +17,9 @@ absl::StatusOr<std::optional<Shape>> BroadcastInputs(const InferContext& ctx);
 absl::StatusOr<int64_t> NormalizeAxis(const InferContext& ctx, int64_t axis, int64_t rank);
 // Reads a constant int64 input (e.g. axes, shape); nullopt when the input is not constant.
 std::optional<std::vector<int64_t>> ConstantInts(const InferContext& ctx, size_t i);
+
+// Output 0 has input 0's dtype and shape (normalizations, softmaxes, scatters, Trilu, ...).
+absl::Status SameAsInputRule(InferContext& ctx);
 // Shape with every dim unknown.
 Shape UnknownDims(int64_t rank);
 

@@ -52,7 +52,6 @@ class CpuEngine : public runtime::Engine {
   std::unique_ptr<CpuKernel> MakeFastKernel(const Node& node, KernelList& pre, KernelList& post);
   absl::Status Allocate(const plan::MemoryPlan& plan);
   absl::Status WarmUp();
-  absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
 
   std::unique_ptr<Graph> graph_;
   BuildContext ctx_;
@@ -309,25 +308,8 @@ absl::Status CpuEngine::WarmUp() {
   return Run(ins, outs);
 }
 
-absl::Status CpuEngine::CheckInputs(const std::vector<Tensor>& inputs) const {
-  if (inputs.size() != input_specs_.size()) {
-    return absl::InvalidArgumentError("expected " + std::to_string(input_specs_.size()) +
-                                      " inputs, got " + std::to_string(inputs.size()));
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto& spec = input_specs_[i];
-    if (inputs[i].dtype() != spec.dtype || inputs[i].shape() != spec.shape) {
-      return absl::InvalidArgumentError(
-          "input '" + spec.name + "': expected " + DTypeName(spec.dtype) + " " +
-          ShapeToString(spec.shape) + ", got " + DTypeName(inputs[i].dtype()) + " " +
-          ShapeToString(inputs[i].shape()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
-  RETURN_IF_ERROR(CheckInputs(inputs));
+  RETURN_IF_ERROR(runtime::CheckInputs(input_specs_, inputs));
   // OpenMP's thread count is a per-thread setting: Run may come from another thread than Build.
   omp_set_num_threads(threads_);
   outputs.resize(output_specs_.size());

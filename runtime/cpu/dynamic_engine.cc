@@ -158,7 +158,6 @@ class DynamicEngine : public runtime::Engine {
                            const StaticEngineBuilder& build_static);
   absl::Status BindOutputs(const Graph& graph);
   void FillInfo(const Partition& p, const char* layout);
-  absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
 
   std::unique_ptr<runtime::Engine> static_;  // null when no static value is needed
   std::vector<size_t> static_inputs_;        // per static engine input: our input index
@@ -249,25 +248,8 @@ void DynamicEngine::FillInfo(const Partition& p, const char* layout) {
   info_.fallback_op_types.assign(types.begin(), types.end());
 }
 
-absl::Status DynamicEngine::CheckInputs(const std::vector<Tensor>& inputs) const {
-  if (inputs.size() != input_specs_.size()) {
-    return absl::InvalidArgumentError("expected " + std::to_string(input_specs_.size()) +
-                                      " inputs, got " + std::to_string(inputs.size()));
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto& spec = input_specs_[i];
-    if (inputs[i].dtype() != spec.dtype || inputs[i].shape() != spec.shape) {
-      return absl::InvalidArgumentError(
-          "input '" + spec.name + "': expected " + DTypeName(spec.dtype) + " " +
-          ShapeToString(spec.shape) + ", got " + DTypeName(inputs[i].dtype()) + " " +
-          ShapeToString(inputs[i].shape()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status DynamicEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
-  RETURN_IF_ERROR(CheckInputs(inputs));
+  RETURN_IF_ERROR(runtime::CheckInputs(input_specs_, inputs));
   ref::TensorMap known;  // every value the dynamic region may read, sharing buffers
   for (size_t i = 0; i < inputs.size(); ++i) known[input_specs_[i].name] = inputs[i];
   if (static_) {

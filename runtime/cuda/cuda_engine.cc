@@ -65,7 +65,6 @@ class CudaEngine : public runtime::Engine {
   absl::Status LoadKernels();
   absl::Status Enqueue();
   absl::Status WarmUpAndCapture();
-  absl::Status CheckInputs(const std::vector<Tensor>& inputs) const;
 
   std::unique_ptr<Graph> graph_;
   CudaEngineOptions options_;
@@ -280,24 +279,8 @@ absl::Status CudaEngine::WarmUpAndCapture() {
   return absl::OkStatus();
 }
 
-absl::Status CudaEngine::CheckInputs(const std::vector<Tensor>& inputs) const {
-  if (inputs.size() != input_specs_.size()) {
-    return absl::InvalidArgumentError("expected " + std::to_string(input_specs_.size()) + " inputs, got " +
-                                      std::to_string(inputs.size()));
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto& spec = input_specs_[i];
-    if (inputs[i].dtype() != spec.dtype || inputs[i].shape() != spec.shape) {
-      return absl::InvalidArgumentError("input '" + spec.name + "': expected " + DTypeName(spec.dtype) + " " +
-                                        ShapeToString(spec.shape) + ", got " + DTypeName(inputs[i].dtype()) +
-                                        " " + ShapeToString(inputs[i].shape()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CudaEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
-  RETURN_IF_ERROR(CheckInputs(inputs));
+  RETURN_IF_ERROR(runtime::CheckInputs(input_specs_, inputs));
   // The current device is per thread: Run may come from another thread than Build.
   KILN_CUDA(cudaSetDevice(options_.device));
   for (size_t i = 0; i < inputs.size(); ++i) std::memcpy(mem_.in_host[i], inputs[i].raw(), mem_.in_bytes[i]);
