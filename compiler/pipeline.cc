@@ -13,6 +13,7 @@
 #include "compiler/passes/fuse_conv_epilogue.h"
 #include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
+#include "compiler/passes/fuse_qdq.h"
 #include "compiler/passes/lower_einsum.h"
 #include "compiler/passes/recognize_patterns.h"
 #include "compiler/passes/simplify_reshapes.h"
@@ -33,6 +34,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fuse_matmul_epilogue",
        [] { return std::make_unique<passes::FuseMatMulEpiloguePass>(); }},
       {"fuse_elementwise", [] { return std::make_unique<passes::FuseElementwisePass>(); }},
+      {"fuse_qdq", [] { return std::make_unique<passes::FuseQdqPass>(); }},
       {"lower_einsum", [] { return std::make_unique<passes::LowerEinsumPass>(); }},
       {"recognize_patterns", [] { return std::make_unique<passes::RecognizePatternsPass>(); }},
       {"simplify_reshapes", [] { return std::make_unique<passes::SimplifyReshapesPass>(); }},
@@ -136,6 +138,10 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   // following per-channel Mul/Add directly after the Conv; folding it before the epilogue
   // fusions lets Conv -> Mul -> Relu fuse as Conv + Relu.
   o2.insert(std::find(o2.begin(), o2.end(), "fold_batchnorm") + 1, "fold_scale_into_weights");
+  // fuse_qdq first of all: fold_constants would turn a small DequantizeLinear of int8
+  // weights into float weights (it folds outputs up to 64 KiB), and the int8 convolution
+  // needs the quantized weights and their scales.
+  o2.insert(o2.begin(), "fuse_qdq");
   return o2;
 }
 

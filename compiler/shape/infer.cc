@@ -110,6 +110,12 @@ absl::Status FoldIfSmall(Node& node, const InferOptions& options) {
   return absl::OkStatus();
 }
 
+// A DequantizeLinear of constants stays a node: the int8 lowering (fuse_qdq) needs the
+// quantized weights and their scales, and folding weights is the optimizer's job.
+bool KeepsQuantizedOperand(const Node& node) {
+  return node.domain.empty() && node.op_type == "DequantizeLinear";
+}
+
 bool AllOutputsConstant(const Node& node) {
   for (Value* out : node.outputs) {
     if (out && !out->constant) return false;
@@ -146,7 +152,7 @@ absl::Status InferShapes(Graph& graph, const InferOptions& options) {
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       if (node.outputs[i]) RETURN_IF_ERROR(CheckDeclared(node, node.outputs[i], declared[i]));
     }
-    if (AllInputsConstant(node) && !AllOutputsConstant(node)) {
+    if (AllInputsConstant(node) && !AllOutputsConstant(node) && !KeepsQuantizedOperand(node)) {
       RETURN_IF_ERROR(FoldIfSmall(node, options));
     }
     if (AllOutputsConstant(node)) folded.push_back(&node);

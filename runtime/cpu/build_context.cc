@@ -25,10 +25,34 @@ int BuildContext::SlotOf(const Value* v) const {
   return it == slot_of.end() ? -1 : it->second;
 }
 
+namespace {
+
+// oneDNN's name for a Kiln dtype; f32 for the ones oneDNN has no type for (their slots are
+// never handed to a primitive).
+memory::data_type DnnlType(DType t) {
+  switch (t) {
+    case DType::kUInt8: return memory::data_type::u8;
+    case DType::kInt8: return memory::data_type::s8;
+    case DType::kInt32: return memory::data_type::s32;
+    default: return memory::data_type::f32;
+  }
+}
+
+DType KilnType(memory::data_type t) {
+  switch (t) {
+    case memory::data_type::u8: return DType::kUInt8;
+    case memory::data_type::s8: return DType::kInt8;
+    case memory::data_type::s32: return DType::kInt32;
+    default: return DType::kFloat32;
+  }
+}
+
+}  // namespace
+
 int BuildContext::AddTemp(const memory::desc& md) {
   Slot s;
   s.name = "tmp" + std::to_string(slots.size());
-  s.dtype = DType::kFloat32;
+  s.dtype = KilnType(md.data_type());
   const memory::dims dims = md.dims();
   s.shape.assign(dims.begin(), dims.end());
   s.storage = Storage::kBlocked;
@@ -42,8 +66,9 @@ int BuildContext::AddTemp(const memory::desc& md) {
 memory::desc BuildContext::PlainMd(int slot) const {
   const Slot& s = slots[slot];
   // A rank-0 tensor is described as one element: oneDNN has no scalars.
-  if (s.shape.empty()) return memory::desc({1}, memory::data_type::f32, memory::format_tag::a);
-  return memory::desc(ToDims(s.shape), memory::data_type::f32, PlainTag(s.shape.size()));
+  const memory::data_type t = DnnlType(s.dtype);
+  if (s.shape.empty()) return memory::desc({1}, t, memory::format_tag::a);
+  return memory::desc(ToDims(s.shape), t, PlainTag(s.shape.size()));
 }
 
 memory::desc BuildContext::StoredMd(int slot) const {
@@ -212,7 +237,7 @@ std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const memory:
 
 absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
                                        const memory::desc& plain, const memory::desc& want) {
-  if (t.dtype() != DType::kFloat32 || t.nbytes() != plain.get_size()) {
+  if (DnnlType(t.dtype()) != plain.data_type() || t.nbytes() != plain.get_size()) {
     return absl::InvalidArgumentError("constant does not match its oneDNN desc");
   }
   memory src(plain, ctx.engine, const_cast<void*>(t.raw()));
@@ -291,7 +316,7 @@ void BuildContext::NoteImplementation(const Node& node, const std::string& impl)
 bool IsConvFamily(const Node& node) {
   if (node.domain == kKilnDomain) return node.op_type == "FusedConv";
   if (!node.domain.empty()) return false;
-  return node.op_type == "Conv" || node.op_type == "MaxPool" || node.op_type == "AveragePool" ||
+  return node.op_type == "Conv" || node.op_type == "QLinearConv" || node.op_type == "MaxPool" || node.op_type == "AveragePool" ||
          node.op_type == "GlobalAveragePool";
 }
 

@@ -85,7 +85,8 @@ struct BuildContext {
   void NoteImplementation(const Node& node, const std::string& impl);
   // A temp buffer of the blocked arena, live during the current step only.
   int AddTemp(const dnnl::memory::desc& md);
-  // The plain (row-major) f32 desc of a slot's shape.
+  // The plain (row-major) desc of a slot's shape, in its dtype (f32, u8, s8, s32; f32 for
+  // the dtypes oneDNN has no type for).
   dnnl::memory::desc PlainMd(int slot) const;
   // The desc the slot is stored in (plain or blocked).
   dnnl::memory::desc StoredMd(int slot) const;
@@ -137,6 +138,10 @@ dnnl::memory::format_tag PlainTag(size_t rank);
 // Kernel factories: nullptr when the node is outside what the kernel handles (the engine
 // then runs the reference kernel). They may queue reorders in ctx.pre / ctx.post.
 std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node);
+// Conv weights [M, C/g, k...] as oneDNN's dims: [g, M/g, C/g, k...] when grouped.
+dnnl::memory::dims ConvWeightDims(const std::vector<int64_t>& w, int64_t group);
+// QLinearConv on oneDNN's int8 convolution (dnnl_qconv.cc).
+std::unique_ptr<CpuKernel> MakeDnnlQConv(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node);
 // MatMul/Gemm/FusedMatMul on Kiln's own GEMM (gemm_kernel.cc): where oneDNN's matmul would
 // allocate per call or change NaN (see MakeDnnlMatMul).

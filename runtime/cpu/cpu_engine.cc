@@ -175,7 +175,8 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
 std::unique_ptr<CpuKernel> CpuEngine::MakeFastKernel(const Node& node, KernelList& pre,
                                                       KernelList& post) {
   using Factory = std::unique_ptr<CpuKernel> (*)(BuildContext&, const Node&);
-  static const Factory kFast[] = {MakeDnnlBinary, MakeOwnKernel, MakeDnnlConv, MakeDnnlMatMul,
+  static const Factory kFast[] = {MakeDnnlBinary, MakeOwnKernel, MakeDnnlConv, MakeDnnlQConv,
+                                  MakeDnnlMatMul,
                                   MakeGemmKernel, MakeDnnlPool};
   // A factory that gives up may already have moved an output to the blocked arena.
   std::vector<std::pair<int, Slot>> saved;

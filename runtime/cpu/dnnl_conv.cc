@@ -180,13 +180,6 @@ bool BuildPostOps(const Node& node, dnnl::post_ops& po, const Value** residual_v
   return true;
 }
 
-memory::dims WeightDims(const std::vector<int64_t>& w, int64_t group) {
-  if (group == 1) return ToDims(w);
-  memory::dims d = {group, w[0] / group};
-  d.insert(d.end(), w.begin() + 1, w.end());
-  return d;
-}
-
 struct ConvShapes {
   const Slot* x;
   const Slot* w;
@@ -247,7 +240,7 @@ std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node
   const memory::format_tag src_tag = block && sh.x->shape[1] >= 8 ? blocked : any;
   const memory::format_tag dst_tag = block ? blocked : any;
   ConvPrimitive c;
-  memory::dims wdims = WeightDims(sh.w->shape, group);
+  memory::dims wdims = ConvWeightDims(sh.w->shape, group);
   c.w_plain = memory::desc(wdims, f32, PlainTag(wdims.size()));
   if (node.input(2)) c.b_md = memory::desc({sh.w->shape[0]}, f32, memory::format_tag::a);
   dnnl::primitive_attr attr;
@@ -317,6 +310,13 @@ std::optional<ConvPrimitive> BarePrimitive(BuildContext& ctx, const Node& node,
 }
 
 }  // namespace
+
+memory::dims ConvWeightDims(const std::vector<int64_t>& w, int64_t group) {
+  if (group == 1) return ToDims(w);
+  memory::dims d = {group, w[0] / group};
+  d.insert(d.end(), w.begin() + 1, w.end());
+  return d;
+}
 
 std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   const bool fused = node.domain == kKilnDomain && node.op_type == "FusedConv";

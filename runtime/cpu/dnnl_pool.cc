@@ -145,7 +145,10 @@ std::optional<PoolPrimitive> CreatePool(BuildContext& ctx, const PoolSetup& s,
 }  // namespace
 
 std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
-  if (!node.domain.empty() || !IsConvFamily(node) || node.op_type == "Conv") return nullptr;
+  if (!node.domain.empty() || !IsConvFamily(node) || node.op_type == "Conv" ||
+      node.op_type == "QLinearConv") {
+    return nullptr;
+  }
   const int xs = ctx.SlotOf(node.input(0)), ys = ctx.SlotOf(node.output(0));
   if (xs < 0 || ys < 0) return nullptr;
   const Slot& x = ctx.slots[xs];

@@ -1,0 +1,213 @@
+#include "compiler/passes/fuse_qdq.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace kiln::passes {
+namespace {
+
+bool IsOnnx(const Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
+
+bool IsByteInt(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+const Tensor* ConstOf(const Value* v) { return v && v->constant ? &*v->constant : nullptr; }
+
+// A DequantizeLinear with constant float32 scale (and zero point, if any).
+struct Dequant {
+  Node* node = nullptr;
+  Value* q = nullptr;             // the quantized operand
+  const Tensor* scale = nullptr;  // float32, numel 1 or one per slice along `axis`
+  const Tensor* zero = nullptr;   // nullptr: zero
+  int64_t axis = 1;
+};
+
+std::optional<Dequant> AsDequant(const Value* v) {
+  Node* n = v ? v->producer : nullptr;
+  if (!IsOnnx(n, "DequantizeLinear") || n->GetInt("block_size", 0) != 0) return std::nullopt;
+  Dequant d{n, n->input(0), ConstOf(n->input(1)), ConstOf(n->input(2)), n->GetInt("axis", 1)};
+  if (!d.q || !d.scale || d.scale->dtype() != DType::kFloat32) return std::nullopt;
+  if (n->input(2) && !d.zero) return std::nullopt;
+  return d;
+}
+
+// The activation operand: per-tensor int8/uint8.
+bool IsPerTensorActivation(const Dequant& d) {
+  return IsByteInt(d.q->dtype) && d.scale->numel() == 1 && (!d.zero || d.zero->numel() == 1) &&
+         (!d.zero || d.zero->dtype() == d.q->dtype);
+}
+
+// The weights: constant int8, zero point 0, one scale or one per output channel (axis 0).
+bool IsSymmetricWeight(const Dequant& d, int64_t out_channels) {
+  const Tensor* w = ConstOf(d.q);
+  if (!w || w->dtype() != DType::kInt8 || w->rank() < 3) return false;
+  const int64_t n = d.scale->numel();
+  if (n != 1 && !(n == out_channels && d.scale->rank() == 1 &&
+                  (d.axis == 0 || d.axis == -w->rank()))) {
+    return false;
+  }
+  if (d.zero) {
+    for (int64_t i = 0; i < d.zero->numel(); ++i) {
+      if (d.zero->GetDouble(i) != 0.0) return false;
+    }
+  }
+  return true;
+}
+
+// The single reader of `v`, or nullptr (none, several, or v is a graph output).
+Node* SoleReader(const Graph& graph, const Value* v) {
+  if (graph.IsGraphOutput(v)) return nullptr;
+  std::vector<Node*> readers = graph.Consumers(v);
+  return readers.size() == 1 ? readers[0] : nullptr;
+}
+
+// The per-tensor QuantizeLinear the Conv's result (through an optional Relu) ends in.
+struct Requant {
+  Node* relu = nullptr;
+  Node* q = nullptr;
+};
+
+std::optional<Requant> FindRequant(const Graph& graph, const Node& conv) {
+  Requant r;
+  Node* next = SoleReader(graph, conv.output(0));
+  if (IsOnnx(next, "Relu")) {
+    r.relu = next;
+    next = SoleReader(graph, next->output(0));
+  }
+  if (!IsOnnx(next, "QuantizeLinear") || next->input(0) != (r.relu ? r.relu : &conv)->output(0)) {
+    return std::nullopt;
+  }
+  const Tensor* s = ConstOf(next->input(1));
+  const Tensor* z = ConstOf(next->input(2));
+  const Value* y = next->output(0);
+  if (!s || s->dtype() != DType::kFloat32 || s->numel() != 1 || !(s->GetDouble(0) > 0)) {
+    return std::nullopt;
+  }
+  if ((next->input(2) && (!z || z->numel() != 1)) || !y || !IsByteInt(y->dtype)) {
+    return std::nullopt;
+  }
+  if (next->GetInt("block_size", 0) != 0) return std::nullopt;
+  if (r.relu) {
+    // Relu folds only where it changes nothing after Q: zy is the type's lowest value.
+    const double lowest = y->dtype == DType::kInt8 ? -128.0 : 0.0;
+    if ((z ? z->GetDouble(0) : 0.0) != lowest) return std::nullopt;
+  }
+  r.q = next;
+  return r;
+}
+
+// The float values of a per-channel bias: a constant, or DQ of a constant. nullopt for
+// anything else.
+std::optional<std::vector<double>> BiasValues(const Value* b, int64_t out_channels) {
+  std::vector<double> values(out_channels, 0.0);
+  if (!b) return values;
+  if (const Tensor* t = ConstOf(b)) {
+    if (t->numel() != out_channels) return std::nullopt;
+    for (int64_t c = 0; c < out_channels; ++c) values[c] = t->GetDouble(c);
+    return values;
+  }
+  std::optional<Dequant> d = AsDequant(b);
+  const Tensor* q = d ? ConstOf(d->q) : nullptr;
+  if (!q || q->numel() != out_channels) return std::nullopt;
+  auto at = [&](const Tensor* t, int64_t c) { return t->GetDouble(t->numel() == 1 ? 0 : c); };
+  if (d->scale->numel() != 1 && d->scale->numel() != out_channels) return std::nullopt;
+  if (d->zero && d->zero->numel() != 1 && d->zero->numel() != out_channels) return std::nullopt;
+  for (int64_t c = 0; c < out_channels; ++c) {
+    values[c] = (q->GetDouble(c) - (d->zero ? at(d->zero, c) : 0.0)) * at(d->scale, c);
+  }
+  return values;
+}
+
+// The bias in accumulator units, round(b / (sx * sw[c])), int32; nullopt when a value does
+// not fit.
+std::optional<Tensor> AccumulatorBias(const std::vector<double>& values, const Dequant& x,
+                                      const Dequant& w) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  Tensor out(DType::kInt32, {n});
+  const float sx = static_cast<float>(x.scale->GetDouble(0));
+  for (int64_t c = 0; c < n; ++c) {
+    // The accumulator's scale as float32 arithmetic gives it (exporters write sx * sw so).
+    const float acc_scale =
+        sx * static_cast<float>(w.scale->GetDouble(w.scale->numel() == 1 ? 0 : c));
+    if (!(acc_scale > 0)) return std::nullopt;
+    const double q = std::nearbyint(values[c] / acc_scale);
+    if (!(std::fabs(q) <= std::numeric_limits<int32_t>::max())) return std::nullopt;
+    out.SetInt(c, static_cast<int64_t>(q));
+  }
+  return out;
+}
+
+Value* ZeroPoint(Graph& graph, const std::string& hint, const Tensor* zero, DType dtype,
+                 std::vector<int64_t> shape) {
+  if (zero) {
+    Tensor z(dtype, zero->shape());
+    for (int64_t i = 0; i < zero->numel(); ++i) z.SetInt(i, static_cast<int64_t>(zero->GetDouble(i)));
+    return graph.AddConstant(hint, std::move(z));
+  }
+  return graph.AddConstant(hint, Tensor(dtype, std::move(shape)));
+}
+
+// Removes a DequantizeLinear nobody reads any more.
+void DropIfUnread(Graph& graph, Node* dq) {
+  if (dq && graph.Consumers(dq->output(0)).empty() && !graph.IsGraphOutput(dq->output(0))) {
+    graph.RemoveNode(dq);
+  }
+}
+
+bool FuseConv(Graph& graph, Node& conv) {
+  std::optional<Dequant> x = AsDequant(conv.input(0));
+  std::optional<Dequant> w = AsDequant(conv.input(1));
+  if (!x || !w || !IsPerTensorActivation(*x)) return false;
+  const Tensor* wq = ConstOf(w->q);
+  const int64_t oc = wq ? wq->dim(0) : 0;
+  if (!IsSymmetricWeight(*w, oc)) return false;
+  std::optional<Requant> r = FindRequant(graph, conv);
+  if (!r) return false;
+  std::optional<std::vector<double>> bias_values = BiasValues(conv.input(2), oc);
+  std::optional<Tensor> bias = bias_values ? AccumulatorBias(*bias_values, *x, *w) : std::nullopt;
+  if (!bias) return false;
+
+  const std::string& base = conv.name;
+  Value* y = r->q->output(0);
+  auto node = std::make_unique<Node>();
+  node->op_type = "QLinearConv";
+  node->name = base + "_qlinear";
+  node->opset = conv.opset;
+  node->attrs = conv.attrs;
+  node->inputs = {x->q,
+                  x->node->inputs[1],
+                  ZeroPoint(graph, base + "_x_zero_point", x->zero, x->q->dtype, {}),
+                  w->q,
+                  w->node->inputs[1],
+                  graph.AddConstant(base + "_w_zero_point", Tensor(DType::kInt8, w->scale->shape())),
+                  r->q->inputs[1],
+                  ZeroPoint(graph, base + "_y_zero_point",
+                            r->q->input(2) ? ConstOf(r->q->input(2)) : nullptr, y->dtype, {}),
+                  graph.AddConstant(base + "_bias_int32", std::move(*bias))};
+  node->outputs = {y};
+  Node* q = r->q;
+  q->outputs = {nullptr};
+  graph.InsertNode(q, std::move(node));
+  graph.RemoveNode(q);
+  if (r->relu) graph.RemoveNode(r->relu);
+  Node* dq_b = conv.input(2) ? conv.input(2)->producer : nullptr;
+  if (!IsOnnx(dq_b, "DequantizeLinear")) dq_b = nullptr;
+  graph.RemoveNode(&conv);
+  for (Node* dq : {x->node, w->node, dq_b}) DropIfUnread(graph, dq);
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> FuseQdq(Graph& graph) {
+  std::vector<Node*> convs;
+  for (const auto& n : graph.nodes()) {
+    if (IsOnnx(n.get(), "Conv")) convs.push_back(n.get());
+  }
+  bool changed = false;
+  for (Node* conv : convs) changed = FuseConv(graph, *conv) || changed;
+  if (changed) graph.PruneUnusedValues();
+  return changed;
+}
+
+}  // namespace kiln::passes

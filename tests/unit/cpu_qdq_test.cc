@@ -1,0 +1,282 @@
+// Int8 inference: the fuse_qdq pass (DQ -> Conv [-> Relu] -> Q becomes QLinearConv) on the
+// reference interpreter before and after, and the CPU engine's QLinearConv (oneDNN int8
+// convolution) against the reference QLinearConv, bit for bit. Each refusal of the pass has
+// a negative case: the float Conv stays and the graph computes what it did.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "compiler/compile.h"
+#include "compiler/ir/builder.h"
+#include "compiler/passes/fuse_qdq.h"
+#include "runtime/cpu/cpu_engine.h"
+#include "runtime/reference/interpreter.h"
+#include "tests/unit/pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+using testing::CountOps;
+
+Tensor RandomInts(DType dtype, std::vector<int64_t> shape, int lo, int hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  Tensor t(dtype, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.SetInt(i, d(rng));
+  return t;
+}
+
+Tensor Floats(std::vector<float> v, std::vector<int64_t> shape = {}) {
+  return Tensor::FromFloat(v, std::move(shape));
+}
+
+Tensor ByteScalar(DType dtype, int v) {
+  Tensor t(dtype, {});
+  t.SetInt(0, v);
+  return t;
+}
+
+// Per-channel scales around `base` (distinct, so a channel mix-up shows).
+Tensor ChannelScales(int64_t n, float base) {
+  std::vector<float> v;
+  for (int64_t c = 0; c < n; ++c) v.push_back(base * (1.f + 0.37f * static_cast<float>(c % 5)));
+  return Floats(v, {n});
+}
+
+struct ConvCase {
+  std::string name;
+  DType x_type = DType::kUInt8, y_type = DType::kUInt8;
+  int x_zero = 7, y_zero = 3;
+  bool per_channel = true, bias = true, relu = false;
+  int64_t group = 1, channels = 8, out_channels = 16, stride = 1;
+  int w_max = 127;  // weights in [-w_max, w_max]
+};
+
+void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
+
+struct QdqGraph {
+  std::unique_ptr<Graph> graph;
+  ref::TensorMap feeds;
+};
+
+// DQ(x) -> Conv(., DQ(w), bias) [-> Relu] -> Q as exporters write it; `conv_reader` adds a
+// second reader of the Conv's result, `w_zero` a weight zero point.
+QdqGraph BuildQdqConv(const ConvCase& c, bool conv_reader = false, int w_zero = 0) {
+  GraphBuilder b;
+  Value* xq = b.Input("xq", c.x_type, {1, c.channels, 10, 10});
+  Value* x = b.Op("DequantizeLinear", {xq, b.Constant("sx", Floats({0.05f})),
+                                       b.Constant("zx", ByteScalar(c.x_type, c.x_zero))});
+  const int64_t oc = c.out_channels;
+  Tensor wq = RandomInts(DType::kInt8, {oc, c.channels / c.group, 3, 3}, -127, 127, 5);
+  Tensor sw = c.per_channel ? ChannelScales(oc, 0.01f) : Floats({0.01f});
+  Tensor zw(DType::kInt8, sw.shape());
+  for (int64_t i = 0; i < zw.numel(); ++i) zw.SetInt(i, w_zero);
+  Value* w = b.Op("DequantizeLinear", {b.Constant("wq", wq), b.Constant("sw", sw), b.Constant("zw", zw)},
+                  {{"axis", Attribute::Int(0)}});
+  std::vector<Value*> conv_in = {x, w};
+  if (c.bias) {
+    std::vector<float> bias;
+    for (int64_t o = 0; o < oc; ++o) bias.push_back(0.1f * static_cast<float>(o % 7) - 0.3f);
+    conv_in.push_back(b.Constant("bias", Floats(bias, {oc})));
+  }
+  Value* y = b.Op("Conv", conv_in,
+                  {{"pads", Attribute::Ints({1, 1, 1, 1})}, {"group", Attribute::Int(c.group)},
+                   {"strides", Attribute::Ints({c.stride, c.stride})}});
+  if (conv_reader) b.Output(b.Op("Sigmoid", {y}));
+  if (c.relu) y = b.Op("Relu", {y});
+  b.Output(b.Op("QuantizeLinear", {y, b.Constant("sy", Floats({0.04f})),
+                                   b.Constant("zy", ByteScalar(c.y_type, c.y_zero))}));
+  QdqGraph q{b.Build(), {}};
+  const bool u8 = c.x_type == DType::kUInt8;
+  q.feeds["xq"] = RandomInts(c.x_type, {1, c.channels, 10, 10}, u8 ? 0 : -128, u8 ? 255 : 127, 9);
+  return q;
+}
+
+// The pass changed the graph and the result moved by at most one quantum, on few elements
+// (QLinearConv rounds acc * (sx * sw / sy) where the original rounds the float sum / sy).
+void ExpectFusedWithinOneQuantum(QdqGraph& q) {
+  ASSERT_TRUE(shape::InferShapes(*q.graph).ok());
+  auto before = q.graph->Clone();
+  absl::StatusOr<bool> changed = passes::FuseQdq(*q.graph);
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  EXPECT_TRUE(VerifyGraph(*q.graph).ok());
+  EXPECT_EQ(CountOps(*q.graph, "QLinearConv"), 1);
+  EXPECT_EQ(CountOps(*q.graph, "Conv") + CountOps(*q.graph, "Relu") +
+                CountOps(*q.graph, "QuantizeLinear") + CountOps(*q.graph, "DequantizeLinear"),
+            0);
+  auto want = ref::Run(*before, q.feeds);
+  auto got = ref::Run(*q.graph, q.feeds);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+  const Tensor& a = got->begin()->second;
+  const Tensor& e = want->begin()->second;
+  ASSERT_EQ(a.shape(), e.shape());
+  int64_t off = 0;
+  for (int64_t i = 0; i < e.numel(); ++i) {
+    const double d = std::fabs(a.GetDouble(i) - e.GetDouble(i));
+    EXPECT_LE(d, 1.0) << "element " << i;
+    off += d != 0;
+  }
+  EXPECT_LE(off, e.numel() / 100) << "more than 1% of the elements moved a quantum";
+}
+
+class FuseQdqConv : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(FuseQdqConv, BecomesQLinearConvWithinOneQuantum) {
+  QdqGraph q = BuildQdqConv(GetParam());
+  ExpectFusedWithinOneQuantum(q);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, FuseQdqConv,
+    ::testing::Values(ConvCase{"u8_per_channel_bias"},
+                      ConvCase{"u8_per_tensor_no_bias", DType::kUInt8, DType::kUInt8, 0, 128,
+                               false, false},
+                      ConvCase{"s8_activations", DType::kInt8, DType::kInt8, -5, 2},
+                      ConvCase{"relu_folds_at_zero_point_0", DType::kUInt8, DType::kUInt8, 7, 0,
+                               true, true, true},
+                      ConvCase{"relu_folds_s8_at_minus_128", DType::kInt8, DType::kInt8, 0,
+                               -128, true, true, true},
+                      ConvCase{"depthwise_strided", DType::kUInt8, DType::kUInt8, 7, 3, true,
+                               true, false, 8, 8, 8, 2}),
+    [](const auto& info) { return info.param.name; });
+
+// Refusals: the float Conv stays and nothing changes.
+void ExpectUntouched(QdqGraph& q) {
+  ASSERT_TRUE(shape::InferShapes(*q.graph).ok());
+  absl::StatusOr<bool> changed = passes::FuseQdq(*q.graph);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(CountOps(*q.graph, "QLinearConv"), 0);
+  EXPECT_EQ(CountOps(*q.graph, "Conv"), 1);
+}
+
+TEST(FuseQdqConvRefuses, ReluBeforeQWithZeroPointAboveTheLowestValue) {
+  ConvCase c{"relu_zp3"};
+  c.relu = true;  // Q(relu(v)) = max(Q(v), 3): not Q(v)
+  QdqGraph q = BuildQdqConv(c);
+  ExpectUntouched(q);
+}
+
+TEST(FuseQdqConvRefuses, WeightZeroPointOtherThanZero) {
+  QdqGraph q = BuildQdqConv(ConvCase{"wzp"}, false, 1);
+  ExpectUntouched(q);
+}
+
+TEST(FuseQdqConvRefuses, ConvResultWithAnotherReader) {
+  QdqGraph q = BuildQdqConv(ConvCase{"reader"}, true);
+  ExpectUntouched(q);
+}
+
+// ---------------------------------------------------------------- CPU engine QLinearConv
+
+// QLinearConv as the pass writes it, built directly.
+std::unique_ptr<Graph> QLinearConvGraph(const ConvCase& c) {
+  GraphBuilder b;
+  Value* xq = b.Input("xq", c.x_type, {2, c.channels, 10, 10});
+  const int64_t oc = c.out_channels;
+  Tensor sw = c.per_channel ? ChannelScales(oc, 0.01f) : Floats({0.01f});
+  std::vector<Value*> in = {xq,
+                            b.Constant("sx", Floats({0.05f})),
+                            b.Constant("zx", ByteScalar(c.x_type, c.x_zero)),
+                            b.Constant("wq", RandomInts(DType::kInt8,
+                                                        {oc, c.channels / c.group, 3, 3},
+                                                        -c.w_max, c.w_max, 5)),
+                            b.Constant("sw", sw),
+                            b.Constant("zw", Tensor(DType::kInt8, sw.shape())),
+                            b.Constant("sy", Floats({0.04f})),
+                            b.Constant("zy", ByteScalar(c.y_type, c.y_zero))};
+  if (c.bias) in.push_back(b.Constant("bias", RandomInts(DType::kInt32, {oc}, -3000, 3000, 11)));
+  b.Output(b.Op("QLinearConv", in,
+                {{"pads", Attribute::Ints({1, 1, 1, 1})}, {"group", Attribute::Int(c.group)},
+                 {"strides", Attribute::Ints({c.stride, c.stride})}}));
+  return b.Build();
+}
+
+class CpuQLinearConv : public ::testing::TestWithParam<ConvCase> {};
+
+// Bit-exact against the reference in both activation layouts, on oneDNN's JIT code where it
+// is exact on this CPU.
+TEST_P(CpuQLinearConv, MatchesTheReferenceExactly) {
+  const ConvCase& c = GetParam();
+  auto g = QLinearConvGraph(c);
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO0;
+  absl::StatusOr<CompiledGraph> compiled = CompileGraph(*g, co);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  const bool u8 = c.x_type == DType::kUInt8;
+  Tensor x = RandomInts(c.x_type, {2, c.channels, 10, 10}, u8 ? 0 : -128, u8 ? 255 : 127, 9);
+  auto want = ref::Run(*compiled->graph, {{"xq", x}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (auto layout : {cpu::ActivationLayout::kPrimitive, cpu::ActivationLayout::kBlocked}) {
+    cpu::CpuEngineOptions eo;
+    eo.layout = layout;
+    auto e = cpu::BuildCpuEngine(*compiled, eo);
+    ASSERT_TRUE(e.ok()) << e.status();
+    // oneDNN's int8 kernels are exact for a uint8 source and 7-bit weights on every CPU;
+    // beyond that only with VNNI (dnnl_qconv.cc), else the node runs on the reference.
+    if (c.x_type == DType::kUInt8 && c.w_max <= 64) {
+      EXPECT_EQ((*e)->info().fallback_ops, 0);
+    }
+    EXPECT_LE((*e)->info().fallback_ops, 1);
+    EXPECT_TRUE((*e)->info().slow_ops.empty()) << (*e)->info().slow_ops[0];
+    std::vector<Tensor> outs;
+    ASSERT_TRUE((*e)->Run({x}, outs).ok());
+    const Tensor& w = want->begin()->second;
+    ASSERT_EQ(outs[0].shape(), w.shape());
+    ASSERT_EQ(outs[0].dtype(), w.dtype());
+    int64_t bad = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) bad += outs[0].GetDouble(i) != w.GetDouble(i);
+    EXPECT_EQ(bad, 0) << "of " << w.numel();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, CpuQLinearConv,
+    ::testing::Values(ConvCase{"u8_per_channel_bias"},
+                      ConvCase{"u8_7bit_weights", DType::kUInt8, DType::kUInt8, 7, 3, true,
+                               true, false, 1, 8, 16, 1, 64},
+                      ConvCase{"u8_7bit_weights_depthwise", DType::kUInt8, DType::kUInt8, 7, 3,
+                               true, true, false, 8, 8, 8, 2, 64},
+                      ConvCase{"u8_per_tensor_no_bias_zero_points_0", DType::kUInt8,
+                               DType::kUInt8, 0, 0, false, false},
+                      ConvCase{"s8_in_u8_out", DType::kInt8, DType::kUInt8, -5, 128},
+                      ConvCase{"u8_in_s8_out", DType::kUInt8, DType::kInt8, 100, -3},
+                      ConvCase{"depthwise_strided", DType::kUInt8, DType::kUInt8, 7, 3, true,
+                               true, false, 8, 8, 8, 2},
+                      ConvCase{"grouped", DType::kUInt8, DType::kUInt8, 7, 3, true, true, false,
+                               2, 8, 16, 1}),
+    [](const auto& info) { return info.param.name; });
+
+// A weight zero point other than 0 has no oneDNN kernel: the node runs on the reference
+// (a fallback op), still correct.
+TEST(CpuQLinearConv, NonZeroWeightZeroPointFallsBackCorrectly) {
+  GraphBuilder b;
+  Value* xq = b.Input("xq", DType::kUInt8, {1, 4, 6, 6});
+  Tensor zw(DType::kInt8, {});
+  zw.SetInt(0, 2);
+  b.Output(b.Op("QLinearConv",
+                {xq, b.Constant("sx", Floats({0.05f})), b.Constant("zx", ByteScalar(DType::kUInt8, 1)),
+                 b.Constant("wq", RandomInts(DType::kInt8, {4, 4, 3, 3}, -100, 100, 3)),
+                 b.Constant("sw", Floats({0.02f})), b.Constant("zw", zw),
+                 b.Constant("sy", Floats({0.1f})), b.Constant("zy", ByteScalar(DType::kUInt8, 9))}));
+  auto g = b.Build();
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO0;
+  auto compiled = CompileGraph(*g, co);
+  ASSERT_TRUE(compiled.ok());
+  auto e = cpu::BuildCpuEngine(*compiled);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ((*e)->info().fallback_ops, 1);
+  Tensor x = RandomInts(DType::kUInt8, {1, 4, 6, 6}, 0, 255, 4);
+  auto want = ref::Run(*compiled->graph, {{"xq", x}});
+  std::vector<Tensor> outs;
+  ASSERT_TRUE((*e)->Run({x}, outs).ok());
+  for (int64_t i = 0; i < outs[0].numel(); ++i) {
+    EXPECT_EQ(outs[0].GetDouble(i), want->begin()->second.GetDouble(i));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
