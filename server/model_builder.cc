@@ -198,7 +198,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& 
 // inputs against the reference outputs stored with it (the reference run is what a hit
 // saves). Any failure means the entry is not used.
 absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
-                                       int64_t checked_block,
+                                       const Graph& raw, int64_t checked_block,
                                        const ref::TensorMap& feed, const check::Tolerance& tol) {
   onnx_io::ImportOptions options;
   options.normalize = false;  // the graph was normalized before it was optimized
@@ -213,7 +213,9 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
   if (!config.warmup.enabled) return r;
   if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
   ref::TensorMap want(e.outputs.begin(), e.outputs.end());
-  ASSIGN_OR_RETURN(check::Divergence d, CheckEngine(*r.engine, feed, want, tol, checked_block));
+  ASSIGN_OR_RETURN(check::Divergence d,
+                   CheckEngine(*r.engine, feed, want, check::ForQuantizedGraph(raw, want, tol),
+                               checked_block));
   if (!d.ok) return absl::DataLossError("re-verification failed: " + d.message);
   return r;
 }
@@ -225,7 +227,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
                                              const std::vector<CheckCase>& cases,
                                              PipelineOptions& pipeline, CheckSummary& check,
                                              LoadTimes& times) {
-  const check::Tolerance tol{config.warmup.rtol, config.warmup.atol};
+  const check::Tolerance tol{config.warmup.rtol, config.warmup.atol, {}};
   for (int attempt = 0;; ++attempt) {
     BucketResult r;
     CompileOptions options;
@@ -244,8 +246,11 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     t0 = Clock::now();
     const CheckCase* failed = nullptr;
     check::Divergence d;
+    check::Tolerance failed_tol = tol;
     for (const CheckCase& c : cases) {
-      ASSIGN_OR_RETURN(d, CheckEngine(*r.engine, c.feed, c.want, tol, c.checked_block));
+      // An int8 model is compared within its quantization's own step (differential.h).
+      const check::Tolerance case_tol = check::ForQuantizedGraph(raw, c.want, tol);
+      ASSIGN_OR_RETURN(d, CheckEngine(*r.engine, c.feed, c.want, case_tol, c.checked_block));
       if (c.nonfinite) check.nonfinite_checked = true;
       if (!c.nonfinite) {
         check.max_abs_err = std::max(check.max_abs_err, d.max_abs_err);
@@ -253,6 +258,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
       }
       if (!d.ok) {
         failed = &c;
+        failed_tol = case_tol;
         break;
       }
     }
@@ -261,7 +267,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     t0 = Clock::now();
     const std::string where = absl::StrCat(
         "batch ", batch, failed->nonfinite ? ", non-finite inputs" : "", ": ", d.message);
-    ASSIGN_OR_RETURN(check::BisectResult b, check::BisectPipeline(raw, pipeline, failed->feed, tol));
+    ASSIGN_OR_RETURN(check::BisectResult b, check::BisectPipeline(raw, pipeline, failed->feed, failed_tol));
     times.check_ms += MsSince(t0);
     if (b.ok && failed->nonfinite) {
       // The engine's kernels, not a pass: served, and said so.
@@ -376,14 +382,14 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
   if (cache.cache) {
     key = CacheKeyFor(cache, config, pipeline, batch);
     if (auto e = cache.cache->Lookup(key)) {
-      const check::Tolerance tol{config.warmup.rtol, config.warmup.atol};
+      const check::Tolerance tol{config.warmup.rtol, config.warmup.atol, {}};
       const Clock::time_point t0 = Clock::now();
       absl::StatusOr<BucketResult> r = absl::UnknownError("no feed");
       int64_t block = 0;
       if (!config.warmup.enabled) {
-        r = FromCache(*e, config, 0, {}, tol);
+        r = FromCache(*e, config, *raw, 0, {}, tol);
       } else if (auto feed = CachedFeedFor(*rows, *raw, batch, config, &block); feed.ok()) {
-        r = FromCache(*e, config, block, *feed, tol);
+        r = FromCache(*e, config, *raw, block, *feed, tol);
       }
       times.engine_ms += MsSince(t0);
       if (r.ok()) {

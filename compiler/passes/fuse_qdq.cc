@@ -197,15 +197,48 @@ bool FuseConv(Graph& graph, Node& conv) {
   return true;
 }
 
+bool SameScalar(const Tensor* a, const Tensor* b) {
+  const double va = a ? a->GetDouble(0) : 0.0, vb = b ? b->GetDouble(0) : 0.0;
+  return va == vb;
+}
+
+// DQ(xq, s, z) -> MaxPool -> Q(s, z) is MaxPool(xq): Q(DQ(q)) = q for one (s, z), and max
+// commutes with the monotonic dequantization.
+bool FuseMaxPool(Graph& graph, Node& pool) {
+  std::optional<Dequant> x = AsDequant(pool.input(0));
+  if (!x || !IsPerTensorActivation(*x) || pool.output(1)) return false;
+  Node* q = SoleReader(graph, pool.output(0));
+  if (!IsOnnx(q, "QuantizeLinear") || !q->output(0) || q->output(0)->dtype != x->q->dtype) {
+    return false;
+  }
+  const Tensor* s = ConstOf(q->input(1));
+  const Tensor* z = ConstOf(q->input(2));
+  if (!s || s->numel() != 1 || (q->input(2) && (!z || z->numel() != 1)) ||
+      s->dtype() != DType::kFloat32 || !SameScalar(s, x->scale) || !SameScalar(z, x->zero)) {
+    return false;
+  }
+  Value* y = q->output(0);
+  q->outputs = {nullptr};
+  graph.RemoveNode(q);
+  pool.inputs[0] = x->q;
+  pool.outputs[0]->producer = nullptr;
+  pool.outputs[0] = y;
+  y->producer = &pool;
+  DropIfUnread(graph, x->node);
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> FuseQdq(Graph& graph) {
-  std::vector<Node*> convs;
+  std::vector<Node*> convs, pools;
   for (const auto& n : graph.nodes()) {
     if (IsOnnx(n.get(), "Conv")) convs.push_back(n.get());
+    if (IsOnnx(n.get(), "MaxPool")) pools.push_back(n.get());
   }
   bool changed = false;
   for (Node* conv : convs) changed = FuseConv(graph, *conv) || changed;
+  for (Node* pool : pools) changed = FuseMaxPool(graph, *pool) || changed;
   if (changed) graph.PruneUnusedValues();
   return changed;
 }

@@ -14,6 +14,8 @@
 //    float sum by sy, so a value within float rounding of a rounding tie may land one
 //    quantum apart (ONNX Runtime's own QDQ fusion has the same property). The warm-up check
 //    compares within the quantization's tolerance (docs/compiler.md).
+// And DQ(xq, s, z) -> MaxPool -> Q(s, z) becomes MaxPool(xq) (exact: Q(DQ(q)) = q, and max
+// commutes with the monotonic dequantization).
 // Preconditions: scales, zero points, weights and bias are constants; dtypes inferred.
 // Leaves alone: per-axis activation scales, non-zero weight zero points, uint8 weights (no
 // integer kernel takes them), non-float32 scales, a Conv output read by anything but the Q.

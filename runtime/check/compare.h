@@ -5,6 +5,7 @@
 // warm-up against the reference interpreter.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "compiler/ir/tensor.h"
@@ -14,6 +15,8 @@ namespace kiln::check {
 struct Tolerance {
   double rtol = 1e-3;
   double atol = 1e-4;
+  // Per-output floors of atol (CompareOutputs): an int8 model's outputs (differential.h).
+  std::map<std::string, double> output_atol = {};
 };
 
 struct Divergence {

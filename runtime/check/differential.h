@@ -46,6 +46,13 @@ absl::StatusOr<ref::TensorMap> TileRows(const std::vector<const ref::TensorMap*>
 Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
                           const Tolerance& tol);
 
+// The tolerance for an int8 (QDQ) model: fuse_qdq's QLinearConv may requantize a value one
+// quantum away from where the float Conv + QuantizeLinear put it (a tie broken by float
+// rounding), which moves an output by about one 8-bit step of its range. So for a graph
+// with QuantizeLinear (or QLinear ops) every float output's atol is at least one step of
+// its expected values' range, (max - min) / 255; any other graph keeps `base`.
+Tolerance ForQuantizedGraph(const Graph& raw, const ref::TensorMap& want, Tolerance base);
+
 struct PassOutcome {
   std::string pass;
   Divergence divergence;  // of the graph after this pass vs the raw graph

@@ -129,7 +129,7 @@ struct PoolPrimitive {
 std::optional<PoolPrimitive> CreatePool(BuildContext& ctx, const PoolSetup& s,
                                         const memory::desc& src_md, const Slot& y,
                                         const memory::dims& dil) {
-  memory::desc dst_any(ToDims(y.shape), memory::data_type::f32, memory::format_tag::any);
+  memory::desc dst_any(ToDims(y.shape), src_md.data_type(), memory::format_tag::any);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   try {
@@ -153,8 +153,13 @@ std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
   if (xs < 0 || ys < 0) return nullptr;
   const Slot& x = ctx.slots[xs];
   const Slot& y = ctx.slots[ys];
-  if (x.dtype != DType::kFloat32 || y.dtype != DType::kFloat32 || x.shape.size() < 3 ||
-      x.shape.size() > 5 || y.shape.size() != x.shape.size() || NumElements(y.shape) == 0) {
+  // float32 pools; MaxPool also on int8/uint8 (a QDQ model's pools run on the quantized
+  // values: max commutes with the monotonic dequantization).
+  const bool f32 = x.dtype == DType::kFloat32;
+  const bool int8_max = (x.dtype == DType::kUInt8 || x.dtype == DType::kInt8) &&
+                        node.op_type == "MaxPool";
+  if ((!f32 && !int8_max) || y.dtype != x.dtype || x.shape.size() < 3 || x.shape.size() > 5 ||
+      y.shape.size() != x.shape.size() || NumElements(y.shape) == 0) {
     return nullptr;
   }
   std::optional<PoolSetup> s = ReadPool(node, x, y);
@@ -172,8 +177,9 @@ std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
   const tag block_tag[] = {b16 ? tag::nCw16c : tag::nCw8c, b16 ? tag::nChw16c : tag::nChw8c,
                            b16 ? tag::nCdhw16c : tag::nCdhw8c};
   const tag last_tag[] = {tag::nwc, tag::nhwc, tag::ndhwc};
-  candidates.emplace_back(xd, memory::data_type::f32, block_tag[rank - 3]);
-  candidates.emplace_back(xd, memory::data_type::f32, last_tag[rank - 3]);
+  const memory::data_type type = ctx.PlainMd(xs).data_type();
+  candidates.emplace_back(xd, type, block_tag[rank - 3]);
+  candidates.emplace_back(xd, type, last_tag[rank - 3]);
   std::optional<PoolPrimitive> chosen;
   for (const memory::desc& src : candidates) {
     std::optional<PoolPrimitive> p = CreatePool(ctx, *s, src, y, dil);
@@ -189,7 +195,7 @@ std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node) {
   k->call_ = DnnlCall(dnnl::pooling_v2_forward(pd));
   ctx.NoteScratchpad(pd.scratchpad_desc());
   k->node = &node;
-  k->guarded = s->alg == dnnl::algorithm::pooling_max;
+  k->guarded = s->alg == dnnl::algorithm::pooling_max && f32;  // integers have no NaN
   k->x_slot = xs;
   k->src_slot = ctx.ReadAs(xs, src_md);
   k->dst_slot = ctx.WriteAs(ys, pd.dst_desc());

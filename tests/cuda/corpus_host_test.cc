@@ -22,7 +22,7 @@ void CheckCorpus(const std::vector<CorpusGraph>& graphs, const CorpusStats& cs, 
     if (!st.ok() && ++refused <= 5) std::printf("not run by the reference: %s: %s\n", g.name.c_str(), st.ToString().c_str());
   }
   for (const std::string& e : rs.errors) ADD_FAILURE() << "generator error: " << e;
-  absl::StatusOr<HostCheck> hc = CheckOnHost(nodes, check::Tolerance{1e-4, 1e-5});
+  absl::StatusOr<HostCheck> hc = CheckOnHost(nodes, check::Tolerance{1e-4, 1e-5, {}});
   ASSERT_TRUE(hc.ok()) << hc.status();
   std::printf("%s: %zu graphs compiled (%d skipped, %d with ops the reference does not run), %d nodes, %d with generated "
               "kernels (%d kernels), %d refused by the generator; %d nodes checked on the host, %zu mismatches\n",

@@ -7,14 +7,25 @@ Models (random weights from a fixed seed; nothing is downloaded): torchvision re
 resnet50 and mobilenet_v2 (BatchNorm running statistics randomized so BatchNorm is not an
 identity) and a small BERT-style encoder defined here (token + position embeddings, two
 encoder layers with attention written as plain MatMul/Softmax, erf GELU, LayerNorm, a
-Linear+Tanh pooler). All are exported in eval() mode (Dropout is inference-mode) with
+Linear+Tanh pooler), a recurrent tagger, an LR-ASPP segmentation network and an SSDlite
+detector. All are exported in eval() mode (Dropout is inference-mode) with
 torch.onnx.export(opset 17, TrainingMode.PRESERVE, do_constant_folding=False: BatchNorm stays
 in the graph) and a dynamic batch dimension.
 
+resnet18_qdq and mobilenet_v2_qdq are those models int8-quantized in the QDQ format ONNX
+Runtime's static quantization tool writes (qdq.py: uint8 activations, int8 per-channel Conv
+weights, int32 biases, float logits): exported with BatchNorm folded into the Conv
+(TrainingMode.EVAL, do_constant_folding=True), calibrated with MinMax ranges from ORT runs on
+8 seeded random images, same test input as the float model. ORT runs them with int8 kernels,
+so their expected outputs are only reproducible to a few quanta: each gets a check.json
+({"rtol", "atol"}, derived from the model: QDQ_ATOL_UNITS) that check_models.py uses instead
+of its float tolerance, and export.json notes "int8": true and the op histogram.
+
 Each model lands in DIR/<name>/ in the ONNX backend-test layout: model.onnx and
-test_data_set_0/{input_K,output_K}.pb. Inputs are seeded random tensors; the expected outputs
-are computed by ONNX Runtime (tools/ort/run_ort.js, onnxruntime-node), not by torch; the
-ORT-vs-torch difference is printed as a sanity check.
+test_data_set_0/{input_K,output_K}.pb, with export.json (and check.json for the int8 models).
+Inputs are seeded random tensors; the expected outputs are computed by ONNX Runtime
+(tools/ort/run_ort.js, onnxruntime-node), not by torch; the ORT-vs-torch difference is printed
+as a sanity check (for the int8 models it is the quantization error).
 
 `--models zoo` exports every classification model torchvision ships instead (resnets,
 VGG, DenseNet, GoogLeNet, Inception, MobileNets, EfficientNets, RegNets, ConvNeXt, ViT, Swin,
@@ -36,13 +47,28 @@ import sys
 import tempfile
 import time
 
-SCRIPT_VERSION = "3"  # bump when a model, its inputs or the export settings change
+SCRIPT_VERSION = "4"  # bump when a model, its inputs or the export settings change
 OPSET = 17
 SKIP = 77
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_ORT = os.path.join(REPO, "tools", "ort", "run_ort.js")
 ORT_PKG = os.path.join(REPO, "tools", "ort", "node_modules", "onnxruntime-node")
-MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_tiny", "rnn_tagger", "lraspp", "ssdlite")
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_tiny", "rnn_tagger", "lraspp", "ssdlite",
+          "resnet18_qdq", "mobilenet_v2_qdq")
+# QDQ-quantized models (qdq.py): the float model each quantizes, with the same test input.
+QDQ_BASE = {"resnet18_qdq": "resnet18", "mobilenet_v2_qdq": "mobilenet_v2"}
+# Calibration: this many seeded random images, drawn like the test input but not it (a trained
+# network is calibrated on a few hundred real images; random weights see random images).
+CALIB_BATCH, CALIB_SEED = 8, 7
+# Tolerance of a QDQ model against ORT (check.json), in units of qdq.output_quantum: one quantum
+# of the last quantized activation x in output units, s_x * max_j ||W_j||_2. ORT runs int8
+# kernels; Kiln computes the same graph in float, and the requantization ties they round apart
+# cascade until a fraction f of x is a quantum off. The outputs then differ by about sqrt(f)
+# units rms, the largest of ~1000 outputs by ~3.3 times that. Measured f: 3-6% (reference vs
+# ORT), 3-9% (Kiln's CPU engine, float32 kernels, vs ORT); f = 20% gives 3.3 * sqrt(0.2) = 1.5
+# units. The float model (QDQ ignored) is 2-2.7 units from ORT: the check still sees whether
+# the quantization is computed. rtol 0: the error is whole quanta, whatever the output's size.
+QDQ_RTOL, QDQ_ATOL_UNITS = 0.0, 1.5
 
 
 # Inputs other than 224 x 224: Inception v3 is defined for 299 (its aux-free eval graph still
@@ -177,6 +203,7 @@ def randomize_batchnorm(torch, model):
 
 def make_model(name, torch, torchvision):
     """Returns (module, input names, inputs (numpy), output names, dynamic_axes)."""
+    name = QDQ_BASE.get(name, name)  # a QDQ model starts as its float model, same inputs
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(42)
     if name == "bert_tiny":
@@ -246,7 +273,7 @@ def make_model(name, torch, torchvision):
 
 # ----------------------------------------------------------------------------- ORT
 
-def run_ort(model_path, names, arrays, work):
+def run_ort(model_path, names, arrays, work, opt="all"):
     specs = []
     for k, (n, a) in enumerate(zip(names, arrays)):
         f = f"input_{k}.bin"
@@ -256,7 +283,7 @@ def run_ort(model_path, names, arrays, work):
         json.dump({"inputs": specs}, f)
     out_dir = os.path.join(work, "ort")
     cmd = ["node", RUN_ORT, "--model", model_path, "--inputs", os.path.join(work, "inputs.json"),
-           "--out-dir", out_dir, "--threads", "2", "--opt", "all"]
+           "--out-dir", out_dir, "--threads", "2", "--opt", opt]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode == SKIP:
         skip(proc.stderr.strip())
@@ -272,6 +299,66 @@ def run_ort(model_path, names, arrays, work):
     return outs, meta
 
 
+# ----------------------------------------------------------------------------- QDQ
+
+def export_qdq(model, inputs, in_names, out_names, dyn, model_path, tmp, torch, onnx):
+    """A QDQ model (qdq.py): the float model exported as one deploys it (eval, BatchNorm folded
+    into the Conv by constant folding), calibrated on ORT with CALIB_BATCH seeded random
+    inputs, then quantized; written to model_path. Returns the seconds calibration and
+    quantization took."""
+    import qdq
+    float_path = os.path.join(tmp, "float.onnx")
+    torch.onnx.export(model, tuple(inputs), float_path, opset_version=OPSET,
+                      input_names=in_names, output_names=out_names, dynamic_axes=dyn,
+                      training=torch.onnx.TrainingMode.EVAL, do_constant_folding=True)
+    float_model = onnx.load(float_path)
+    os.unlink(float_path)
+    # One quantizes the deployed graph: a BatchNormalization left would run in float between
+    # QDQ pairs instead of being part of the Conv's int8 weights and int32 bias.
+    if any(n.op_type == "BatchNormalization" for n in float_model.graph.node):
+        raise RuntimeError("BatchNormalization left after folding (TrainingMode.EVAL)")
+    t0 = time.monotonic()
+    g = torch.Generator().manual_seed(CALIB_SEED)
+    batch = torch.randn((CALIB_BATCH,) + tuple(inputs[0].shape[1:]), generator=g).numpy()
+    calib = os.path.join(tmp, "calibration")
+
+    def run(proto, names, arrays):  # ORT's calibrator runs with graph optimizations off
+        os.makedirs(calib)
+        path = os.path.join(calib, "model.onnx")
+        onnx.save(proto, path)
+        return run_ort(path, names, arrays, calib, opt="disabled")[0]
+
+    try:
+        ranges = qdq.calibrate(float_model, in_names[0], batch, run)
+    finally:
+        shutil.rmtree(calib, ignore_errors=True)
+    onnx.save(qdq.quantize(float_model, ranges), model_path)
+    return time.monotonic() - t0
+
+
+def qdq_notes(model, tmp, qdq_s):
+    """export.json's notes on a QDQ model; writes its check.json. ORT ran int8 kernels: its
+    outputs are not a float reference, hence the model's own tolerance."""
+    ops = [n.op_type for n in model.graph.node]
+    return {"int8": True, "op_histogram": {op: ops.count(op) for op in sorted(set(ops))},
+            "check": write_check_json(model, os.path.join(tmp, "check.json")),
+            "ort_vs_torch_max_abs_diff_note": "torch runs the float model: quantization error",
+            "calibrate_quantize_s": round(qdq_s, 2)}
+
+
+def write_check_json(model, path):
+    """check.json: the tolerance `kiln check` needs on a quantized model (check_models.py)."""
+    import qdq
+    unit = qdq.output_quantum(model)
+    tol = {"rtol": QDQ_RTOL, "atol": float(f"{QDQ_ATOL_UNITS * unit:.3g}"),
+           "why": f"int8 model vs ORT: atol = {QDQ_ATOL_UNITS} x {unit:.4g} (one quantum of the "
+                  f"last quantized activation in output units; export_models.py QDQ_ATOL_UNITS)"}
+    with open(path, "w") as f:
+        json.dump(tol, f, indent=1)
+        f.write("\n")
+    return tol
+
+
 # ----------------------------------------------------------------------------- export
 
 def export_one(name, out_root, stamp, torch, torchvision, onnx):
@@ -283,12 +370,17 @@ def export_one(name, out_root, stamp, torch, torchvision, onnx):
     tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=out_root)
     try:
         model_path = os.path.join(tmp, "model.onnx")
-        torch.onnx.export(model, tuple(inputs), model_path, opset_version=OPSET,
-                          input_names=in_names, output_names=out_names, dynamic_axes=dyn,
-                          training=torch.onnx.TrainingMode.PRESERVE,
-                          do_constant_folding=False)
+        qdq_s = None
+        if name in QDQ_BASE:
+            qdq_s = export_qdq(model, inputs, in_names, out_names, dyn, model_path, tmp, torch,
+                               onnx)
+        else:
+            torch.onnx.export(model, tuple(inputs), model_path, opset_version=OPSET,
+                              input_names=in_names, output_names=out_names, dynamic_axes=dyn,
+                              training=torch.onnx.TrainingMode.PRESERVE,
+                              do_constant_folding=False)
         onnx.checker.check_model(onnx.load(model_path))
-        t_export = time.monotonic() - t0
+        t_export = time.monotonic() - t0 - (qdq_s or 0.0)
         with torch.no_grad():
             ref = model(*inputs)
         ref = [r.numpy() for r in (ref if isinstance(ref, tuple) else (ref,))]
@@ -317,6 +409,8 @@ def export_one(name, out_root, stamp, torch, torchvision, onnx):
                 "output_max_abs": [float(np.max(np.abs(a))) if a.size else 0.0 for _, a in outs],
                 "ops": ops, "export_s": round(t_export, 2),
                 "total_s": round(time.monotonic() - t0, 2)}
+        if name in QDQ_BASE:
+            info.update(qdq_notes(onnx.load(model_path), tmp, qdq_s))
         with open(os.path.join(tmp, "export.json"), "w") as f:
             json.dump(info, f, indent=1)
         with open(os.path.join(tmp, ".kiln-export-stamp"), "w") as f:
@@ -342,6 +436,7 @@ def main():
     ap.add_argument("--force", action="store_true", help="export even when the stamp matches")
     args = ap.parse_args()
     names = [m for m in args.models.split(",") if m]
+    sys.dont_write_bytecode = True  # qdq.py is imported from here: keep the source tree clean
 
     try:
         import numpy  # noqa: F401
@@ -396,8 +491,10 @@ def main():
         diffs = ", ".join("shape differs" if d is None else f"{d:.2e}"
                           for d in info["ort_vs_torch_max_abs_diff"])
         mags = ", ".join(f"{m:.3g}" for m in info["output_max_abs"])
+        qdq_s = (f", calibration + quantization {info['calibrate_quantize_s']:.1f}s"
+                 if info.get("int8") else "")
         print(f"{name:<13} exported in {info['total_s']:.1f}s (torch.onnx.export "
-              f"{info['export_s']:.1f}s), {len(info['ops'])} op types; ORT vs torch max abs "
+              f"{info['export_s']:.1f}s{qdq_s}), {len(info['ops'])} op types; ORT vs torch max abs "
               f"diff: {diffs} (output max |x|: {mags})", flush=True)
     print(f"export_models: {len(names) - len(failed)}/{len(names)} models ready in {out_root} "
           f"({time.monotonic() - t_all:.1f}s)")

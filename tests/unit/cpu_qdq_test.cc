@@ -10,6 +10,7 @@
 #include "compiler/compile.h"
 #include "compiler/ir/builder.h"
 #include "compiler/passes/fuse_qdq.h"
+#include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/reference/interpreter.h"
 #include "tests/unit/pass_test_util.h"
@@ -167,6 +168,76 @@ TEST(FuseQdqConvRefuses, WeightZeroPointOtherThanZero) {
 TEST(FuseQdqConvRefuses, ConvResultWithAnotherReader) {
   QdqGraph q = BuildQdqConv(ConvCase{"reader"}, true);
   ExpectUntouched(q);
+}
+
+// DQ -> MaxPool -> Q with one scale and zero point: MaxPool on the quantized values.
+std::unique_ptr<Graph> QdqMaxPool(DType type, float q_scale) {
+  GraphBuilder b;
+  Value* xq = b.Input("xq", type, {2, 16, 9, 9});
+  Value* x = b.Op("DequantizeLinear", {xq, b.Constant("s", Floats({0.05f})),
+                                       b.Constant("z", ByteScalar(type, 3))});
+  Value* p = b.Op("MaxPool", {x}, {{"kernel_shape", Attribute::Ints({3, 3})},
+                                   {"strides", Attribute::Ints({2, 2})},
+                                   {"pads", Attribute::Ints({1, 1, 1, 1})}});
+  b.Output(b.Op("QuantizeLinear", {p, b.Constant("sq", Floats({q_scale})),
+                                   b.Constant("zq", ByteScalar(type, 3))}));
+  return b.Build();
+}
+
+TEST(FuseQdqMaxPool, RunsOnTheQuantizedValuesExactlyOnTheCpuEngine) {
+  for (DType type : {DType::kUInt8, DType::kInt8}) {
+    auto g = QdqMaxPool(type, 0.05f);
+    const bool u8 = type == DType::kUInt8;
+    ref::TensorMap feeds = {{"xq", RandomInts(type, {2, 16, 9, 9}, u8 ? 0 : -128, u8 ? 255 : 127, 2)}};
+    EXPECT_TRUE(testing::RunPassAndCompare(*g, passes::FuseQdq, feeds));
+    EXPECT_EQ(CountOps(*g, "MaxPool"), 1);
+    EXPECT_EQ(CountOps(*g, "QuantizeLinear") + CountOps(*g, "DequantizeLinear"), 0);
+    CompileOptions co;
+    co.pipeline.level = OptLevel::kO0;
+    auto compiled = CompileGraph(*g, co);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    auto e = cpu::BuildCpuEngine(*compiled);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ((*e)->info().fallback_ops, 0);
+    auto want = ref::Run(*compiled->graph, feeds);
+    std::vector<Tensor> outs;
+    ASSERT_TRUE((*e)->Run({feeds.at("xq")}, outs).ok());
+    for (int64_t i = 0; i < outs[0].numel(); ++i) {
+      ASSERT_EQ(outs[0].GetDouble(i), want->begin()->second.GetDouble(i)) << i;
+    }
+  }
+}
+
+TEST(FuseQdqMaxPool, AnotherScaleAfterThePoolIsLeftAlone) {
+  auto g = QdqMaxPool(DType::kUInt8, 0.07f);
+  ASSERT_TRUE(shape::InferShapes(*g).ok());
+  auto changed = passes::FuseQdq(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(CountOps(*g, "DequantizeLinear"), 1);
+}
+
+// The warm-up check compares an int8 model's float outputs within one 8-bit step of their
+// range; a float model keeps the configured tolerance.
+TEST(QuantizedTolerance, OneEightBitStepOfTheOutputRangeForQdqGraphsOnly) {
+  ConvCase c{"tol"};
+  QdqGraph q = BuildQdqConv(c);
+  ref::TensorMap want = {{"out", Floats({-1.0f, 0.5f, 1.55f}, {3})},
+                         {"ids", Tensor::FromInt64({1, 2, 3}, {3})}};
+  check::Tolerance base;
+  check::Tolerance t = check::ForQuantizedGraph(*q.graph, want, base);
+  ASSERT_EQ(t.output_atol.count("out"), 1u);
+  EXPECT_NEAR(t.output_atol.at("out"), 2.55 / 255.0, 1e-7);
+  EXPECT_EQ(t.output_atol.count("ids"), 0u);  // integers compare exactly
+  // Within the step (plus rtol) passes, beyond it fails; the base tolerance is tighter.
+  ref::TensorMap near = {{"out", Floats({-1.0f + 0.009f, 0.5f, 1.55f}, {3})}, {"ids", want.at("ids")}};
+  ref::TensorMap far = {{"out", Floats({-1.0f + 0.013f, 0.5f, 1.55f}, {3})}, {"ids", want.at("ids")}};
+  EXPECT_TRUE(check::CompareOutputs(want, near, t).ok);
+  EXPECT_FALSE(check::CompareOutputs(want, far, t).ok);
+  EXPECT_FALSE(check::CompareOutputs(want, near, base).ok);
+  GraphBuilder b;
+  b.Output(b.Op("Relu", {b.Input("x", DType::kFloat32, {3})}));
+  EXPECT_TRUE(check::ForQuantizedGraph(*b.Build(), want, base).output_atol.empty());
 }
 
 // ---------------------------------------------------------------- CPU engine QLinearConv

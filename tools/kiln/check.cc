@@ -57,7 +57,7 @@ CheckResult FromStatus(const std::string& test, const absl::Status& st) {
 // Compares one output, folding it into the running result.
 void CompareOutput(const std::string& name, const Value* decl, const Tensor& got,
                    const Tensor& want, const CheckOptions& opt, CheckResult& r) {
-  const check::Divergence c = check::CompareTensors(got, want, check::Tolerance{opt.rtol, opt.atol});
+  const check::Divergence c = check::CompareTensors(got, want, check::Tolerance{opt.rtol, opt.atol, {}});
   r.max_abs_err = std::max(r.max_abs_err, c.max_abs_err);
   r.max_rel_err = std::max(r.max_rel_err, c.max_rel_err);
   if (!c.ok && r.status == "pass") {
@@ -78,7 +78,7 @@ absl::Status BisectGraph(const Graph& graph, const ref::TensorMap& inputs,
                          const CheckOptions& opt, CheckResult& r) {
   PipelineOptions po;
   po.level = opt.opt.value_or(OptLevel::kO2);
-  check::Tolerance tol{opt.rtol, opt.atol};
+  check::Tolerance tol{opt.rtol, opt.atol, {}};
   ASSIGN_OR_RETURN(check::BisectResult b, check::BisectPipeline(graph, po, inputs, tol));
   for (const auto& p : b.passes) {
     r.max_abs_err = std::max(r.max_abs_err, p.divergence.max_abs_err);
