@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <utility>
 
 namespace kiln::passes {
 namespace {
@@ -61,20 +62,50 @@ Node* SoleReader(const Graph& graph, const Value* v) {
   return readers.size() == 1 ? readers[0] : nullptr;
 }
 
-// The per-tensor QuantizeLinear the Conv's result (through an optional Relu) ends in.
+// The per-tensor QuantizeLinear the Conv's result (through an optional Relu or Clip) ends in.
 struct Requant {
-  Node* relu = nullptr;
+  Node* clamp = nullptr;  // the Relu or Clip between the Conv and the Q
   Node* q = nullptr;
 };
+
+// The [lo, hi] a Relu or a Clip with constant bounds keeps; nullopt for anything else.
+std::optional<std::pair<double, double>> ClampRange(const Node* n) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (IsOnnx(n, "Relu")) return std::make_pair(0.0, kInf);
+  if (!IsOnnx(n, "Clip")) return std::nullopt;
+  std::pair<double, double> r(-kInf, kInf);
+  for (size_t i : {1, 2}) {
+    if (!n->input(i)) continue;
+    const Tensor* t = ConstOf(n->input(i));
+    if (!t || t->numel() != 1) return std::nullopt;
+    (i == 1 ? r.first : r.second) = t->GetDouble(0);
+  }
+  return r;
+}
+
+// Whether clamping to [lo, hi] before Q changes nothing: Q is monotonic, so
+// Q(clamp(v, lo, hi)) = clamp(Q(v), Q(lo), Q(hi)), which is Q(v) when Q(lo) and Q(hi)
+// saturate to the type's ends.
+bool ClampIsImplied(std::pair<double, double> range, double scale, double zero, DType type) {
+  const double lowest = type == DType::kInt8 ? -128.0 : 0.0, highest = lowest + 255.0;
+  auto q = [&](double v) { return std::nearbyint(v / scale) + zero; };
+  const bool lo_ok = range.first == -std::numeric_limits<double>::infinity() ||
+                     q(range.first) <= lowest;
+  const bool hi_ok = range.second == std::numeric_limits<double>::infinity() ||
+                     q(range.second) >= highest;
+  return lo_ok && hi_ok;
+}
 
 std::optional<Requant> FindRequant(const Graph& graph, const Node& conv) {
   Requant r;
   Node* next = SoleReader(graph, conv.output(0));
-  if (IsOnnx(next, "Relu")) {
-    r.relu = next;
+  std::optional<std::pair<double, double>> range = ClampRange(next);
+  if (range && next->input(0) == conv.output(0)) {
+    r.clamp = next;
     next = SoleReader(graph, next->output(0));
   }
-  if (!IsOnnx(next, "QuantizeLinear") || next->input(0) != (r.relu ? r.relu : &conv)->output(0)) {
+  if (!IsOnnx(next, "QuantizeLinear") ||
+      next->input(0) != (r.clamp ? r.clamp : &conv)->output(0)) {
     return std::nullopt;
   }
   const Tensor* s = ConstOf(next->input(1));
@@ -87,10 +118,8 @@ std::optional<Requant> FindRequant(const Graph& graph, const Node& conv) {
     return std::nullopt;
   }
   if (next->GetInt("block_size", 0) != 0) return std::nullopt;
-  if (r.relu) {
-    // Relu folds only where it changes nothing after Q: zy is the type's lowest value.
-    const double lowest = y->dtype == DType::kInt8 ? -128.0 : 0.0;
-    if ((z ? z->GetDouble(0) : 0.0) != lowest) return std::nullopt;
+  if (r.clamp && !ClampIsImplied(*range, s->GetDouble(0), z ? z->GetDouble(0) : 0.0, y->dtype)) {
+    return std::nullopt;
   }
   r.q = next;
   return r;
@@ -189,7 +218,7 @@ bool FuseConv(Graph& graph, Node& conv) {
   q->outputs = {nullptr};
   graph.InsertNode(q, std::move(node));
   graph.RemoveNode(q);
-  if (r->relu) graph.RemoveNode(r->relu);
+  if (r->clamp) graph.RemoveNode(r->clamp);
   Node* dq_b = conv.input(2) ? conv.input(2)->producer : nullptr;
   if (!IsOnnx(dq_b, "DequantizeLinear")) dq_b = nullptr;
   graph.RemoveNode(&conv);

@@ -2,14 +2,15 @@
 // PyTorch and TensorRT's toolkits write): a float Conv whose activation and weights come
 // through DequantizeLinear and whose result goes through QuantizeLinear,
 //
-//   DQ(xq, sx, zx) -> Conv(., DQ(wq, sw, 0), bias?) [-> Relu] -> Q(sy, zy)
+//   DQ(xq, sx, zx) -> Conv(., DQ(wq, sw, 0), bias?) [-> Relu | Clip] -> Q(sy, zy)
 //
 // becomes QLinearConv(xq, sx, zx, wq, sw, 0, sy, zy, bias_int32), which backends run as an
 // integer convolution (oneDNN's int8 kernels on the CPU engine) with one requantization.
 //  - The bias is re-expressed in the accumulator's units, round(b / (sx * sw[c])), as
 //    QLinearConv defines it; a bias already written as DQ(int32, sx * sw) keeps its integers.
-//  - A Relu between the Conv and the Q folds when zy is the lowest value of the quantized
-//    type: Q is monotonic with Q(0) = zy, so Q(relu(v)) = max(Q(v), zy) = Q(v).
+//  - A Relu or Clip (ReLU6) between the Conv and the Q folds when Q saturates its bounds
+//    anyway: Q is monotonic, so Q(clamp(v, lo, hi)) = clamp(Q(v), Q(lo), Q(hi)), which is
+//    Q(v) when Q(lo) and Q(hi) are the type's ends (for Relu: zy is the lowest value).
 //  - Not exact: QLinearConv requantizes acc * (sx * sw / sy) where the original divides the
 //    float sum by sy, so a value within float rounding of a rounding tie may land one
 //    quantum apart (ONNX Runtime's own QDQ fusion has the same property). The warm-up check
