@@ -82,6 +82,11 @@ absl::Status RegisterTestPass(const std::string& name, PassFactory factory,
   return absl::OkStatus();
 }
 
+std::set<std::string> PassesOffFor(const std::string& backend) {
+  if (backend.rfind("cuda", 0) == 0) return {"fuse_qdq"};
+  return {};
+}
+
 std::vector<std::string> PipelinePasses(OptLevel level) {
   std::vector<std::string> names = LevelPasses(level);
   for (const TestPass& t : TestPasses()) {

@@ -27,6 +27,11 @@ struct PipelineOptions {
   int prefix = -1;
 };
 
+// Passes whose output a backend has no kernels for, so they stay off there. "cuda" (or
+// "cuda:N") has no int8 convolution yet: fuse_qdq's QLinearConv would move every quantized
+// convolution to the host, while DQ -> Conv -> Q stays on the GPU in float.
+std::set<std::string> PassesOffFor(const std::string& backend);
+
 // The pass names of a level, in order (before `disabled` is applied).
 std::vector<std::string> PipelinePasses(OptLevel level);
 // Every pass name Kiln knows (for validating --disable lists).

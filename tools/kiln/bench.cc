@@ -118,6 +118,7 @@ absl::Status Bench(const BenchArgs& b) {
   co.batch = b.batch;
   co.dims = b.dims;
   co.pipeline.level = b.opt;
+  co.pipeline.disabled = PassesOffFor(b.backend);
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, BuildBenchEngine(b, compiled));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));

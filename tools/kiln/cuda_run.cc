@@ -7,7 +7,7 @@ namespace kiln::tools {
 absl::StatusOr<CpuRun> RunOnCudaEngine(const Graph& graph, const ref::TensorMap& feeds, OptLevel level,
                                        const cuda::CudaEngineOptions& options) {
   CpuRun run;
-  ASSIGN_OR_RETURN(run.compiled, CompileStatic(graph, feeds, level));
+  ASSIGN_OR_RETURN(run.compiled, CompileStatic(graph, feeds, level, "cuda"));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cuda::BuildCudaEngine(run.compiled, options));
   std::vector<Tensor> ins;
   for (const auto& spec : engine->inputs()) {

@@ -56,9 +56,10 @@ int64_t BatchOf(const Graph& graph) {
 }
 
 absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::TensorMap& feeds,
-                                            OptLevel level) {
+                                            OptLevel level, const std::string& backend) {
   CompileOptions co;
   co.pipeline.level = level;
+  co.pipeline.disabled = PassesOffFor(backend);
   co.batch = BatchOf(graph);
   absl::StatusOr<CompiledGraph> c = CompileGraph(graph, co);
   if (c.ok() || !NeedsStaticShapes(c.status())) return c;

@@ -24,6 +24,6 @@ int64_t BatchOf(const Graph& graph);
 // Compiles at `level` for BatchOf(graph), retrying with frozen shape inputs when shapes are
 // not static; UNIMPLEMENTED when they stay data-dependent.
 absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::TensorMap& feeds,
-                                            OptLevel level);
+                                            OptLevel level, const std::string& backend = "cpu");
 
 }  // namespace kiln::tools
