@@ -62,7 +62,8 @@ Node* SoleReader(const Graph& graph, const Value* v) {
   return readers.size() == 1 ? readers[0] : nullptr;
 }
 
-// The per-tensor QuantizeLinear the Conv's result (through an optional Relu or Clip) ends in.
+// The per-tensor QuantizeLinear the Conv's or MatMul's result (through an optional Relu or
+// Clip) ends in.
 struct Requant {
   Node* clamp = nullptr;  // the Relu or Clip between the Conv and the Q
   Node* q = nullptr;
@@ -96,16 +97,16 @@ bool ClampIsImplied(std::pair<double, double> range, double scale, double zero, 
   return lo_ok && hi_ok;
 }
 
-std::optional<Requant> FindRequant(const Graph& graph, const Node& conv) {
+std::optional<Requant> FindRequant(const Graph& graph, const Node& producer) {
   Requant r;
-  Node* next = SoleReader(graph, conv.output(0));
+  Node* next = SoleReader(graph, producer.output(0));
   std::optional<std::pair<double, double>> range = ClampRange(next);
-  if (range && next->input(0) == conv.output(0)) {
+  if (range && next->input(0) == producer.output(0)) {
     r.clamp = next;
     next = SoleReader(graph, next->output(0));
   }
   if (!IsOnnx(next, "QuantizeLinear") ||
-      next->input(0) != (r.clamp ? r.clamp : &conv)->output(0)) {
+      next->input(0) != (r.clamp ? r.clamp : &producer)->output(0)) {
     return std::nullopt;
   }
   const Tensor* s = ConstOf(next->input(1));
@@ -226,6 +227,56 @@ bool FuseConv(Graph& graph, Node& conv) {
   return true;
 }
 
+// The weights of a MatMul: constant int8 [K, N], zero point 0, one scale or one per column.
+bool IsSymmetricMatrix(const Dequant& d) {
+  const Tensor* w = ConstOf(d.q);
+  if (!w || w->dtype() != DType::kInt8 || w->rank() != 2) return false;
+  const int64_t n = d.scale->numel();
+  if (n != 1 && !(n == w->dim(1) && d.scale->rank() == 1 && (d.axis == 1 || d.axis == -1))) {
+    return false;
+  }
+  if (d.zero) {
+    for (int64_t i = 0; i < d.zero->numel(); ++i) {
+      if (d.zero->GetDouble(i) != 0.0) return false;
+    }
+  }
+  return true;
+}
+
+// DQ(aq, sa, za) -> MatMul(., DQ(bq, sb, 0)) [-> Relu | Clip] -> Q(sy, zy) becomes
+// QLinearMatMul(aq, sa, za, bq, sb, 0, sy, zy).
+bool FuseMatMul(Graph& graph, Node& matmul) {
+  std::optional<Dequant> a = AsDequant(matmul.input(0));
+  std::optional<Dequant> b = AsDequant(matmul.input(1));
+  if (!a || !b || !IsPerTensorActivation(*a) || !IsSymmetricMatrix(*b)) return false;
+  std::optional<Requant> r = FindRequant(graph, matmul);
+  if (!r) return false;
+  const std::string& base = matmul.name;
+  Value* y = r->q->output(0);
+  auto node = std::make_unique<Node>();
+  node->op_type = "QLinearMatMul";
+  node->name = base + "_qlinear";
+  node->opset = matmul.opset;
+  node->inputs = {a->q,
+                  a->node->inputs[1],
+                  ZeroPoint(graph, base + "_a_zero_point", a->zero, a->q->dtype, {}),
+                  b->q,
+                  b->node->inputs[1],
+                  graph.AddConstant(base + "_b_zero_point", Tensor(DType::kInt8, b->scale->shape())),
+                  r->q->inputs[1],
+                  ZeroPoint(graph, base + "_y_zero_point",
+                            r->q->input(2) ? ConstOf(r->q->input(2)) : nullptr, y->dtype, {})};
+  node->outputs = {y};
+  Node* q = r->q;
+  q->outputs = {nullptr};
+  graph.InsertNode(q, std::move(node));
+  graph.RemoveNode(q);
+  if (r->clamp) graph.RemoveNode(r->clamp);
+  graph.RemoveNode(&matmul);
+  for (Node* dq : {a->node, b->node}) DropIfUnread(graph, dq);
+  return true;
+}
+
 bool SameScalar(const Tensor* a, const Tensor* b) {
   const double va = a ? a->GetDouble(0) : 0.0, vb = b ? b->GetDouble(0) : 0.0;
   return va == vb;
@@ -260,13 +311,15 @@ bool FuseMaxPool(Graph& graph, Node& pool) {
 }  // namespace
 
 absl::StatusOr<bool> FuseQdq(Graph& graph) {
-  std::vector<Node*> convs, pools;
+  std::vector<Node*> convs, matmuls, pools;
   for (const auto& n : graph.nodes()) {
     if (IsOnnx(n.get(), "Conv")) convs.push_back(n.get());
+    if (IsOnnx(n.get(), "MatMul")) matmuls.push_back(n.get());
     if (IsOnnx(n.get(), "MaxPool")) pools.push_back(n.get());
   }
   bool changed = false;
   for (Node* conv : convs) changed = FuseConv(graph, *conv) || changed;
+  for (Node* m : matmuls) changed = FuseMatMul(graph, *m) || changed;
   for (Node* pool : pools) changed = FuseMaxPool(graph, *pool) || changed;
   if (changed) graph.PruneUnusedValues();
   return changed;

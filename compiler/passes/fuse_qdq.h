@@ -15,6 +15,9 @@
 //    float sum by sy, so a value within float rounding of a rounding tie may land one
 //    quantum apart (ONNX Runtime's own QDQ fusion has the same property). The warm-up check
 //    compares within the quantization's tolerance (docs/compiler.md).
+// Likewise DQ(aq) -> MatMul(., DQ(bq, sb, 0)) [-> Relu | Clip] -> Q becomes QLinearMatMul for
+// constant int8 weights [K, N] with one scale or one per column (no bias: QLinearMatMul has
+// none; a MatMul followed by its bias Add stays float).
 // And DQ(xq, s, z) -> MaxPool -> Q(s, z) becomes MaxPool(xq) (exact: Q(DQ(q)) = q, and max
 // commutes with the monotonic dequantization).
 // Preconditions: scales, zero points, weights and bias are constants; dtypes inferred.

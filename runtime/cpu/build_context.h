@@ -142,6 +142,8 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node);
 dnnl::memory::dims ConvWeightDims(const std::vector<int64_t>& w, int64_t group);
 // QLinearConv on oneDNN's int8 convolution (dnnl_qconv.cc).
 std::unique_ptr<CpuKernel> MakeDnnlQConv(BuildContext& ctx, const Node& node);
+// QLinearMatMul with constant 2-D weights on oneDNN's int8 matmul (dnnl_qmatmul.cc).
+std::unique_ptr<CpuKernel> MakeDnnlQMatMul(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node);
 // MatMul/Gemm/FusedMatMul on Kiln's own GEMM (gemm_kernel.cc): where oneDNN's matmul would
 // allocate per call or change NaN (see MakeDnnlMatMul).

@@ -176,7 +176,7 @@ std::unique_ptr<CpuKernel> CpuEngine::MakeFastKernel(const Node& node, KernelLis
                                                       KernelList& post) {
   using Factory = std::unique_ptr<CpuKernel> (*)(BuildContext&, const Node&);
   static const Factory kFast[] = {MakeDnnlBinary, MakeOwnKernel, MakeDnnlConv, MakeDnnlQConv,
-                                  MakeDnnlMatMul,
+                                  MakeDnnlQMatMul, MakeDnnlMatMul,
                                   MakeGemmKernel, MakeDnnlPool};
   // A factory that gives up may already have moved an output to the blocked arena.
   std::vector<std::pair<int, Slot>> saved;

@@ -261,6 +261,117 @@ TEST(QuantizedTolerance, OneEightBitStepOfTheOutputRangeForQdqGraphsOnly) {
   EXPECT_TRUE(check::ForQuantizedGraph(*b.Build(), want, base).output_atol.empty());
 }
 
+// ---------------------------------------------------------------- MatMul
+
+struct MatMulCase {
+  std::string name;
+  DType a_type = DType::kUInt8, y_type = DType::kUInt8;
+  bool per_column = true;
+  int w_max = 127;
+  int64_t k = 48;
+};
+
+void PrintTo(const MatMulCase& c, std::ostream* os) { *os << c.name; }
+
+// DQ(a) -> MatMul(., DQ(b)) -> Q, or (`fused`) the QLinearMatMul it becomes.
+std::unique_ptr<Graph> QdqMatMul(const MatMulCase& c, bool fused) {
+  GraphBuilder b;
+  Value* aq = b.Input("aq", c.a_type, {2, 5, c.k});
+  const bool u8 = c.a_type == DType::kUInt8;
+  Value* sa = b.Constant("sa", Floats({0.03f}));
+  Value* za = b.Constant("za", ByteScalar(c.a_type, u8 ? 120 : -3));
+  Value* bq = b.Constant("bq", RandomInts(DType::kInt8, {c.k, 24}, -c.w_max, c.w_max, 7));
+  Value* sb = b.Constant("sb", c.per_column ? ChannelScales(24, 0.02f) : Floats({0.02f}));
+  Value* sy = b.Constant("sy", Floats({0.05f}));
+  Value* zy = b.Constant("zy", ByteScalar(c.y_type, c.y_type == DType::kUInt8 ? 128 : 0));
+  if (fused) {
+    Value* zb = b.Constant("zb", Tensor(DType::kInt8, c.per_column ? std::vector<int64_t>{24}
+                                                                   : std::vector<int64_t>{}));
+    b.Output(b.Op("QLinearMatMul", {aq, sa, za, bq, sb, zb, sy, zy}));
+    return b.Build();
+  }
+  Value* a = b.Op("DequantizeLinear", {aq, sa, za});
+  Value* w = b.Op("DequantizeLinear", {bq, sb}, {{"axis", Attribute::Int(1)}});
+  b.Output(b.Op("QuantizeLinear", {b.Op("MatMul", {a, w}), sy, zy}));
+  return b.Build();
+}
+
+Tensor MatMulInput(const MatMulCase& c) {
+  const bool u8 = c.a_type == DType::kUInt8;
+  return RandomInts(c.a_type, {2, 5, c.k}, u8 ? 0 : -128, u8 ? 255 : 127, 3);
+}
+
+class FuseQdqMatMul : public ::testing::TestWithParam<MatMulCase> {};
+
+TEST_P(FuseQdqMatMul, BecomesQLinearMatMulWithinOneQuantum) {
+  QdqGraph q{QdqMatMul(GetParam(), false), {{"aq", MatMulInput(GetParam())}}};
+  ASSERT_TRUE(shape::InferShapes(*q.graph).ok());
+  auto before = q.graph->Clone();
+  auto changed = passes::FuseQdq(*q.graph);
+  ASSERT_TRUE(changed.ok() && *changed);
+  EXPECT_EQ(CountOps(*q.graph, "QLinearMatMul"), 1);
+  EXPECT_EQ(CountOps(*q.graph, "MatMul") + CountOps(*q.graph, "QuantizeLinear"), 0);
+  auto want = ref::Run(*before, q.feeds);
+  auto got = ref::Run(*q.graph, q.feeds);
+  ASSERT_TRUE(want.ok() && got.ok());
+  const Tensor &e = want->begin()->second, &a = got->begin()->second;
+  for (int64_t i = 0; i < e.numel(); ++i) EXPECT_LE(std::fabs(a.GetDouble(i) - e.GetDouble(i)), 1.0);
+}
+
+class CpuQLinearMatMul : public ::testing::TestWithParam<MatMulCase> {};
+
+// Bit-exact against the reference, no fallback within the float path's bound.
+TEST_P(CpuQLinearMatMul, MatchesTheReferenceExactly) {
+  const MatMulCase& c = GetParam();
+  auto g = QdqMatMul(c, true);
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO0;
+  auto compiled = CompileGraph(*g, co);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto e = cpu::BuildCpuEngine(*compiled);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->info().fallback_ops, 0);
+  EXPECT_TRUE((*e)->info().slow_ops.empty());
+  Tensor a = MatMulInput(c);
+  auto want = ref::Run(*compiled->graph, {{"aq", a}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<Tensor> outs;
+  ASSERT_TRUE((*e)->Run({a}, outs).ok());
+  const Tensor& w = want->begin()->second;
+  ASSERT_EQ(outs[0].shape(), w.shape());
+  int64_t bad = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) bad += outs[0].GetDouble(i) != w.GetDouble(i);
+  EXPECT_EQ(bad, 0) << "of " << w.numel();
+}
+
+const MatMulCase kMatMulCases[] = {
+    {"u8_per_column"},
+    {"u8_per_tensor_7bit", DType::kUInt8, DType::kUInt8, false, 64},
+    {"s8_in_s8_out", DType::kInt8, DType::kInt8},
+    {"u8_in_s8_out_long_k", DType::kUInt8, DType::kInt8, true, 127, 300},
+};
+
+INSTANTIATE_TEST_SUITE_P(Forms, FuseQdqMatMul, ::testing::ValuesIn(kMatMulCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Forms, CpuQLinearMatMul, ::testing::ValuesIn(kMatMulCases),
+                         [](const auto& info) { return info.param.name; });
+
+// Weights that are not a constant 2-D int8 matrix stay a float MatMul.
+TEST(FuseQdqMatMulRefuses, BatchedWeights) {
+  GraphBuilder b;
+  Value* a = b.Op("DequantizeLinear", {b.Input("aq", DType::kUInt8, {2, 5, 8}),
+                                       b.Constant("sa", Floats({0.03f}))});
+  Value* w = b.Op("DequantizeLinear", {b.Constant("bq", RandomInts(DType::kInt8, {2, 8, 4}, -9, 9, 1)),
+                                       b.Constant("sb", Floats({0.02f}))});
+  b.Output(b.Op("QuantizeLinear", {b.Op("MatMul", {a, w}), b.Constant("sy", Floats({0.05f}))}));
+  auto g = b.Build();
+  ASSERT_TRUE(shape::InferShapes(*g).ok());
+  auto changed = passes::FuseQdq(*g);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(CountOps(*g, "MatMul"), 1);
+}
+
 // ---------------------------------------------------------------- CPU engine QLinearConv
 
 // QLinearConv as the pass writes it, built directly.
