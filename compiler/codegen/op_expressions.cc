@@ -223,6 +223,42 @@ absl::StatusOr<Operand> ClipExpr(const std::vector<Operand>& a) {
   return Operand{e, DType::kFloat32};
 }
 
+// QuantizeLinear and DequantizeLinear inside FusedElementwise programs, where fuse_elementwise
+// admits them per tensor only (scalar scale and zero point; a per-axis scale would broadcast
+// along the wrong axis here, so single Q/DQ nodes are not element-wise ops for the emitter).
+// Q: saturate(round_half_even(x / scale) + zero), NaN -> 0, as the reference.
+absl::StatusOr<Operand> QuantizeExpr(const std::vector<Operand>& a, const Attrs& t) {
+  if (a.size() < 2 || a[0].dtype != DType::kFloat32 || a[1].dtype != DType::kFloat32) {
+    return absl::UnimplementedError("QuantizeLinear operands");
+  }
+  const bool zero = a.size() > 2 && !a[2].expr.empty();
+  const DType out = zero ? a[2].dtype : static_cast<DType>(t.I("output_dtype", 2));
+  if (out != DType::kUInt8 && out != DType::kInt8) {
+    return absl::UnimplementedError("QuantizeLinear to " + DTypeName(out));
+  }
+  const std::string lo = out == DType::kUInt8 ? "0.f" : "-128.f";
+  const std::string hi = out == DType::kUInt8 ? "255.f" : "127.f";
+  const std::string x = "(" + a[0].expr + ")";
+  const std::string q = "rintf(" + x + " / " + a[1].expr + ")" +
+                        (zero ? " + (float)" + a[2].expr : "");
+  return Operand{"((" + CType(out) + ")(" + x + " != " + x + " ? 0.f : fminf(fmaxf(" + q + ", " +
+                     lo + "), " + hi + ")))",
+                 out};
+}
+
+// DQ: (x - zero) * scale.
+absl::StatusOr<Operand> DequantizeExpr(const std::vector<Operand>& a) {
+  const DType x = a[0].dtype;
+  if (a.size() < 2 || a[1].dtype != DType::kFloat32 ||
+      (x != DType::kUInt8 && x != DType::kInt8)) {
+    return absl::UnimplementedError("DequantizeLinear operands");
+  }
+  const bool zero = a.size() > 2 && !a[2].expr.empty();
+  const std::string shifted = zero ? "((float)" + a[0].expr + " - (float)" + a[2].expr + ")"
+                                   : "(float)" + a[0].expr;
+  return Operand{"(" + shifted + " * " + a[1].expr + ")", DType::kFloat32};
+}
+
 absl::StatusOr<Operand> IsInfExpr(const Operand& x, const Attrs& t) {
   if (x.dtype != DType::kFloat32) return absl::UnimplementedError("IsInf dtype");
   const std::string inf = FloatLiteral(std::numeric_limits<float>::infinity());
@@ -291,6 +327,8 @@ absl::StatusOr<Operand> OpExpr(const std::string& op, const std::vector<Operand>
     return Operand{"(" + args[0].expr + " * " + FloatLiteral(t.F("alpha", 1.f)) + ")", DType::kFloat32};
   }
   if (op == "IsInf" && args.size() == 1) return IsInfExpr(args[0], t);
+  if (op == "QuantizeLinear") return QuantizeExpr(args, t);
+  if (op == "DequantizeLinear") return DequantizeExpr(args);
   if (op == "Where") {
     if (args.size() != 3 || args[0].dtype != DType::kBool || args[1].dtype != args[2].dtype) {
       return absl::UnimplementedError("Where operands");

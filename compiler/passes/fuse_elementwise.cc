@@ -25,6 +25,43 @@ const std::set<std::string>& ElementwiseOps() {
 
 using Group = std::vector<Node*>;  // in schedule order
 
+bool IsInt8(DType t) { return t == DType::kUInt8 || t == DType::kInt8; }
+
+// A one-element (per-tensor) constant: a Q/DQ scale or zero point.
+const Tensor* ScalarConstant(const Value* v) {
+  if (!v || !v->is_constant() || v->constant->numel() != 1 || v->constant->rank() > 1) {
+    return nullptr;
+  }
+  return &*v->constant;
+}
+
+// A per-tensor DequantizeLinear of uint8/int8 data into float32, or QuantizeLinear of float32
+// into uint8/int8, with a constant float32 scale and (optional) constant zero point: the
+// forms a fused program's kernels compute exactly like the reference.
+bool IsFusibleQdq(const Node& node) {
+  const bool quantize = node.op_type == "QuantizeLinear";
+  if (node.inputs.size() < 2 || node.inputs.size() > 3) return false;
+  const Value* x = node.inputs[0];
+  const Value* y = node.output(0);
+  const Tensor* scale = ScalarConstant(node.inputs[1]);
+  const Tensor* zero = node.inputs.size() > 2 ? ScalarConstant(node.inputs[2]) : nullptr;
+  if (!x || !scale || scale->dtype() != DType::kFloat32 || (node.inputs.size() > 2 && !zero)) {
+    return false;
+  }
+  const DType q = quantize ? y->dtype : x->dtype;  // the integer side
+  const DType f = quantize ? x->dtype : y->dtype;
+  if (!IsInt8(q) || f != DType::kFloat32 || (zero && zero->dtype() != q)) return false;
+  const int64_t out_attr = node.GetInt("output_dtype", 0);
+  if (out_attr != 0 && out_attr != static_cast<int64_t>(y->dtype)) return false;
+  const int64_t precision = node.GetInt("precision", 0);
+  return precision == 0 || precision == static_cast<int64_t>(DType::kFloat32);
+}
+
+bool IsQuantize(const Node& node) { return node.domain.empty() && node.op_type == "QuantizeLinear"; }
+bool IsDequantize(const Node& node) {
+  return node.domain.empty() && node.op_type == "DequantizeLinear";
+}
+
 // Grows a group backwards from `last`; `taken` marks nodes already in some group.
 Group GrowGroup(const Graph& graph, Node* last, std::unordered_set<Node*>& taken) {
   std::unordered_set<Node*> members = {last};
@@ -32,9 +69,13 @@ Group GrowGroup(const Graph& graph, Node* last, std::unordered_set<Node*>& taken
   while (grew) {
     grew = false;
     for (Node* m : std::vector<Node*>(members.begin(), members.end())) {
-      for (Value* in : m->inputs) {
+      for (size_t k = 0; k < m->inputs.size(); ++k) {
+        Value* in = m->inputs[k];
         Node* p = in ? in->producer : nullptr;
         if (!p || members.count(p) || taken.count(p) || !IsFusibleElementwise(*p)) continue;
+        // A QuantizeLinear only ends a program (its integer result is the output), and a
+        // DequantizeLinear reads its integer data from a program input.
+        if (IsQuantize(*p) || (IsDequantize(*m) && k == 0)) continue;
         if (graph.IsGraphOutput(in)) continue;
         std::vector<Node*> users = graph.Consumers(in);
         bool inside = std::all_of(users.begin(), users.end(),
@@ -96,12 +137,14 @@ std::unique_ptr<Node> BuildFused(const Group& group) {
 }  // namespace
 
 bool IsFusibleElementwise(const Node& node) {
-  if (!node.domain.empty() || !ElementwiseOps().count(node.op_type)) return false;
+  if (!node.domain.empty()) return false;
+  const bool qdq = IsQuantize(node) || IsDequantize(node);
+  if (!qdq && !ElementwiseOps().count(node.op_type)) return false;
   if (node.outputs.size() != 1 || !node.output(0)) return false;
   for (const Value* in : node.inputs) {
     if (!in) return false;  // an omitted optional input has no operand encoding
   }
-  return true;
+  return !qdq || IsFusibleQdq(node);
 }
 
 absl::StatusOr<bool> FuseElementwise(Graph& graph) {

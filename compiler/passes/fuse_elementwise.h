@@ -7,7 +7,15 @@
 // group hides is needed outside it) and the output is not a graph output.
 // Preconditions: shapes inferred; run after the epilogue fusions (an activation right after a
 // Conv belongs in the convolution's epilogue, not in a separate pass over memory).
-// Leaves alone: single operators (nothing to gain), multi-output operators.
+// QDQ models: a per-tensor DequantizeLinear (uint8/int8 -> float32, constant scale and zero
+// point) joins a group as any element-wise op, but only reading a group input (its integer
+// data is loaded and converted by the kernels); a per-tensor QuantizeLinear (float32 ->
+// uint8/int8, constant parameters) only ends a group, whose output is then integer. So
+// DQ(a), DQ(b) -> Add -> Relu -> Q is one pass reading and writing 8-bit tensors; the scale
+// and zero point constants stay inputs of the fused node, so the program is still ai.onnx
+// operators (the reference runs it as such).
+// Leaves alone: single operators (nothing to gain), multi-output operators, per-axis or
+// non-constant Q/DQ parameters, 16/32-bit and float8/int4 quantized types.
 #pragma once
 
 #include <string>

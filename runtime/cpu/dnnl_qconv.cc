@@ -155,16 +155,19 @@ std::unique_ptr<CpuKernel> MakeFloatPath(BuildContext& ctx, const Node& node, in
     if (!bmem.ok()) return nullptr;
     k->product.Owned(DNNL_ARG_BIAS, *bmem);
   }
+  // Slot references die below: ReadAs, WriteAs and AddTemp grow ctx.slots.
+  k->SetQuantization(x.dtype, y.dtype, p, w.shape[0], NumElements(x.shape), NumElements(y.shape));
   const memory::format_tag last = ChannelsLast(x.shape.size());
-  k->x_slot = ctx.ReadAs(xs, memory::desc(ToDims(x.shape), *ByteType(x.dtype), last));
-  k->y_slot = ctx.WriteAs(ys, memory::desc(ToDims(y.shape), *ByteType(y.dtype), last));
+  const memory::desc x_md(ToDims(x.shape), *ByteType(x.dtype), last);
+  const memory::desc y_md(ToDims(y.shape), *ByteType(y.dtype), last);
+  k->x_slot = ctx.ReadAs(xs, x_md);
+  k->y_slot = ctx.WriteAs(ys, y_md);
   k->xf_slot = ctx.AddTemp(pd->src_desc());
   k->acc_slot = ctx.AddTemp(pd->dst_desc());
   ctx.NoteScratchpad(pd->scratchpad_desc());
   k->product.Arg(DNNL_ARG_SRC, pd->src_desc(), k->xf_slot, ctx.engine);
   k->product.Arg(DNNL_ARG_DST, pd->dst_desc(), k->acc_slot, ctx.engine);
   k->product.Arg(DNNL_ARG_SCRATCHPAD, pd->scratchpad_desc(), ctx.scratch_slot, ctx.engine);
-  k->SetQuantization(x.dtype, y.dtype, p, w.shape[0], NumElements(x.shape), NumElements(y.shape));
   return k;
 }
 

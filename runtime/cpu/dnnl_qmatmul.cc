@@ -102,6 +102,7 @@ std::unique_ptr<CpuKernel> MakeFloat(BuildContext& ctx, const Node& node, int as
                                              pd->weights_desc());
   if (!w.ok()) return nullptr;
   auto k = std::make_unique<QLinearFloatKernel>();
+  k->SetQuantization(ctx.slots[as].dtype, ctx.slots[ys].dtype, p, s.n, s.rows * s.k, s.rows * s.n);
   k->product = DnnlCall(dnnl::matmul(*pd));
   k->product.Owned(DNNL_ARG_WEIGHTS, *w);
   k->x_slot = ctx.ReadAs(as, ctx.PlainMd(as));
@@ -112,7 +113,6 @@ std::unique_ptr<CpuKernel> MakeFloat(BuildContext& ctx, const Node& node, int as
   k->product.Arg(DNNL_ARG_SRC, src, k->xf_slot, ctx.engine);
   k->product.Arg(DNNL_ARG_DST, dst, k->acc_slot, ctx.engine);
   k->product.Arg(DNNL_ARG_SCRATCHPAD, pd->scratchpad_desc(), ctx.scratch_slot, ctx.engine);
-  k->SetQuantization(ctx.slots[as].dtype, ctx.slots[ys].dtype, p, s.n, s.rows * s.k, s.rows * s.n);
   return k;
 }
 

@@ -1,4 +1,5 @@
-// ai.kiln.FusedElementwise programs and single ai.onnx element-wise ops (float32), as one
+// ai.kiln.FusedElementwise programs and single ai.onnx element-wise ops (float32; a program
+// may also dequantize 8/16-bit inputs and quantize its result to one), as one
 // tiled loop split across the OpenMP team when large: the output is walked in tiles along
 // its innermost dim; each input tile is read
 // in place (contiguous), splatted (broadcast) or gathered (strided); rows shorter than a
@@ -11,11 +12,17 @@
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
 #include "runtime/cpu/own_kernels.h"
+#include "runtime/cpu/quantize_math.h"
 
 namespace kiln::cpu {
 namespace {
 
 constexpr int64_t kTile = 256;
+// Programs that dequantize or quantize (QDQ models) use longer tiles: their 8-bit operands
+// are light in memory, and per-tile dispatch was a third of their time at 256 (a
+// DQ+DQ->Add->Relu->Q program over [1, 64, 56, 56] u8: 106 us per run at 256, 72 at 1024,
+// one thread). Float programs keep 256.
+constexpr int64_t kQuantTile = 1024;
 
 using ew::Instr;
 using ew::Op;
@@ -25,8 +32,13 @@ struct Operand {
   std::vector<int64_t> strides;  // element strides in the output's index space (0: broadcast)
   bool dense = false;            // laid out exactly like the output (same linear offsets)
   // Set only for an input that is not float32, which the program casts to float before any
-  // other use (an attention mask: Cast -> Sub -> Mul): it is converted as it is loaded.
+  // other use (an attention mask: Cast -> Sub -> Mul), or dequantizes (an 8/16-bit tensor of a
+  // QDQ model): it is converted as it is loaded.
   CastFn to_float = nullptr;
+  DType dtype = DType::kFloat32;  // the input's type (set with to_float)
+  // False for an input no instruction reads as data (the constant scale and zero point of a
+  // Q/DQ instruction, which the instruction carries): never loaded.
+  bool used = true;
 };
 
 
@@ -40,14 +52,20 @@ struct Cursor {
 
 class ElementwiseKernel : public CpuKernel {
  public:
+  // `out_dtype`: float32, or the integer type a final kQuantize instruction stores.
   ElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog, int out,
-                    std::vector<int64_t> shape, int threads)
-      : in_(std::move(in)), prog_(std::move(prog)), out_(out), shape_(std::move(shape)) {
+                    std::vector<int64_t> shape, int threads, DType out_dtype = DType::kFloat32)
+      : in_(std::move(in)), prog_(std::move(prog)), out_(out), shape_(std::move(shape)),
+        out_dtype_(out_dtype), out_size_(static_cast<int64_t>(DTypeSize(out_dtype))) {
     if (shape_.empty()) shape_ = {1};
     inner_ = shape_.back();
     cursors_.resize(static_cast<size_t>(std::max(1, threads)));
+    for (const Operand& o : in_) row_loads_ = row_loads_ || (o.used && !o.dense);
+    for (const Instr& i : prog_) {
+      if (i.op == Op::kQuantize || i.op == Op::kDequantize) tile_ = kQuantTile;
+    }
     for (Cursor& c : cursors_) {
-      c.regs.assign((in_.size() + prog_.size()) * kTile, 0.f);
+      c.regs.assign((in_.size() + prog_.size()) * tile_, 0.f);
       c.ptrs.assign(in_.size() + prog_.size(), nullptr);
       c.index.assign(shape_.size(), 0);
       c.offsets.assign(in_.size(), 0);
@@ -60,12 +78,12 @@ class ElementwiseKernel : public CpuKernel {
   absl::Status Run(const ExecContext& ctx) override {
     const int64_t total = NumElements(shape_);
     if (total == 0) return absl::OkStatus();
-    float* y = static_cast<float*>(ctx.ptrs[out_]);
+    char* y = static_cast<char*>(ctx.ptrs[out_]);
     const int64_t rows = total / inner_;
-    if (inner_ <= kTile / 4) {
+    if (inner_ <= tile_ / 4) {
       // Short rows (attention scores, [.., 16]): a tile spans whole rows, so the program
-      // is dispatched once per kTile elements, not once per row.
-      const int64_t per = kTile / inner_;
+      // is dispatched once per tile, not once per row.
+      const int64_t per = tile_ / inner_;
       ForEachChunk((rows + per - 1) / per, total >= kParallelElements,
                    static_cast<int>(cursors_.size()), [&](int t, int64_t u0, int64_t u1) {
                      Cursor& c = cursors_[t];
@@ -73,12 +91,12 @@ class ElementwiseKernel : public CpuKernel {
                      for (int64_t u = u0; u < u1; ++u) {
                        const int64_t r0 = u * per, k = std::min(per, rows - r0);
                        LoadRows(ctx, c, r0, k);
-                       Compute(c, y + r0 * inner_, k * inner_);
+                       Compute(c, y + r0 * inner_ * out_size_, k * inner_);
                      }
                    });
       return absl::OkStatus();
     }
-    const int64_t tiles = (inner_ + kTile - 1) / kTile;  // per row
+    const int64_t tiles = (inner_ + tile_ - 1) / tile_;  // per row
     ForEachChunk(rows * tiles, total >= kParallelElements, static_cast<int>(cursors_.size()),
                  [&](int t, int64_t u0, int64_t u1) {
                    Cursor& c = cursors_[t];
@@ -89,22 +107,34 @@ class ElementwiseKernel : public CpuKernel {
                        Advance(c);
                        row = u / tiles;
                      }
-                     const int64_t t0 = (u % tiles) * kTile, n = std::min(kTile, inner_ - t0);
+                     const int64_t t0 = (u % tiles) * tile_, n = std::min(tile_, inner_ - t0);
                      LoadInputs(ctx, c, t0, n);
-                     Compute(c, y + row * inner_ + t0, n);
+                     Compute(c, y + (row * inner_ + t0) * out_size_, n);
                    }
                  });
     return absl::OkStatus();
   }
 
  private:
-  static float* Reg(Cursor& c, size_t r) { return c.regs.data() + r * kTile; }
+  float* Reg(Cursor& c, size_t r) const { return c.regs.data() + r * tile_; }
+
+  // n elements of a converted input, from element `start` with stride `stride`, as floats.
+  static void Convert(const ExecContext& ctx, const Operand& o, int64_t start, int64_t stride,
+                      float* dst, int64_t n) {
+    const void* base = ctx.ptrs[o.slot];
+    if (stride == 1 &&
+        ew::WidenToFloat(o.dtype, static_cast<const char*>(base) + start * DTypeSize(o.dtype), dst, n)) {
+      return;
+    }
+    o.to_float(base, start, stride, dst, n);
+  }
 
   void LoadInputs(const ExecContext& ctx, Cursor& c, int64_t t0, int64_t n) {
     for (size_t k = 0; k < in_.size(); ++k) {
+      if (!in_[k].used) continue;
       if (in_[k].to_float) {
         const int64_t s = in_[k].strides.back();
-        in_[k].to_float(ctx.ptrs[in_[k].slot], c.offsets[k] + t0 * s, s, Reg(c, k), n);
+        Convert(ctx, in_[k], c.offsets[k] + t0 * s, s, Reg(c, k), n);
         c.ptrs[k] = Reg(c, k);
         continue;
       }
@@ -121,18 +151,24 @@ class ElementwiseKernel : public CpuKernel {
   }
 
   // Rows [r0, r0 + count) of every input: in place when the input is laid out like the
-  // output, else row by row into its register (advancing the row odometer).
+  // output (converted in one piece when it is not float), else row by row into its register
+  // (advancing the row odometer; not needed when no input is read that way).
   void LoadRows(const ExecContext& ctx, Cursor& c, int64_t r0, int64_t count) {
     for (size_t k = 0; k < in_.size(); ++k) {
+      if (!in_[k].used) continue;
+      if (in_[k].dense && in_[k].to_float) {
+        Convert(ctx, in_[k], r0 * inner_, 1, Reg(c, k), count * inner_);
+        c.ptrs[k] = Reg(c, k);
+        continue;
+      }
       const float* base = static_cast<const float*>(ctx.ptrs[in_[k].slot]);
       c.ptrs[k] = in_[k].dense ? base + r0 * inner_ : Reg(c, k);
     }
-    for (int64_t r = 0; r < count; ++r) {
+    for (int64_t r = 0; r < count && row_loads_; ++r) {
       for (size_t k = 0; k < in_.size(); ++k) {
-        if (in_[k].dense) continue;
+        if (in_[k].dense || !in_[k].used) continue;
         if (in_[k].to_float) {
-          in_[k].to_float(ctx.ptrs[in_[k].slot], c.offsets[k], in_[k].strides.back(),
-                          Reg(c, k) + r * inner_, inner_);
+          Convert(ctx, in_[k], c.offsets[k], in_[k].strides.back(), Reg(c, k) + r * inner_, inner_);
           continue;
         }
         const float* src = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + c.offsets[k];
@@ -150,12 +186,14 @@ class ElementwiseKernel : public CpuKernel {
     }
   }
 
-  // Runs the program over `n` loaded elements; the last result goes to `y`.
-  void Compute(Cursor& c, float* y, int64_t n) {
+  // Runs the program over `n` loaded elements; the last result goes to `y` (through its
+  // register and a conversion when the output is an integer type).
+  void Compute(Cursor& c, void* y, int64_t n) {
+    const bool float_out = out_dtype_ == DType::kFloat32;
     for (size_t i = 0; i < prog_.size(); ++i) {
       const Instr& ins = prog_[i];
       const size_t r = in_.size() + i;
-      float* dst = i + 1 == prog_.size() ? y : Reg(c, r);
+      float* dst = i + 1 == prog_.size() && float_out ? static_cast<float*>(y) : Reg(c, r);
       const float* a = c.ptrs[ins.args[0]];
       if (ins.op == Op::kClip) {
         ew::ClipTile(a, ins.args.size() > 1 ? c.ptrs[ins.args[1]] : nullptr,
@@ -167,6 +205,7 @@ class ElementwiseKernel : public CpuKernel {
       }
       c.ptrs[r] = dst;
     }
+    if (!float_out) ew::StoreIntegers(out_dtype_, c.ptrs.back(), y, n);
   }
 
   // Puts the outer index (all dims but the innermost) at row `row`, with every input's offset.
@@ -194,17 +233,84 @@ class ElementwiseKernel : public CpuKernel {
   std::vector<Instr> prog_;
   int out_;
   std::vector<int64_t> shape_;
+  DType out_dtype_;
+  int64_t out_size_;  // bytes per output element
   int64_t inner_ = 1;
+  bool row_loads_ = false;  // some input is read row by row (not laid out like the output)
+  int64_t tile_ = kTile;    // elements per tile (kQuantTile for QDQ programs)
   std::vector<Cursor> cursors_;  // one per thread of the team the engine was built for
 };
+
+// A one-element constant input of `node` (a Q/DQ instruction's scale or zero point).
+const Tensor* ScalarConstant(const Node& node, int64_t k) {
+  if (k < 0 || k >= static_cast<int64_t>(node.inputs.size())) return nullptr;
+  const Value* v = node.inputs[k];
+  if (!v || !v->is_constant() || v->constant->numel() != 1 || v->constant->rank() > 1) {
+    return nullptr;
+  }
+  return &*v->constant;
+}
+
+// A program's per-tensor DequantizeLinear or QuantizeLinear with constant float32 scale and
+// (optional) 8/16-bit zero point, as an instruction reading operand 0 only; `qtype` is the
+// type of the Q's output (the program's) and of the DQ's zero point. nullopt otherwise (the
+// reference kernel then runs the program). The DQ's operand is checked by the caller.
+std::optional<Instr> QuantInstr(const Node& node, const kiln_ops::Instruction& in, bool last,
+                                DType program_dtype) {
+  const bool quantize = in.op == "QuantizeLinear";
+  if (in.operands.size() < 2 || in.operands.size() > 3 || (quantize && !last)) return std::nullopt;
+  const Tensor* scale = ScalarConstant(node, in.operands[1]);
+  const Tensor* zero = in.operands.size() > 2 ? ScalarConstant(node, in.operands[2]) : nullptr;
+  if (!scale || scale->dtype() != DType::kFloat32 || (in.operands.size() > 2 && !zero)) {
+    return std::nullopt;
+  }
+  auto attr = [&](const char* k) {
+    auto it = in.attrs.find(k);
+    return it == in.attrs.end() ? int64_t{0} : it->second.i;
+  };
+  const int64_t out_attr = attr("output_dtype");
+  Instr i{quantize ? Op::kQuantize : Op::kDequantize, {static_cast<int>(in.operands[0])},
+          scale->data<float>()[0], zero ? static_cast<float>(zero->GetDouble(0)) : 0.f};
+  if (quantize) {
+    const DType qt = zero ? zero->dtype() : out_attr != 0 ? static_cast<DType>(out_attr) : DType::kUInt8;
+    if (qt != program_dtype || (out_attr != 0 && out_attr != static_cast<int64_t>(qt)) ||
+        !qmath::Range(qt, &i.lo, &i.hi)) {
+      return std::nullopt;
+    }
+    const int64_t prec = attr("precision");
+    if (prec != 0 && prec != static_cast<int64_t>(DType::kFloat32)) return std::nullopt;
+  } else {
+    // The data's type (when it is an input; the caller refuses anything else) is the zero
+    // point's, as the reference requires.
+    const int64_t x = in.operands[0];
+    const Value* xv = x < static_cast<int64_t>(node.inputs.size()) ? node.inputs[x] : nullptr;
+    float lo, hi;
+    if ((zero && !qmath::Range(zero->dtype(), &lo, &hi)) || (zero && xv && xv->dtype != zero->dtype()) ||
+        (out_attr != 0 && out_attr != static_cast<int64_t>(DType::kFloat32))) {
+      return std::nullopt;
+    }
+  }
+  return i;
+}
 
 // The instructions of a FusedElementwise node, or of a single element-wise node.
 std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
   std::vector<Instr> prog;
   if (node.domain == kKilnDomain && node.op_type == kiln_ops::kFusedElementwise) {
     absl::StatusOr<kiln_ops::Program> p = kiln_ops::ReadProgram(node);
-    if (!p.ok() || p->dtype != DType::kFloat32) return std::nullopt;
-    for (const auto& in : p->instructions) {
+    if (!p.ok() || p->instructions.empty()) return std::nullopt;
+    // A float program, or one whose last instruction quantizes it.
+    if (p->dtype != DType::kFloat32 && p->instructions.back().op != "QuantizeLinear") {
+      return std::nullopt;
+    }
+    for (size_t j = 0; j < p->instructions.size(); ++j) {
+      const kiln_ops::Instruction& in = p->instructions[j];
+      if (in.op == "QuantizeLinear" || in.op == "DequantizeLinear") {
+        std::optional<Instr> q = QuantInstr(node, in, j + 1 == p->instructions.size(), p->dtype);
+        if (!q) return std::nullopt;
+        prog.push_back(std::move(*q));
+        continue;
+      }
       if (in.op == "Cast") {  // to float only; the operand is converted when loaded
         auto to = in.attrs.find("to");
         if (to == in.attrs.end() || to->second.i != 1 || in.operands.size() != 1) return std::nullopt;
@@ -240,14 +346,24 @@ std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
   return prog;
 }
 
-// Whether every instruction reading operand k is a Cast (to float).
-bool OnlyCastReads(const std::vector<Instr>& prog, int k) {
+// Whether every instruction reading operand k is a Cast (to float) or a DequantizeLinear,
+// and whether any reads it.
+bool OnlyConvertingReads(const std::vector<Instr>& prog, int k) {
   for (const Instr& i : prog) {
     for (int a : i.args) {
-      if (a == k && i.op != Op::kCast) return false;
+      if (a == k && i.op != Op::kCast && i.op != Op::kDequantize) return false;
     }
   }
   return true;
+}
+
+bool Reads(const std::vector<Instr>& prog, int k) {
+  for (const Instr& i : prog) {
+    for (int a : i.args) {
+      if (a == k) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -365,34 +481,54 @@ bool LayoutElementwiseInput(const Node& node, size_t i) {
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node) {
   std::optional<std::vector<Instr>> prog = ReadInstrs(node);
   const int out = ctx.SlotOf(node.output(0));
-  if (!prog || prog->empty() || out < 0 || ctx.slots[out].dtype != DType::kFloat32) {
-    return nullptr;
+  if (!prog || prog->empty() || out < 0) return nullptr;
+  // Float32, or an integer output a final QuantizeLinear computes (ReadInstrs checked that
+  // its type is the program's).
+  const DType out_dtype = ctx.slots[out].dtype;
+  if (out_dtype != DType::kFloat32 && prog->back().op != Op::kQuantize) return nullptr;
+  if (out_dtype == DType::kFloat32) {
+    if (auto k = MakeLayoutElementwise(ctx, node, *prog, out)) return k;
   }
-  if (auto k = MakeLayoutElementwise(ctx, node, *prog, out)) return k;
   const std::vector<int64_t> shape = ctx.slots[out].shape;
   std::vector<Operand> in;
   for (size_t k = 0; k < node.inputs.size(); ++k) {
     const int s = ctx.SlotOf(node.inputs[k]);
     if (s < 0) return nullptr;
-    const DType dt = ctx.slots[s].dtype;
-    const CastFn to_float = dt == DType::kFloat32 ? nullptr : CastFor(dt, DType::kFloat32);
-    if (dt != DType::kFloat32 && (!to_float || !OnlyCastReads(*prog, static_cast<int>(k)))) {
-      return nullptr;
-    }
     std::optional<std::vector<int64_t>> strides = BroadcastStrides(ctx.slots[s].shape, shape);
     if (!strides) return nullptr;
-    const bool dense = !to_float && NumElements(ctx.slots[s].shape) == NumElements(shape);
-    in.push_back({s, *strides, dense, to_float});
+    if (!Reads(*prog, static_cast<int>(k))) {  // a scale or zero point the instruction holds
+      Operand o{s, *strides, false, nullptr};
+      o.used = false;
+      in.push_back(std::move(o));
+      continue;
+    }
+    const DType dt = ctx.slots[s].dtype;
+    const CastFn to_float = dt == DType::kFloat32 ? nullptr : CastFor(dt, DType::kFloat32);
+    if (dt != DType::kFloat32 && (!to_float || !OnlyConvertingReads(*prog, static_cast<int>(k)))) {
+      return nullptr;
+    }
+    const bool dense = NumElements(ctx.slots[s].shape) == NumElements(shape);
+    Operand o{s, *strides, dense, to_float};
+    o.dtype = dt;
+    in.push_back(std::move(o));
   }
-  // A value computed in the program is float; a cast may only read a converted input.
+  // A value computed in the program is float; a cast may only read a converted input, and a
+  // DequantizeLinear an 8/16-bit input of its zero point's type (int32 would not convert to
+  // float exactly).
   for (const Instr& i : *prog) {
-    if (i.op == Op::kCast && i.args[0] >= static_cast<int>(in.size())) return nullptr;
+    if (i.op != Op::kCast && i.op != Op::kDequantize) continue;
+    if (i.args[0] >= static_cast<int>(in.size())) return nullptr;
+    if (i.op == Op::kDequantize) {
+      const Value* x = node.inputs[i.args[0]];
+      float lo, hi;
+      if (!qmath::Range(x->dtype, &lo, &hi)) return nullptr;
+    }
   }
   for (Operand& o : in) {
-    if (!ctx.slots[o.slot].is_plain()) o.slot = ctx.ReadAs(o.slot, ctx.PlainMd(o.slot));
+    if (o.used && !ctx.slots[o.slot].is_plain()) o.slot = ctx.ReadAs(o.slot, ctx.PlainMd(o.slot));
   }
   return std::make_unique<ElementwiseKernel>(std::move(in), std::move(*prog), out, shape,
-                                             omp_get_max_threads());
+                                             omp_get_max_threads(), out_dtype);
 }
 
 }  // namespace kiln::cpu

@@ -6,6 +6,7 @@
 
 #include "runtime/cpu/isa.h"
 #include "runtime/cpu/own_kernels.h"
+#include "runtime/cpu/quantize_math.h"
 #include "runtime/cpu/vector_math.h"
 
 namespace kiln::cpu::ew {
@@ -162,6 +163,14 @@ KILN_ISA_BODY void UnaryBody(const Instr& ins, const float* a, float* y, int64_t
     case Op::kAsinh: for (int64_t i = 0; i < n; ++i) y[i] = std::asinh(a[i]); break;
     case Op::kAcosh: for (int64_t i = 0; i < n; ++i) y[i] = std::acosh(a[i]); break;
     case Op::kAtanh: for (int64_t i = 0; i < n; ++i) y[i] = std::atanh(a[i]); break;
+    case Op::kDequantize:
+      for (int64_t i = 0; i < n; ++i) y[i] = qmath::Dequantize(a[i], ins.alpha, ins.beta);
+      break;
+    case Op::kQuantize: {
+      const float s = ins.alpha, z = ins.beta, lo = ins.lo, hi = ins.hi;
+      for (int64_t i = 0; i < n; ++i) y[i] = qmath::Quantize(a[i], s, z, lo, hi);
+      break;
+    }
     default: std::memmove(y, a, n * sizeof(float)); break;  // kCast: converted on load
   }
 }
@@ -189,6 +198,45 @@ KILN_ISA_BODY void BinaryBody(Op op, const float* a, const float* b, float* y, i
 }
 KILN_ISA_VERSIONS(void, Binary, (Op op, const float* a, const float* b, float* y, int64_t n),
                   (op, a, b, y, n))
+
+
+template <class T>
+KILN_ISA_BODY void StoreLoop(const float* a, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<int32_t>(a[i]));
+}
+
+KILN_ISA_BODY void StoreIntegersBody(DType t, const float* a, void* y, int64_t n) {
+  switch (t) {
+    case DType::kUInt8: StoreLoop(a, static_cast<uint8_t*>(y), n); break;
+    case DType::kInt8: StoreLoop(a, static_cast<int8_t*>(y), n); break;
+    case DType::kUInt16: StoreLoop(a, static_cast<uint16_t*>(y), n); break;
+    default: StoreLoop(a, static_cast<int16_t*>(y), n); break;
+  }
+}
+KILN_ISA_VERSIONS(void, StoreIntegers, (DType t, const float* a, void* y, int64_t n), (t, a, y, n))
+
+template <class T>
+KILN_ISA_BODY void WidenLoop(const T* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
+}
+
+KILN_ISA_BODY void WidenBody(DType t, const void* x, float* y, int64_t n) {
+  switch (t) {
+    case DType::kUInt8: WidenLoop(static_cast<const uint8_t*>(x), y, n); break;
+    case DType::kInt8: WidenLoop(static_cast<const int8_t*>(x), y, n); break;
+    case DType::kUInt16: WidenLoop(static_cast<const uint16_t*>(x), y, n); break;
+    default: WidenLoop(static_cast<const int16_t*>(x), y, n); break;
+  }
+}
+KILN_ISA_VERSIONS(void, Widen, (DType t, const void* x, float* y, int64_t n), (t, x, y, n))
+
+bool WidenToFloat(DType t, const void* x, float* y, int64_t n) {
+  if (t != DType::kUInt8 && t != DType::kInt8 && t != DType::kUInt16 && t != DType::kInt16) {
+    return false;
+  }
+  Widen(t, x, y, n);
+  return true;
+}
 
 
 void ClipTile(const float* x, const float* lo, const float* hi, float* y, int64_t n) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "compiler/ir/dtype.h"
+
 namespace kiln::cpu::ew {
 
 enum class Op {
@@ -24,12 +26,19 @@ enum class Op {
   kClip,
   // a program's Cast to float: the operand was converted on load, so a copy
   kCast,
+  // a program's per-tensor DequantizeLinear of an 8/16-bit input (converted to float on load):
+  // (a - beta) * alpha, beta the zero point and alpha the scale
+  kDequantize,
+  // a program's per-tensor QuantizeLinear (its last instruction): the quantized value as an
+  // integral float, saturated to [lo, hi] (quantize_math.h); StoreIntegers writes it out
+  kQuantize,
 };
 
 struct Instr {
   Op op;
   std::vector<int> args;  // register numbers (inputs first, then instruction results)
   float alpha = 0.f, beta = 0.f;  // the op's parameters (see MakeInstr)
+  float lo = 0.f, hi = 0.f;       // kQuantize: the quantized type's range
 };
 
 // Reads an attribute: (name, default) -> value.
@@ -47,5 +56,11 @@ void Unary(const Instr& ins, const float* a, float* y, int64_t n);
 void Binary(Op op, const float* a, const float* b, float* y, int64_t n);
 // Clip with optional lower (lo) and upper (hi) bounds per element; NaN passes through.
 void ClipTile(const float* x, const float* lo, const float* hi, float* y, int64_t n);
+// y[i] = a[i] as type t (uint8, int8, uint16, int16) for integral a[i] within t's range
+// (what kQuantize computes).
+void StoreIntegers(DType t, const float* a, void* y, int64_t n);
+// y[i] = float(x[i]) for n contiguous elements of type t (uint8, int8, uint16, int16: exact),
+// vectorized at every ISA level; false (nothing written) for another type.
+bool WidenToFloat(DType t, const void* x, float* y, int64_t n);
 
 }  // namespace kiln::cpu::ew

@@ -9,7 +9,7 @@ std::unique_ptr<CpuKernel> MakeOwnKernel(BuildContext& ctx, const Node& node) {
                                        MakeConcatKernel, MakeReduceKernel, MakeSliceKernel,
                                        MakeCastKernel, MakeWhereKernel, MakeSplitKernel,
                                        MakeExpandKernel, MakePadKernel, MakeResizeKernel,
-                                       MakeRecurrentKernel};
+                                       MakeRecurrentKernel, MakeQuantizeKernel};
   for (Factory f : kFactories) {
     if (auto k = f(ctx, node)) return k;
   }

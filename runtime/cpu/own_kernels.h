@@ -86,6 +86,9 @@ std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeSplitKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeExpandKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeCastKernel(BuildContext& ctx, const Node& node);
+// QuantizeLinear / DequantizeLinear with float32 scales, per tensor or per axis
+// (quantize_kernel.cc).
+std::unique_ptr<CpuKernel> MakeQuantizeKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeWhereKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakePadKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeResizeKernel(BuildContext& ctx, const Node& node);

@@ -166,6 +166,40 @@ TEST(CodegenHost, FusedElementwiseProgramCastsOnLoad) {
   EXPECT_EQ(ExpectHostMatches(cases), 1);
 }
 
+// A QDQ residual add as fuse_elementwise writes it: DQ(a), DQ(b) -> Add -> Relu -> Q, uint8
+// in and out, with scalar scales and zero points; ties of x / scale and saturation included.
+TEST(CodegenHost, FusedQuantizedAddMatchesTheReference) {
+  std::vector<Case> cases;
+  Case& c = cases.emplace_back();
+  std::vector<int64_t> av, bv;
+  for (int64_t i = 0; i < 2 * 3 * 4 * 5; ++i) {
+    av.push_back((i * 37) % 256);
+    bv.push_back((i * 101 + 7) % 256);
+  }
+  auto byte = [](DType t, int64_t v) {
+    Tensor z(t, {});
+    z.SetInt(0, v);
+    return z;
+  };
+  Value* a = c.In("a", Ints(DType::kUInt8, {2, 3, 4, 5}, av));
+  Value* b = c.In("b", Ints(DType::kUInt8, {2, 3, 4, 5}, bv));
+  std::vector<Value*> in = {a, c.In("sa", Tensor::FromFloat({0.05f}, {})),
+                            c.In("za", byte(DType::kUInt8, 128)), b,
+                            c.In("sb", Tensor::FromFloat({0.025f}, {})),
+                            c.In("zb", byte(DType::kUInt8, 3)),
+                            c.In("sy", Tensor::FromFloat({0.05f}, {})),
+                            c.In("zy", byte(DType::kUInt8, 0))};
+  Value* y = c.b.Op(kiln_ops::kFusedElementwise, in,
+                    {{"ops", Attribute::Strings({"DequantizeLinear", "DequantizeLinear", "Add",
+                                                 "Relu", "QuantizeLinear"})},
+                     {"arity", Attribute::Ints({3, 3, 2, 1, 3})},
+                     {"operands", Attribute::Ints({0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 6, 7})},
+                     {"dtype", Attribute::Int(static_cast<int64_t>(DType::kUInt8))}},
+                    kKilnDomain);
+  c.b.Output(y);
+  EXPECT_EQ(ExpectHostMatches(cases, {0.0, 0.0}), 1);
+}
+
 TEST(CodegenHost, DataMovement) {
   std::vector<Case> cases;
   Case& t = cases.emplace_back();

@@ -813,6 +813,40 @@ TEST(CpuEngineSteadyState, RunAllocatesNothingAfterTheFirstCall) {
   EXPECT_EQ(g_allocs.load() - before, 0);
 }
 
+TEST(CpuEngineSteadyState, QuantizeKernelsAllocateNothing) {
+  // Q/DQ own kernels (constant per tensor, run-time per axis) and a fused QDQ program (O2).
+  GraphBuilder b;
+  Value* q = b.Input("q", DType::kUInt8, {2, 3, 8});
+  Value* s = b.Input("s", DType::kFloat32, {3});
+  Value* z = b.Input("z", DType::kUInt8, {3});
+  auto scalar_u8 = [&](const char* name, int64_t v) {
+    Tensor t(DType::kUInt8, {});
+    t.mutable_data<uint8_t>()[0] = static_cast<uint8_t>(v);
+    return b.Constant(name, t);
+  };
+  Value* d = b.Op("DequantizeLinear", {q, s, z});  // per axis 1, run-time parameters
+  Value* e = b.Op("DequantizeLinear", {q, b.Constant("s1", Tensor::FromFloat({0.5f})), scalar_u8("z1", 7)});
+  Value* r = b.Op("Relu", {b.Op("Add", {e, d})});
+  b.Output(b.Op("QuantizeLinear", {r, b.Constant("s2", Tensor::FromFloat({0.25f})), scalar_u8("z2", 3)}));
+  auto g = b.Build();
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO2;
+  CompiledGraph keep = std::move(*CompileGraph(*g, co));
+  EXPECT_EQ(keep.report.op_types_after.count("ai.kiln.FusedElementwise"), 1u);
+  auto engine = std::move(*cpu::BuildCpuEngine(keep, {}));
+  ASSERT_EQ(engine->info().fallback_ops, 0);
+  Tensor qt(DType::kUInt8, {2, 3, 8}), zt(DType::kUInt8, {3});
+  for (int64_t i = 0; i < qt.numel(); ++i) qt.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(i * 11);
+  std::vector<Tensor> ins, outs;
+  for (const auto& spec : engine->inputs()) {
+    ins.push_back(spec.name == "q" ? qt : spec.name == "z" ? zt : Tensor::FromFloat({0.1f, 0.2f, 0.3f}, {3}));
+  }
+  ASSERT_TRUE(engine->Run(ins, outs).ok());
+  const long before = g_allocs.load();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(engine->Run(ins, outs).ok());
+  EXPECT_EQ(g_allocs.load() - before, 0);
+}
+
 // Conv (residual sum + ReLU, blocked reorders in the blocked layout), pools, Gemm, Softmax:
 // every oneDNN primitive kind the engine executes.
 std::unique_ptr<Graph> OneDnnMixGraph() {
