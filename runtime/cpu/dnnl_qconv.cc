@@ -4,10 +4,12 @@
 //   y = saturate(round_half_even((acc + bias) * (x_scale * w_scale[c] / y_scale)) + y_zero),
 // is oneDNN 2.x's int8 output path: the bias joins the int32 accumulator, the per-channel
 // output scale multiplies, the destination zero point adds, and the store rounds to nearest
-// even and saturates. The multiplier is computed in float32 in the order the reference
-// computes it (x_scale * w_scale, then / y_scale), so both round the same product.
+// even and saturates. The multiplier is the reference's (float32, x_scale * w_scale then
+// / y_scale), but oneDNN rounds the product to float32 where the reference keeps it in
+// double (ONNX's NumPy definition): a product within float rounding of a .5 tie may land one
+// quantum apart, as in ONNX Runtime's MLAS. The warm-up check allows for it (differential.h).
 // src and dst are `any`: the primitive picks channels-last; a dst read only by other
-// convolutions stays in it (BuildContext::WriteAs).
+// convolutions (or 8-bit element-wise programs) stays in it (BuildContext::WriteAs).
 #include <algorithm>
 #include <cmath>
 #include <optional>

@@ -464,10 +464,104 @@ std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& 
                                              omp_get_max_threads());
 }
 
+// A QDQ program over 8-bit activations that int8 convolutions left channels-last: every
+// input it reads is the output's shape and every other one a scalar, so with all of them
+// stored in one unpadded layout the work is the same on the flat buffers. Reading them in
+// that layout (and writing the output so) spares a reorder to plain and back around every
+// quantized Add of a residual network.
+bool QuantizedProgram(const std::vector<Instr>& prog) {
+  for (const Instr& i : prog) {
+    if (i.op == Op::kQuantize || i.op == Op::kDequantize) return true;
+  }
+  return false;
+}
+
+// The strides of an unblocked, unpadded desc; nullopt otherwise.
+std::optional<dnnl::memory::dims> UnpaddedStrides(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.offset0 != 0) {
+    return std::nullopt;
+  }
+  for (int i = 0; i < d.ndims; ++i) {
+    if (d.padded_dims[i] != d.dims[i]) return std::nullopt;
+  }
+  return dnnl::memory::dims(d.format_desc.blocking.strides, d.format_desc.blocking.strides + d.ndims);
+}
+
+// The layout (strides) of the first full-shape input stored unplain; nullopt when none is.
+std::optional<dnnl::memory::dims> SharedLayout(const BuildContext& ctx, const Node& node,
+                                               const std::vector<int64_t>& y) {
+  for (const Value* v : node.inputs) {
+    const int s = ctx.SlotOf(v);
+    if (s >= 0 && ctx.slots[s].shape == y && !ctx.slots[s].is_plain()) {
+      return UnpaddedStrides(ctx.slots[s].md);
+    }
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<CpuKernel> MakeSameLayoutQuantized(BuildContext& ctx, const Node& node,
+                                                   const std::vector<Instr>& prog, int out,
+                                                   DType out_dtype) {
+  const std::vector<int64_t> y = ctx.slots[out].shape;
+  if (!QuantizedProgram(prog) || !ctx.slots[out].blocked_ok || y.size() < 3 || y.size() > 5) {
+    return nullptr;
+  }
+  std::optional<dnnl::memory::dims> strides = SharedLayout(ctx, node, y);
+  if (!strides) return nullptr;
+  const int64_t n = NumElements(y);
+  auto md_of = [&](int slot) {
+    return dnnl::memory::desc(ToDims(y), ctx.PlainMd(slot).data_type(), *strides);
+  };
+  std::vector<Operand> in;
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const int s = ctx.SlotOf(node.inputs[k]);
+    if (s < 0) return nullptr;
+    const bool full = ctx.slots[s].shape == y, used = Reads(prog, static_cast<int>(k));
+    if (!used || (!full && NumElements(ctx.slots[s].shape) == 1)) {
+      Operand o{s, {0}, false, nullptr};
+      o.used = used;
+      if (used && ctx.slots[s].dtype != DType::kFloat32) return nullptr;
+      in.push_back(std::move(o));
+      continue;
+    }
+    const DType dt = ctx.slots[s].dtype;
+    const CastFn to_float = dt == DType::kFloat32 ? nullptr : CastFor(dt, DType::kFloat32);
+    if (!full || (dt != DType::kFloat32 && (!to_float || !OnlyConvertingReads(prog, static_cast<int>(k))))) {
+      return nullptr;
+    }
+    Operand o{ctx.ReadAs(s, md_of(s)), {1}, true, to_float};
+    o.dtype = dt;
+    in.push_back(std::move(o));
+  }
+  const int y_slot = ctx.WriteAs(out, md_of(out));
+  return std::make_unique<ElementwiseKernel>(std::move(in), prog, y_slot, std::vector<int64_t>{n},
+                                             omp_get_max_threads(), out_dtype);
+}
+
+// Whether input i of a QDQ program may be read in a convolution's unpadded layout (see
+// MakeSameLayoutQuantized): it is the output's shape, 8-bit or float32, and every other
+// input the program reads is that shape too or a scalar.
+bool QuantizedLayoutInput(const Node& node, const std::vector<Instr>& prog, size_t i) {
+  const Value* out = node.output(0);
+  if (!QuantizedProgram(prog) || !out || !out->shape || !IsStatic(*out->shape)) return false;
+  const std::vector<int64_t> y = StaticDims(*out->shape);
+  if (y.size() < 3 || y.size() > 5 || i >= node.inputs.size()) return false;
+  for (size_t k = 0; k < node.inputs.size(); ++k) {
+    const Value* v = node.inputs[k];
+    if (!v || !v->shape || !IsStatic(*v->shape)) return false;
+    const std::vector<int64_t> s = StaticDims(*v->shape);
+    if (Reads(prog, static_cast<int>(k)) && s != y && NumElements(s) != 1) return false;
+  }
+  return StaticDims(*node.inputs[i]->shape) == y;
+}
+
 }  // namespace
 
 bool LayoutElementwiseInput(const Node& node, size_t i) {
-  if (!ReadInstrs(node) || !node.output(0) || !FloatValue(node.output(0))) return false;
+  std::optional<std::vector<Instr>> prog = ReadInstrs(node);
+  if (prog && QuantizedLayoutInput(node, *prog, i)) return true;
+  if (!prog || !node.output(0) || !FloatValue(node.output(0))) return false;
   const std::vector<int64_t> y = StaticDims(*node.output(0)->shape);
   if (y.size() < 3 || y.size() > 5 || i >= node.inputs.size()) return false;
   for (const Value* v : node.inputs) {
@@ -486,6 +580,7 @@ std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& 
   // its type is the program's).
   const DType out_dtype = ctx.slots[out].dtype;
   if (out_dtype != DType::kFloat32 && prog->back().op != Op::kQuantize) return nullptr;
+  if (auto k = MakeSameLayoutQuantized(ctx, node, *prog, out, out_dtype)) return k;
   if (out_dtype == DType::kFloat32) {
     if (auto k = MakeLayoutElementwise(ctx, node, *prog, out)) return k;
   }

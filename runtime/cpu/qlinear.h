@@ -2,7 +2,10 @@
 // (dnnl_qmatmul.cc) share. Both have the same inputs (x, x_scale, x_zero_point, w, w_scale,
 // w_zero_point, y_scale, y_zero_point) and the same requantization,
 //   y = saturate(round_half_even(acc * (x_scale * w_scale[c] / y_scale)) + y_zero),
-// with the multiplier rounded to float32 at each step as the reference computes it.
+// with the multiplier rounded to float32 at each step as the reference computes it. oneDNN's
+// int8 primitives round acc * multiplier to float32 before rounding to an integer (one
+// quantum off the reference's double product near a tie); the float32 path below multiplies
+// in double and matches the reference exactly.
 //
 // oneDNN's int8 kernels are exact only with a 32-bit dot product (VNNI). Without it they
 // pair u8 x s8 products into a saturating 16-bit sum (vpmaddubsw), exact only while

@@ -51,14 +51,17 @@ bool IsChannelConcat(const Node& n) {
   return rank >= 3 && rank <= 5 && (axis == 1 || axis == 1 - rank);
 }
 
-// A value may stay blocked when it is f32 of rank 3..5, not a graph output, and every use is
+// A value may stay blocked when it is f32 (or 8-bit) of rank 3..5, not a graph output, and every use is
 // the activation input (or the residual) of a conv-family node, an input of a channel
 // Concat, or the activation of a per-channel Add/Sub/Mul/Div (which work in that layout or
 // reorder it themselves).
 void MarkBlockable(const Graph& graph, BuildContext& ctx) {
   for (Slot& s : ctx.slots) {
-    s.blocked_ok = s.storage == Storage::kArena && s.dtype == DType::kFloat32 &&
-                   s.shape.size() >= 3 && s.shape.size() <= 5;
+    // 8-bit too: a QDQ model's activations between int8 convolutions stay channels-last.
+    const bool type_ok = s.dtype == DType::kFloat32 || s.dtype == DType::kUInt8 ||
+                         s.dtype == DType::kInt8;
+    s.blocked_ok = s.storage == Storage::kArena && type_ok && s.shape.size() >= 3 &&
+                   s.shape.size() <= 5;
   }
   for (const auto& n : graph.nodes()) {
     for (size_t i = 0; i < n->inputs.size(); ++i) {

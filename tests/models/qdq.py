@@ -1,11 +1,18 @@
-"""QDQ static quantization of a float ONNX CNN, written the way ONNX Runtime's quantization tool
-(onnxruntime.quantization.quantize_static, QuantFormat.QDQ, MinMax calibration) writes it; no
-quantization tool is needed (export_models.py builds resnet18_qdq and mobilenet_v2_qdq here).
+"""QDQ static quantization of a float ONNX model, written the way ONNX Runtime's quantization
+tool (onnxruntime.quantization.quantize_static, QuantFormat.QDQ, MinMax calibration) writes it;
+no quantization tool is needed (export_models.py builds resnet18_qdq, mobilenet_v2_qdq and
+bert_tiny_qdq here).
 
     ranges = calibrate(model, input_name, batch, run)   # {tensor: (min, max)}, 0 included
-    qmodel = quantize(model, ranges)                    # the QDQ model, checker-clean
+    qmodel = quantize(model, ranges)                    # a CNN's QDQ model, checker-clean
 
-What it writes (QOperator-free: only QuantizeLinear/DequantizeLinear around float ops):
+    values = calibration_values(model, names, arrays, run)  # several inputs (a transformer's)
+    ranges = value_ranges(values)
+    qmodel = quantize_linear_layers(model, ranges)      # a transformer's QDQ model
+    unit = output_quantum(qmodel, row_std(values, layernorm_inputs(qmodel)))
+
+What quantize writes for a CNN (QOperator-free: only QuantizeLinear/DequantizeLinear around
+float ops):
   * activations: uint8, asymmetric, per tensor; scale = (max - min) / 255, zero point =
     round(-min / scale) in [0, 255]. Every activation read by a Conv, Gemm, Add, MaxPool or
     GlobalAveragePool, and the model input, gets one QuantizeLinear -> DequantizeLinear pair
@@ -25,6 +32,23 @@ QuantizeLinear clamps what Relu would). ORT also quantizes the outputs of Global
 of the final Gemm; here the GlobalAveragePool output is quantized after the Flatten that reads
 it, and the logits stay float. Weights and scales are initializers, named as ORT names them
 (<t>_quantized, <t>_scale, <t>_zero_point, <t>_QuantizeLinear_Output, ...).
+
+What quantize_linear_layers writes for a transformer (torch exports nn.Linear on a [B, T, K]
+input as MatMul(x, W[K, N]) -> Add(bias)): every MatMul whose second operand is a constant
+[K, N] matrix (a Linear layer) gets
+  * int8 weights, symmetric, per output column (axis 1 of [K, N], ORT's default channel axis
+    for a MatMul weight), scale = max_k |W[k, n]| / 127, behind a DequantizeLinear;
+  * its activation input and its output QDQ'd (uint8, per tensor, as above), the pair shared
+    by all readers (the residual Add reads the dequantized LayerNorm output, as under ORT,
+    which rewires every reader of a quantized tensor). The bias Add then reads a DQ: that is
+    the DQ -> MatMul -> Q group ORT (and Kiln) run as QLinearMatMul.
+That is what ORT writes with op_types_to_quantize=["MatMul"] (its QDQMatMul quantizes both
+inputs and the output) and the attention MatMuls (both operands activations) in
+nodes_to_exclude. Everything else stays float: the attention MatMuls, Softmax,
+LayerNormalization, the erf GELU, the embedding Gathers, the Adds and a Linear on a 2-D input
+(exported as Gemm: the pooler). ORT's default op list would quantize most of these too (Add,
+Mul, Softmax, Gather, LayerNormalization, Gemm, all MatMuls); the int8 win of a transformer is
+in its Linear layers, and an engine fuses only a MatMul with constant weights.
 """
 import numpy as np
 import onnx
@@ -60,10 +84,29 @@ def calibrate(model, input_name, batch, run):
     range widened to include 0 (ORT's MinMax calibrator does, so zero is exactly representable
     and the zero point is a valid uint8). `run(model_proto, names, arrays)` runs ONNX Runtime
     and returns [(name, array)]."""
-    ranges = {input_name: (float(batch.min()), float(batch.max()))}
-    for name, a in run(with_all_outputs(model), [input_name], [batch]):
-        ranges[name] = (float(a.min()), float(a.max()))
+    return value_ranges(calibration_values(model, [input_name], [batch], run))
+
+
+def calibration_values(model, names, arrays, run):
+    """{tensor: array} over the calibration batch: the float model inputs (`names`, `arrays`:
+    every input; integer ones such as token ids are fed but not kept), then every float
+    intermediate, as ONNX Runtime computes them."""
+    values = {n: a for n, a in zip(names, arrays) if a.dtype == np.float32}
+    values.update(run(with_all_outputs(model), names, arrays))
+    return values
+
+
+def value_ranges(values):
+    """{tensor: (min, max)} of calibration_values, each range widened to include 0."""
+    ranges = {t: (float(a.min()), float(a.max())) for t, a in values.items()}
     return {t: (min(lo, 0.0), max(hi, 0.0)) for t, (lo, hi) in ranges.items()}
+
+
+def row_std(values, tensors):
+    """{tensor: the smallest standard deviation of a row (last axis)} over the calibration
+    batch, for the inputs of LayerNormalizations (output_quantum: a LayerNorm multiplies an
+    error in its input by gamma / std of the row)."""
+    return {t: float(np.sqrt(values[t].astype(np.float64).var(axis=-1)).min()) for t in tensors}
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -186,12 +229,63 @@ def _params(tensors, graph, ranges):
 
 
 def quantize(model, ranges):
-    """The QDQ model of float `model` given calibrated `ranges` ({tensor: (min, max)})."""
+    """The QDQ model of float CNN `model` given calibrated `ranges` ({tensor: (min, max)})."""
+    def plan(graph, inits):
+        return _params(_activations_to_quantize(graph, inits), graph, ranges)
+
+    def weights(node, x_scale, b):
+        if node.op_type in ("Conv", "Gemm") and node.input[1] in b.inits:
+            return _quantized_weight(node, x_scale, b)
+        return []
+
+    return _rewrite(model, plan, weights)
+
+
+def quantize_linear_layers(model, ranges):
+    """The QDQ model of float transformer `model` given calibrated `ranges`: its Linear layers'
+    MatMuls quantized (int8 per-column weights, QDQ'd input and output), the rest float."""
+    def plan(graph, inits):
+        tensors = []
+        for node in _linear_matmuls(graph, inits):
+            tensors += [t for t in (node.input[0], node.output[0]) if t not in tensors]
+        return {t: activation_params(*ranges[t]) for t in tensors}
+
+    def weights(node, x_scale, b):
+        if node.op_type == "MatMul" and node.input[1] in b.inits:
+            return [_quantized_matrix(node, b)]
+        return []
+
+    return _rewrite(model, plan, weights)
+
+
+def _linear_matmuls(graph, inits):
+    """The MatMuls of Linear layers: an activation times a constant [K, N] matrix."""
+    return [n for n in graph.node if n.op_type == "MatMul" and n.input[0] not in inits and
+            n.input[1] in inits and len(inits[n.input[1]].dims) == 2]
+
+
+def _quantized_matrix(node, b):
+    """The DQ node for a MatMul's constant [K, N] weights: int8, symmetric, one scale per output
+    column (axis 1), max_k |W[k, n]| / 127; rewires the node to read it."""
+    w_name = node.input[1]
+    w = numpy_helper.to_array(b.inits[w_name]).astype(np.float32)
+    scale = symmetric_scale(np.abs(w).max(axis=0))
+    wq = quantize_array(w, scale.reshape(1, -1), 0, -127, 127, np.int8)
+    dq = b.dq(b.add_init(f"{w_name}_quantized", wq), b.add_init(f"{w_name}_scale", scale),
+              b.add_init(f"{w_name}_zero_point", np.zeros(w.shape[1], np.int8)), w_name, 1)
+    node.input[1] = dq.output[0]
+    return dq
+
+
+def _rewrite(model, plan, weights):
+    """`model` with a QDQ pair after every tensor of `plan(graph, initializers)` ({tensor:
+    (scale, zero point)}; all readers read the dequantized copy) and the weights each node's
+    `weights(node, x_scale, builder)` quantizes (the DQ nodes it returns go before the node)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
     b = _Builder(g)
-    params = _params(_activations_to_quantize(g, b.inits), g, ranges)
+    params = plan(g, b.inits)
     dq_of = {}  # quantized tensor -> its dequantized copy, which every reader reads
     nodes = []
     for t in [i.name for i in g.input if i.name in params]:
@@ -205,8 +299,7 @@ def quantize(model, ranges):
         for k, t in enumerate(node.input):
             if t in dq_of:
                 node.input[k] = dq_of[t]
-        if node.op_type in ("Conv", "Gemm") and node.input[1] in b.inits:
-            nodes += _quantized_weight(node, x_scale, b)
+        nodes += weights(node, x_scale, b)
         nodes.append(node)
         for t in node.output:
             if t in params:
@@ -230,27 +323,89 @@ def _replace_initializers(graph, b):
 
 # ----------------------------------------------------------------------------- tolerance
 
-def output_quantum(model):
-    """One quantum of the last quantized activation in output units: s_x * max_j ||W_j||_2 for
-    an output y = W x (+ b) computed by a Gemm/MatMul from a dequantized activation x of scale
-    s_x and dequantized weights (W_j: the weights of output j). An int8 engine and a float
-    simulation of the same QDQ graph round a few requantization ties the other way; the
-    difference cascades through the layers and leaves some elements of x whole quanta apart
-    (d_k in {.., -1, 0, 1, ..}). Output j then differs by s_x * sum_k W_jk d_k: a sum of
-    random-sign terms, whose size is s_x * ||W_j||_2 * rms(d): this unit times rms(d)."""
+def output_quantum(model, row_std=None):
+    """One quantum of the last quantized activation in output units, the largest over the
+    outputs. For an output y = W x (+ b) computed by a Gemm/MatMul from a dequantized
+    activation x of scale s_x (a CNN's logits): s_x * max_j ||W_j||_2 (W_j: the weights of
+    output j). An int8 engine and a float simulation of the same QDQ graph round a few
+    requantization ties the other way; the difference cascades through the layers and leaves
+    some elements of x whole quanta apart (d_k in {.., -1, 0, 1, ..}). Output j then differs
+    by s_x * sum_k W_jk d_k: a sum of random-sign terms, whose size is s_x * ||W_j||_2 * rms(d):
+    this unit times rms(d).
+    Other outputs follow the same rule through the ops between them and the last quantized
+    activations (_quantum): an Add of dequantized tensors (a transformer's residual sum) has
+    the larger of their quanta; a LayerNormalization multiplies its input's by max|gamma| /
+    std, std the smallest row standard deviation of its input (row_std: {tensor: std}, from
+    the calibration batch); Tanh (slope <= 1) and data movement keep it."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     producer = {o: n for n in model.graph.node for o in n.output}
     units = []
     for out in model.graph.output:
-        node = producer[out.name]
-        if node.op_type not in ("Gemm", "MatMul"):
-            raise ValueError(f"output {out.name} comes from {node.op_type}, not a Gemm/MatMul")
-        s_x = float(inits[_dequantize_node(producer, node.input[0]).input[1]])
-        w = _dequantized_initializer(_dequantize_node(producer, node.input[1]), inits)
+        unit = _quantum(out.name, producer, inits, row_std or {})
+        if unit is None:
+            raise ValueError(f"output {out.name} is not computed from a quantized activation")
+        units.append(unit)
+    return max(units)
+
+
+# Ops that move or select values (or change them with slope <= 1): an error keeps its size.
+_KEEPS_QUANTUM = {"Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity",
+                  "Gather", "Tanh", "Relu"}
+
+
+def _quantum(tensor, producer, inits, row_std):
+    """The quantum of `tensor` in its own units (output_quantum); None where it depends on no
+    quantized activation (a constant, a graph input)."""
+    node = producer.get(tensor)
+    if node is None or node.op_type == "Constant":
+        return None
+    op = node.op_type
+    if op == "DequantizeLinear":
+        return None if node.input[0] in inits else float(inits[node.input[1]])
+    if op in ("Gemm", "MatMul"):
+        if op == "Gemm" and any(a.name == "transA" and a.i for a in node.attribute):
+            raise ValueError(f"{tensor}: Gemm with transA")
+        s_x = _quantum(node.input[0], producer, inits, row_std)
+        if s_x is None:
+            return None
+        w = _constant_matrix(node.input[1], producer, inits)
         trans_b = any(a.name == "transB" and a.i for a in node.attribute)
         per_output = w if trans_b else w.T  # rows: the weights of one output
-        units.append(s_x * float(np.linalg.norm(per_output, axis=1).max()))
-    return max(units)
+        return s_x * float(np.linalg.norm(per_output, axis=1).max())
+    if op == "LayerNormalization":
+        s_x = _quantum(node.input[0], producer, inits, row_std)
+        if s_x is None:
+            return None
+        gamma = _constant(node.input[1], producer, inits)
+        return s_x * float(np.abs(gamma).max()) / row_std[node.input[0]]
+    if op == "Add":
+        units = [u for u in (_quantum(t, producer, inits, row_std) for t in node.input)
+                 if u is not None]
+        return max(units) if units else None
+    if op in _KEEPS_QUANTUM:
+        return _quantum(node.input[0], producer, inits, row_std)
+    raise ValueError(f"{tensor}: the output quantum through {op} is not defined")
+
+
+def _constant(tensor, producer, inits):
+    """An initializer, directly or through Identity nodes (torch's constant folding shares
+    equal LayerNorm weights so)."""
+    while tensor not in inits and producer.get(tensor) is not None and \
+            producer[tensor].op_type == "Identity":
+        tensor = producer[tensor].input[0]
+    return inits[tensor].astype(np.float64)
+
+
+def _constant_matrix(tensor, producer, inits):
+    """Weights in float64: an initializer, or the DequantizeLinear of one."""
+    if tensor in inits:
+        return inits[tensor].astype(np.float64)
+    return _dequantized_initializer(_dequantize_node(producer, tensor), inits)
+
+
+def layernorm_inputs(model):
+    """The tensors LayerNormalizations normalize (row_std's `tensors`)."""
+    return [n.input[0] for n in model.graph.node if n.op_type == "LayerNormalization"]
 
 
 def _dequantize_node(producer, tensor):

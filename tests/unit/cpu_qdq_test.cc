@@ -126,6 +126,25 @@ void ExpectFusedWithinOneQuantum(QdqGraph& q) {
   EXPECT_LE(off, e.numel() / 100) << "more than 1% of the elements moved a quantum";
 }
 
+// The engine against the reference on the same (compiled) graph. oneDNN's int8 kernels
+// requantize in float32 (acc * multiplier rounded to float, then to the nearest integer) where
+// the reference multiplies in double, as ONNX's NumPy definition does: a product within float
+// rounding of a .5 tie lands one quantum apart (ONNX Runtime's MLAS has the same property).
+// So: at most one quantum, on a small share of the elements (1 in `per` of them: a chain of
+// int8 ops compounds the flips); no difference otherwise.
+void ExpectWithinFloatRequantization(const Tensor& got, const Tensor& want, int64_t per = 500) {
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(got.dtype(), want.dtype());
+  int64_t off = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double d = std::fabs(got.GetDouble(i) - want.GetDouble(i));
+    EXPECT_LE(d, 1.0) << "element " << i << ": engine " << got.GetDouble(i) << ", reference "
+                      << want.GetDouble(i);
+    off += d != 0;
+  }
+  EXPECT_LE(off, std::max<int64_t>(2, want.numel() / per)) << "of " << want.numel();
+}
+
 class FuseQdqConv : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(FuseQdqConv, BecomesQLinearConvWithinOneQuantum) {
@@ -261,6 +280,50 @@ TEST(QuantizedTolerance, OneEightBitStepOfTheOutputRangeForQdqGraphsOnly) {
   EXPECT_TRUE(check::ForQuantizedGraph(*b.Build(), want, base).output_atol.empty());
 }
 
+// A residual block in QDQ form: conv, conv, DQ + DQ -> Add -> Relu -> Q, conv. At O2 the
+// convolutions are int8 and the Add one fused 8-bit program; the activations between them
+// stay channels-last, so only the graph's input and output are reordered.
+TEST(QdqResidualBlock, StaysChannelsLastBetweenInt8OpsAndMatchesTheReference) {
+  GraphBuilder b;
+  const DType u8 = DType::kUInt8;
+  Value* s = b.Constant("s", Floats({0.05f}));
+  Value* z = b.Constant("z", ByteScalar(u8, 0));
+  int n = 0;
+  auto dq = [&](Value* q) { return b.Op("DequantizeLinear", {q, s, z}); };
+  auto q = [&](Value* f) { return b.Op("QuantizeLinear", {f, s, z}); };
+  auto conv = [&](Value* xq) {
+    const std::string k = std::to_string(n++);
+    Value* w = b.Op("DequantizeLinear",
+                    {b.Constant("wq" + k, RandomInts(DType::kInt8, {16, 16, 3, 3}, -60, 60, 20 + n)),
+                     b.Constant("sw" + k, ChannelScales(16, 0.004f)),
+                     b.Constant("zw" + k, Tensor(DType::kInt8, {16}))},
+                    {{"axis", Attribute::Int(0)}});
+    return q(b.Op("Relu", {b.Op("Conv", {dq(xq), w}, {{"pads", Attribute::Ints({1, 1, 1, 1})}})}));
+  };
+  Value* x = b.Input("xq", u8, {2, 16, 12, 12});
+  Value* t1 = conv(x);
+  Value* t2 = conv(t1);
+  Value* t3 = q(b.Op("Relu", {b.Op("Add", {dq(t2), dq(t1)})}));
+  b.Output(conv(t3));
+  auto g = b.Build();
+  CompileOptions co;
+  co.batch = 2;
+  auto compiled = CompileGraph(*g, co);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  EXPECT_EQ(CountOps(*compiled->graph, "QLinearConv"), 3);
+  EXPECT_EQ(CountOps(*compiled->graph, "FusedElementwise"), 1);
+  auto e = cpu::BuildCpuEngine(*compiled);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ((*e)->info().fallback_ops, 0);
+  EXPECT_LE((*e)->info().layout_reorders, 2);  // the input in, the output out
+  Tensor xin = RandomInts(u8, {2, 16, 12, 12}, 0, 255, 8);
+  auto want = ref::Run(*compiled->graph, {{"xq", xin}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<Tensor> outs;
+  ASSERT_TRUE((*e)->Run({xin}, outs).ok());
+  ExpectWithinFloatRequantization(outs[0], want->begin()->second, 100);
+}
+
 // ---------------------------------------------------------------- MatMul
 
 struct MatMulCase {
@@ -320,8 +383,9 @@ TEST_P(FuseQdqMatMul, BecomesQLinearMatMulWithinOneQuantum) {
 
 class CpuQLinearMatMul : public ::testing::TestWithParam<MatMulCase> {};
 
-// Bit-exact against the reference, no fallback within the float path's bound.
-TEST_P(CpuQLinearMatMul, MatchesTheReferenceExactly) {
+// Against the reference (ExpectWithinFloatRequantization), no fallback within the float
+// path's bound.
+TEST_P(CpuQLinearMatMul, MatchesTheReference) {
   const MatMulCase& c = GetParam();
   auto g = QdqMatMul(c, true);
   CompileOptions co;
@@ -337,11 +401,7 @@ TEST_P(CpuQLinearMatMul, MatchesTheReferenceExactly) {
   ASSERT_TRUE(want.ok()) << want.status();
   std::vector<Tensor> outs;
   ASSERT_TRUE((*e)->Run({a}, outs).ok());
-  const Tensor& w = want->begin()->second;
-  ASSERT_EQ(outs[0].shape(), w.shape());
-  int64_t bad = 0;
-  for (int64_t i = 0; i < w.numel(); ++i) bad += outs[0].GetDouble(i) != w.GetDouble(i);
-  EXPECT_EQ(bad, 0) << "of " << w.numel();
+  ExpectWithinFloatRequantization(outs[0], want->begin()->second);
 }
 
 const MatMulCase kMatMulCases[] = {
@@ -399,9 +459,9 @@ std::unique_ptr<Graph> QLinearConvGraph(const ConvCase& c) {
 
 class CpuQLinearConv : public ::testing::TestWithParam<ConvCase> {};
 
-// Bit-exact against the reference in both activation layouts, on oneDNN's JIT code where it
-// is exact on this CPU.
-TEST_P(CpuQLinearConv, MatchesTheReferenceExactly) {
+// Against the reference in both activation layouts (ExpectWithinFloatRequantization), on
+// oneDNN's JIT code where its integer sums are exact on this CPU.
+TEST_P(CpuQLinearConv, MatchesTheReference) {
   const ConvCase& c = GetParam();
   auto g = QLinearConvGraph(c);
   CompileOptions co;
@@ -428,12 +488,7 @@ TEST_P(CpuQLinearConv, MatchesTheReferenceExactly) {
     EXPECT_TRUE((*e)->info().slow_ops.empty()) << (*e)->info().slow_ops[0];
     std::vector<Tensor> outs;
     ASSERT_TRUE((*e)->Run({x}, outs).ok());
-    const Tensor& w = want->begin()->second;
-    ASSERT_EQ(outs[0].shape(), w.shape());
-    ASSERT_EQ(outs[0].dtype(), w.dtype());
-    int64_t bad = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) bad += outs[0].GetDouble(i) != w.GetDouble(i);
-    EXPECT_EQ(bad, 0) << "of " << w.numel();
+    ExpectWithinFloatRequantization(outs[0], want->begin()->second);
   }
 }
 
