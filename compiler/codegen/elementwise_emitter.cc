@@ -95,9 +95,26 @@ absl::StatusOr<Kernel> EmitProgram(const EwProgram& p, const std::string& name) 
   return k;
 }
 
+// A QuantizeLinear/DequantizeLinear with one scale and zero point: element-wise under numpy
+// broadcasting (a per-axis scale broadcasts along `axis`, not the last dim: not this one).
+bool IsPerTensorQdq(const Node& node) {
+  if (!node.domain.empty() || node.GetInt("block_size", 0) != 0 ||
+      (node.op_type != "QuantizeLinear" && node.op_type != "DequantizeLinear")) {
+    return false;
+  }
+  for (size_t i : {1, 2}) {
+    const Value* v = node.input(i);
+    if (i == 1 && !v) return false;
+    if (v && (!v->shape || !IsStatic(*v->shape) || NumElements(StaticDims(*v->shape)) != 1)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool IsElementwiseNode(const Node& node) {
   if (node.domain == kKilnDomain) return node.op_type == kiln_ops::kFusedElementwise;
-  return node.domain.empty() && IsElementwiseOpName(node.op_type);
+  return node.domain.empty() && (IsElementwiseOpName(node.op_type) || IsPerTensorQdq(node));
 }
 
 absl::StatusOr<EwProgram> ProgramOf(const Node& node) {

@@ -26,6 +26,10 @@ bool WithinSizeCap(const Node& n, const FoldConstantsOptions& options) {
     out_bytes += static_cast<size_t>(NumElements(StaticDims(*out->shape))) *
                  DTypeSize(out->dtype);
   }
+  // A DequantizeLinear of constant weights is the float weights a backend without int8
+  // kernels needs anyway (fuse_qdq, which runs first at O2, has taken the ones an int8 kernel
+  // can use): it may grow to float32 (8-bit -> 4x).
+  if (n.domain.empty() && n.op_type == "DequantizeLinear") in_bytes *= 4;
   return out_bytes <= std::max(options.max_growth_bytes, in_bytes);
 }
 

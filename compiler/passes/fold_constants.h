@@ -4,7 +4,8 @@
 // Preconditions: shapes inferred (output sizes must be known to apply the size cap).
 // Leaves alone: non-deterministic operators (Random*, Multinomial, Bernoulli, training-mode
 // Dropout); nodes whose outputs would exceed the size cap (folding must never inflate the
-// model: a Tile or ConstantOfShape to gigabytes stays a node); nodes whose kernel fails.
+// model: a Tile or ConstantOfShape to gigabytes stays a node; a DequantizeLinear may grow
+// its 8-bit weights to float32); nodes whose kernel fails.
 #pragma once
 
 #include "compiler/passes/pass.h"

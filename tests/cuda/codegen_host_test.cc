@@ -200,6 +200,28 @@ TEST(CodegenHost, FusedQuantizedAddMatchesTheReference) {
   EXPECT_EQ(ExpectHostMatches(cases, {0.0, 0.0}), 1);
 }
 
+// Single per-tensor QuantizeLinear / DequantizeLinear nodes (a QDQ model on the CUDA backend,
+// where fuse_qdq stays off): ties, saturation, NaN and infinities as the reference.
+TEST(CodegenHost, PerTensorQuantizeDequantizeNodes) {
+  std::vector<Case> cases;
+  for (DType t : {DType::kUInt8, DType::kInt8}) {
+    Case& c = cases.emplace_back();
+    Tensor x = Floats({3, 4, 10}, 40, -9.f, 9.f);
+    float* p = x.mutable_data<float>();
+    p[7] = 0.25f;   // x / scale = 2.5: a tie, to even (2)
+    p[8] = 0.35f;   // 3.5 -> 4
+    p[9] = 1e30f;   // saturates
+    Tensor z(t, {});
+    z.SetInt(0, t == DType::kUInt8 ? 100 : -7);
+    Value* zv = c.Const("z", z);
+    Value* s = c.Const("s", Tensor::FromFloat({0.1f}, {}));
+    Value* q = c.b.Op("QuantizeLinear", {c.In("x", x), s, zv});
+    c.b.Output(q);
+    c.b.Output(c.b.Op("DequantizeLinear", {q, s, zv}));
+  }
+  EXPECT_EQ(ExpectHostMatches(cases, {0.0, 0.0}), 4);
+}
+
 TEST(CodegenHost, DataMovement) {
   std::vector<Case> cases;
   Case& t = cases.emplace_back();

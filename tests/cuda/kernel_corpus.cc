@@ -16,7 +16,7 @@ absl::StatusOr<CorpusGraph> Load(const tools::TestCase& tc) {
   if (sets.empty()) return absl::NotFoundError("no data set");
   ASSIGN_OR_RETURN(ref::TensorMap feeds, tools::BindInputs(*g, sets[0]));
   RETURN_IF_ERROR(tools::BindShapes(*g, feeds));
-  ASSIGN_OR_RETURN(CompiledGraph c, tools::CompileStatic(*g, feeds, OptLevel::kO2));
+  ASSIGN_OR_RETURN(CompiledGraph c, tools::CompileStatic(*g, feeds, OptLevel::kO2, "cuda"));
   // An engine serves static shapes only; `kiln check` reports the rest as unsupported.
   for (const auto& n : c.graph->nodes()) {
     for (const Value* v : n->outputs) {

@@ -7,8 +7,8 @@ Models (random weights from a fixed seed; nothing is downloaded): torchvision re
 resnet50 and mobilenet_v2 (BatchNorm running statistics randomized so BatchNorm is not an
 identity) and a small BERT-style encoder defined here (token + position embeddings, two
 encoder layers with attention written as plain MatMul/Softmax, erf GELU, LayerNorm, a
-Linear+Tanh pooler), a recurrent tagger, an LR-ASPP segmentation network and an SSDlite
-detector. All are exported in eval() mode (Dropout is inference-mode) with
+Linear+Tanh pooler), a recurrent tagger, an LR-ASPP segmentation network and three detectors
+with their post-processing in the graph (SSDlite, RetinaNet, Faster R-CNN). All are exported in eval() mode (Dropout is inference-mode) with
 torch.onnx.export(opset 17, TrainingMode.PRESERVE, do_constant_folding=False: BatchNorm stays
 in the graph) and a dynamic batch dimension.
 
@@ -50,14 +50,15 @@ import sys
 import tempfile
 import time
 
-SCRIPT_VERSION = "5"  # bump when a model, its inputs or the export settings change
+SCRIPT_VERSION = "6"  # bump when a model, its inputs or the export settings change
 OPSET = 17
 SKIP = 77
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_ORT = os.path.join(REPO, "tools", "ort", "run_ort.js")
 ORT_PKG = os.path.join(REPO, "tools", "ort", "node_modules", "onnxruntime-node")
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_tiny", "rnn_tagger", "lraspp", "ssdlite",
-          "resnet18_qdq", "mobilenet_v2_qdq", "bert_tiny_qdq")
+          "retinanet", "fasterrcnn", "resnet18_qdq", "mobilenet_v2_qdq", "bert_tiny_qdq")
+DETECTORS = ("ssdlite", "retinanet", "fasterrcnn")
 # QDQ-quantized models (qdq.py): the float model each quantizes, with the same test input.
 QDQ_BASE = {"resnet18_qdq": "resnet18", "mobilenet_v2_qdq": "mobilenet_v2",
             "bert_tiny_qdq": "bert_tiny"}
@@ -200,6 +201,37 @@ def build_tagger(torch):
     return Tagger()
 
 
+def build_detector(name, torchvision):
+    """torchvision's detectors with their post-processing in the graph (score thresholds through
+    NonZero, TopK, per-class NonMaxSuppression, box decoding; Faster R-CNN also RoiAlign over
+    the FPN levels): output sizes depend on the image. Random weights score every box low, so
+    the thresholds drop to keep detections in the expected outputs."""
+    det = torchvision.models.detection
+    kw = dict(weights=None, weights_backbone=None, num_classes=5)
+    if name == "ssdlite":  # SSDlite320, MobileNetV3 backbone
+        return det.ssdlite320_mobilenet_v3_large(**kw)
+    if name == "retinanet":  # ResNet-50 FPN, focal-loss heads, 256 x 256 images
+        return det.retinanet_resnet50_fpn(min_size=256, max_size=256, score_thresh=0.005,
+                                          detections_per_img=30, **kw)
+    # Faster R-CNN, MobileNetV3 FPN at 320: region proposals, RoiAlign, box head
+    return det.fasterrcnn_mobilenet_v3_large_320_fpn(box_score_thresh=0.0,
+                                                     box_detections_per_img=30, **kw)
+
+
+def first_image_detections(torch, det):
+    """[1, 3, H, W] in, the first image's boxes, scores and labels out."""
+    class FirstImage(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            d = self.m([x[0]])[0]
+            return d["boxes"], d["scores"], d["labels"]
+
+    return FirstImage(det)
+
+
 def randomize_batchnorm(torch, model):
     g = torch.Generator().manual_seed(1234)
     for m in model.modules():
@@ -238,24 +270,10 @@ def make_model(name, torch, torchvision):
         tokens = torch.randint(0, model.vocab, (2, 12), generator=g, dtype=torch.int64)
         inputs, in_names, out_names = [tokens], ["tokens"], ["tag_logits"]
         dyn = {"tokens": {0: "batch"}, "tag_logits": {0: "batch"}}
-    elif name == "ssdlite":
-        # Detection: SSDlite320 MobileNetV3 with its post-processing in the graph (score
-        # thresholds through NonZero, TopK, per-class NonMaxSuppression, box decoding): output
-        # sizes depend on the image.
-        det = torchvision.models.detection.ssdlite320_mobilenet_v3_large(
-            weights=None, weights_backbone=None, num_classes=5)
-
-        class FirstImage(torch.nn.Module):  # [1, 3, H, W] in, the first image's detections out
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, x):
-                d = self.m([x[0]])[0]
-                return d["boxes"], d["scores"], d["labels"]
-
-        model = FirstImage(det)
-        inputs = [torch.rand(1, 3, 320, 320, generator=g)]
+    elif name in DETECTORS:
+        model = first_image_detections(torch, build_detector(name, torchvision))
+        size = 320 if name != "retinanet" else 256
+        inputs = [torch.rand(1, 3, size, size, generator=g)]
         in_names, out_names = ["image"], ["boxes", "scores", "labels"]
         dyn = {}
     elif name == "lraspp":

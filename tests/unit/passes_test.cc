@@ -132,6 +132,26 @@ TEST(FoldConstants, DoesNotInflateConstantOfShapeBeyondCap) {
   EXPECT_EQ(CountOps(*g, "ConstantOfShape"), 1);
 }
 
+// int8 weights of 128 KiB dequantize to 512 KiB of float32 weights (past the 64 KiB cap, 4x
+// its input): folded, as a backend without int8 kernels needs them so; a Tile to the same
+// size (4x its input too) is not.
+TEST(FoldConstants, DequantizedWeightsGrowToFloatButOtherOpsDoNot) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 512});
+  Tensor wq(DType::kInt8, {512, 256});
+  for (int64_t i = 0; i < wq.numel(); ++i) wq.SetInt(i, i % 255 - 127);
+  Value* w = b.Op("DequantizeLinear", {b.Constant("wq", wq), b.Constant("s", Tensor::FromFloat({0.01f}))});
+  Value* big = b.Op("Tile", {b.Constant("t", Tensor::FromFloat(std::vector<float>(32768, 1.f), {128, 256})),
+                             b.Constant("reps", Tensor::FromInt64({4, 1}))});
+  b.Output(b.Op("MatMul", {x, w}));
+  b.Output(b.Op("ReduceSum", {big}));
+  auto g = b.Build();
+  ASSERT_TRUE(shape::InferShapes(*g).ok());
+  ASSERT_TRUE(FoldConstants(*g).ok());
+  EXPECT_EQ(CountOps(*g, "DequantizeLinear"), 0);
+  EXPECT_EQ(CountOps(*g, "Tile"), 1);
+}
+
 TEST(EliminateCommonSubexpressions, MergesIdenticalNodes) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 2});
