@@ -25,10 +25,19 @@ namespace kiln {
 inline constexpr const char kDefaultOmpWaitPolicy[] = "PASSIVE";
 inline constexpr const char kDefaultGompSpinCount[] = "1000";
 
-inline void EnsureOpenMpWaitPolicy(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
-  if (setenv("OMP_WAIT_POLICY", kDefaultOmpWaitPolicy, 1) != 0) return;
-  if (setenv("GOMP_SPINCOUNT", kDefaultGompSpinCount, 1) != 0) return;
+// Sets Kiln's default in this process's environment unless either variable is set; true when
+// it changed something (the process must then re-execute for libgomp to see it).
+inline bool SetOpenMpWaitPolicy() {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) {
+    return false;
+  }
+  return setenv("OMP_WAIT_POLICY", kDefaultOmpWaitPolicy, 1) == 0 &&
+         setenv("GOMP_SPINCOUNT", kDefaultGompSpinCount, 1) == 0;
+}
+
+// Re-executes this binary with the current environment; returns only if that fails (then
+// the process carries on with the libraries' defaults rather than not start at all).
+inline void ReexecSelf(char** argv) {
   // Exec the binary's real path, not /proc/self/exe: the kernel names a process after the
   // file it executed, and "exe" would hide kilnd from ps, top and pkill.
   char path[PATH_MAX];
@@ -36,7 +45,10 @@ inline void EnsureOpenMpWaitPolicy(char** argv) {
   if (n <= 0) return;
   path[n] = '\0';
   execv(path, argv);
-  // exec failed: carry on with libgomp's defaults rather than not start at all.
+}
+
+inline void EnsureOpenMpWaitPolicy(char** argv) {
+  if (SetOpenMpWaitPolicy()) ReexecSelf(argv);
 }
 
 }  // namespace kiln

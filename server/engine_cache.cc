@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "runtime/cuda/cuda_engine.h"
 #include "runtime/cuda/devices.h"
 #include "server/crash_point.h"
+#include "server/mapped_file.h"
 
 namespace kiln::server {
 namespace {
@@ -25,8 +27,12 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'C', '\0', '\1'};
-constexpr uint32_t kFormatVersion = 2;  // 2: the engine's layout
+// 2: the engine's layout. 3: constants of kBlobMinBytes or more in shared blob files.
+constexpr uint32_t kFormatVersion = 3;
 constexpr size_t kChecksumBytes = 32;  // the hex ContentHash of everything before it
+constexpr char kBlobMagic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'B', '\1'};
+constexpr uint32_t kBlobVersion = 1;
+constexpr size_t kBlobHeaderBytes = 64;  // keeps the bytes 64-byte aligned in a mapping
 
 // The splitmix64 finalizer: every input bit affects every output bit.
 uint64_t Mix64(uint64_t x) {
@@ -107,6 +113,60 @@ absl::Status Corrupt(const std::string& why) {
   return absl::DataLossError("engine cache entry: " + why);
 }
 
+// A uint8 view of `*t`'s bytes whose owner is `t` itself (so a weak_ptr to `t` lives as
+// long as the view and any tensor made from it).
+Tensor BytesView(std::shared_ptr<const Tensor> t) {
+  void* data = const_cast<void*>(t->raw());
+  const auto n = static_cast<int64_t>(t->nbytes());
+  return Tensor::View(DType::kUInt8, {n}, std::shared_ptr<void>(std::move(t), data), data);
+}
+
+Tensor BytesOf(const Tensor& t) { return BytesView(std::make_shared<const Tensor>(t)); }
+
+// Types whose tensor bytes are ONNX's stored bytes (not packed, not strings).
+bool StoredAsIs(DType dtype) {
+  return dtype != DType::kString && DTypeSize(dtype) > 0 && SubByteBits(dtype) == 0;
+}
+
+std::string BlobHeader(size_t bytes) {
+  Writer w;
+  w.Raw(kBlobMagic, sizeof kBlobMagic);
+  w.U32(kBlobVersion);
+  w.U32(0);
+  w.I64(static_cast<int64_t>(bytes));
+  w.out.resize(kBlobHeaderBytes, '\0');
+  return std::move(w.out);
+}
+
+// Unique among this process's writers too (two threads storing one blob).
+std::string TempName(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
+}
+
+// Writes `parts` to `path` through a temporary file renamed into place.
+absl::Status WriteAtomically(const std::string& path, std::initializer_list<std::string_view> parts,
+                             const char* crash_point) {
+  const std::string tmp = TempName(path);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    for (std::string_view p : parts) out.write(p.data(), static_cast<std::streamsize>(p.size()));
+    if (!out.flush()) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return absl::InternalError("engine cache: cannot write " + tmp);
+    }
+  }
+  if (crash_point) CrashPoint(crash_point);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return absl::InternalError("engine cache: cannot rename to " + path + ": " + ec.message());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string ContentHash(std::string_view bytes) {
@@ -167,7 +227,51 @@ std::string EngineCacheKey::ToString() const {
 size_t EngineCacheEntry::ApproxBytes() const {
   size_t n = graph_onnx.size() + report_json.size() + check_message.size() + engine_layout.size();
   for (const auto& [name, t] : outputs) n += name.size() + t.nbytes();
+  for (const auto& [id, t] : blobs) n += id.size() + t.nbytes();  // they stay alive with it
   return n;
+}
+
+onnx_io::ExternalWriter BlobWriter(EngineCacheEntry& entry) {
+  return [&entry](const Tensor& t) -> std::optional<std::string> {
+    if (t.nbytes() < kBlobMinBytes || !StoredAsIs(t.dtype())) return std::nullopt;
+    std::string id = ContentHash(std::string_view(static_cast<const char*>(t.raw()), t.nbytes()));
+    if (!entry.blobs.count(id)) entry.blobs.emplace(id, BytesOf(t));
+    return absl::StrCat(kBlobScheme, id);
+  };
+}
+
+onnx_io::ExternalResolver BlobResolver(const EngineCacheEntry& entry) {
+  return [&entry](const std::string& location, DType dtype,
+                  const std::vector<int64_t>& dims) -> absl::StatusOr<Tensor> {
+    if (location.rfind(kBlobScheme, 0) != 0) {
+      return Corrupt("external data '" + location + "' is not a blob");
+    }
+    auto it = entry.blobs.find(location.substr(sizeof kBlobScheme - 1));
+    if (it == entry.blobs.end()) return Corrupt("the graph names a blob it does not list");
+    if (!StoredAsIs(dtype) || NumElements(dims) * DTypeSize(dtype) != it->second.nbytes()) {
+      return Corrupt("blob " + it->first + " does not hold " + DTypeName(dtype) +
+                     ShapeToString(dims));
+    }
+    auto holder = std::make_shared<Tensor>(it->second);
+    void* data = holder->raw_mutable();
+    return Tensor::View(dtype, dims, std::shared_ptr<void>(holder, data), data);
+  };
+}
+
+absl::StatusOr<Tensor> MapBlob(const std::string& path, const std::string& id, size_t bytes) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::Open(path));
+  const std::string_view all = file->bytes();
+  if (all.size() != kBlobHeaderBytes + bytes || all.substr(0, kBlobHeaderBytes) != BlobHeader(bytes)) {
+    return absl::DataLossError("engine cache blob " + path + ": not a blob of " +
+                               std::to_string(bytes) + " bytes");
+  }
+  // The name is the hash of the bytes: this is the whole integrity check.
+  if (ContentHash(all.substr(kBlobHeaderBytes)) != id) {
+    return absl::DataLossError("engine cache blob " + path + ": checksum mismatch");
+  }
+  char* data = file->mutable_data() + kBlobHeaderBytes;
+  return Tensor::View(DType::kUInt8, {static_cast<int64_t>(bytes)},
+                      std::shared_ptr<void>(file, data), data);
 }
 
 std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& e) {
@@ -176,6 +280,11 @@ std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& e) {
   w.U32(kFormatVersion);
   w.Str(key.ToString());
   w.Str(e.graph_onnx);
+  w.U32(static_cast<uint32_t>(e.blobs.size()));
+  for (const auto& [id, t] : e.blobs) {
+    w.Str(id);
+    w.I64(static_cast<int64_t>(t.nbytes()));
+  }
   w.Str(e.report_json);
   w.U32(static_cast<uint32_t>(e.disabled_passes.size()));
   for (const std::string& p : e.disabled_passes) w.Str(p);
@@ -186,12 +295,14 @@ std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& e) {
   w.U32(static_cast<uint32_t>(e.outputs.size()));
   for (const auto& [name, t] : e.outputs) WriteTensor(w, name, t);
   w.Str(e.engine_layout);
+  w.U32(static_cast<uint32_t>(e.engine_threads));
   w.out += ContentHash(w.out);
   return std::move(w.out);
 }
 
 absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
-                                             const EngineCacheKey& expected) {
+                                             const EngineCacheKey& expected,
+                                             const BlobLoader& load_blob) {
   if (bytes.size() < sizeof kMagic + kChecksumBytes ||
       std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     return Corrupt("not a Kiln engine cache file");
@@ -205,7 +316,16 @@ absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
   if (!r.Str(key)) return Corrupt("truncated key");
   if (key != expected.ToString()) return Corrupt("stale key '" + key + "'");
   EngineCacheEntry e;
-  if (!r.Str(e.graph_onnx) || !r.Str(e.report_json) || !r.U32(n)) return Corrupt("truncated");
+  if (!r.Str(e.graph_onnx) || !r.U32(n)) return Corrupt("truncated");
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string id;
+    int64_t size = 0;
+    if (!r.Str(id) || !r.I64(size) || size < 0) return Corrupt("truncated blob list");
+    absl::StatusOr<Tensor> blob = load_blob(id, static_cast<size_t>(size));
+    if (!blob.ok()) return Corrupt("blob " + id + ": " + std::string(blob.status().message()));
+    e.blobs.emplace(std::move(id), *std::move(blob));
+  }
+  if (!r.Str(e.report_json) || !r.U32(n)) return Corrupt("truncated");
   for (uint32_t i = 0; i < n; ++i) {
     std::string p;
     if (!r.Str(p)) return Corrupt("truncated pass list");
@@ -222,7 +342,11 @@ absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
     if (!ReadTensor(r, name, t)) return Corrupt("bad output tensor");
     e.outputs.emplace_back(std::move(name), std::move(t));
   }
-  if (!r.Str(e.engine_layout)) return Corrupt("truncated engine layout");
+  uint32_t threads = 0;
+  if (!r.Str(e.engine_layout) || !r.U32(threads) || threads > 2) {
+    return Corrupt("truncated engine layout");
+  }
+  e.engine_threads = static_cast<EngineCacheEntry::Threads>(threads);
   if (!r.done()) return Corrupt("trailing bytes");
   return e;
 }
@@ -237,7 +361,10 @@ EngineCache::EngineCache(std::string dir, size_t memory_budget_bytes)
     // nothing reads it, so it would only take space.
     for (const auto& e : fs::directory_iterator(dir_, ec)) {
       const std::string name = e.path().filename().string();
-      if (name.find(".kec.tmp.") == std::string::npos) continue;
+      if (name.find(".kec.tmp.") == std::string::npos &&
+          name.find(".keb.tmp.") == std::string::npos) {
+        continue;
+      }
       spdlog::warn("engine cache: removed the temporary file {}", e.path().string());
       fs::remove(e.path(), ec);
     }
@@ -247,6 +374,56 @@ EngineCache::EngineCache(std::string dir, size_t memory_budget_bytes)
 std::string EngineCache::PathOf(const EngineCacheKey& key) const {
   if (dir_.empty()) return "";
   return (fs::path(dir_) / (ContentHash(key.ToString()) + ".kec")).string();
+}
+
+std::string EngineCache::BlobPath(const std::string& id) const {
+  if (dir_.empty()) return "";
+  return (fs::path(dir_) / (id + ".keb")).string();
+}
+
+absl::StatusOr<Tensor> EngineCache::LoadBlob(const std::string& id, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = live_blobs_.find(id);
+    if (it != live_blobs_.end()) {
+      if (std::shared_ptr<const Tensor> live = it->second.lock(); live && live->nbytes() == bytes) {
+        ++stats_.blobs_shared;
+        return BytesView(std::move(live));
+      }
+    }
+  }
+  const std::string path = BlobPath(id);
+  if (path.empty()) return absl::NotFoundError("no cache directory");
+  absl::StatusOr<Tensor> mapped = MapBlob(path, id, bytes);
+  if (!mapped.ok()) {
+    std::error_code ec;
+    if (absl::IsDataLoss(mapped.status())) fs::remove(path, ec);  // rewritten by the rebuild
+    return mapped.status();
+  }
+  // Views handed out keep `shared` alive, and with it this map's weak reference.
+  auto shared = std::make_shared<const Tensor>(*std::move(mapped));
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.blobs_mapped;
+  for (auto it = live_blobs_.begin(); it != live_blobs_.end();) {
+    it = it->second.expired() ? live_blobs_.erase(it) : std::next(it);
+  }
+  live_blobs_[id] = shared;
+  return BytesView(std::move(shared));
+}
+
+absl::Status EngineCache::WriteBlob(const std::string& id, const Tensor& bytes) {
+  const std::string path = BlobPath(id);
+  std::error_code ec;
+  // Another bucket (or model) stored it already. Same size but other bytes is caught by the
+  // next lookup's hash, which removes the file for its rebuild to write again.
+  if (fs::file_size(path, ec) == kBlobHeaderBytes + bytes.nbytes() && !ec) return absl::OkStatus();
+  const std::string header = BlobHeader(bytes.nbytes());
+  RETURN_IF_ERROR(WriteAtomically(
+      path, {header, std::string_view(static_cast<const char*>(bytes.raw()), bytes.nbytes())},
+      nullptr));
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.blobs_written;
+  return absl::OkStatus();
 }
 
 EngineCache::Stats EngineCache::stats() const {
@@ -293,8 +470,10 @@ std::shared_ptr<const EngineCacheEntry> EngineCache::Lookup(const EngineCacheKey
     ++stats_.misses;
     return nullptr;
   }
-  // An unreadable file decodes as empty: rejected and removed like any corrupt one.
-  auto entry = DecodeEntry(ReadWholeFile(path).value_or(""), key);
+  // An unreadable file decodes as empty: rejected and removed like any corrupt one, and so
+  // is an entry whose blobs are missing or corrupt.
+  auto entry = DecodeEntry(ReadWholeFile(path).value_or(""), key,
+                           [this](const std::string& id, size_t bytes) { return LoadBlob(id, bytes); });
   std::lock_guard<std::mutex> lk(mu_);
   if (!entry.ok()) {
     spdlog::warn("engine cache: rejected {}: {}", path, std::string(entry.status().message()));
@@ -317,24 +496,9 @@ absl::Status EngineCache::Store(const EngineCacheKey& key, EngineCacheEntry entr
   }
   const std::string path = PathOf(key);
   if (path.empty()) return absl::OkStatus();
-  // Unique per process and thread-safe enough: loads are serialized by the registry, and a
-  // concurrent writer of the same key writes the same bytes.
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const std::string bytes = EncodeEntry(key, *shared);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.flush()) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return absl::InternalError("engine cache: cannot write " + tmp);
-    }
-  }
-  CrashPoint("cache-written");
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError("engine cache: cannot rename to " + path + ": " + ec.message());
-  return absl::OkStatus();
+  // The blobs first: an entry is never on disk before the blobs it names.
+  for (const auto& [id, bytes] : shared->blobs) RETURN_IF_ERROR(WriteBlob(id, bytes));
+  return WriteAtomically(path, {EncodeEntry(key, *shared)}, "cache-written");
 }
 
 void EngineCache::Invalidate(const EngineCacheKey& key) {

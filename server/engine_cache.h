@@ -11,16 +11,27 @@
 // The caller re-verifies a hit by running the rebuilt engine once on those inputs against the
 // stored outputs, so a hit is never trusted blindly.
 //
-// A file is trusted only when its magic, format version, trailing checksum and the full key
-// written inside it all match; anything else is a miss, and the file is removed so the
-// rebuilt entry replaces it. Files are written to a temporary name and renamed into place,
-// so a crash never leaves a half-written entry under a real name.
+// Weights are stored once, not once per bucket: an entry's graph names each constant of
+// kBlobMinBytes or more by the content hash of its bytes ("blob:<hash>", written as ONNX
+// external data), and the bytes live in a blob file `<hash>.keb` beside the entries, shared
+// by every bucket (and every model) with the same constant. A warm load maps each blob once
+// (MappedFile) and the buckets' graphs all view the same pages: ResNet-50's four buckets read
+// ~100 MB instead of ~400 MB and copy none of it.
 //
-// Thread-safe: one mutex guards the memory map and the counters; disk reads and writes happen
-// outside it (entries are immutable once stored).
+// An entry file is trusted only when its magic, format version, trailing checksum and the
+// full key written inside it all match, and every blob it names exists with the size it
+// recorded and bytes that hash to its name; anything else is a miss, the entry file (and a
+// corrupt blob) is removed, and the rebuilt bucket writes them again. Files are written to a
+// temporary name and renamed into place, blobs before the entry that names them, so a crash
+// never leaves a half-written file under a real name nor an entry without its blobs.
+// Blobs are never deleted otherwise (an invalidated entry's blobs may serve other entries).
+//
+// Thread-safe: one mutex guards the memory map, the blob map and the counters; disk reads
+// and writes happen outside it (entries and blobs are immutable once stored).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -33,6 +44,8 @@
 
 #include "base/status.h"
 #include "compiler/ir/tensor.h"
+#include "compiler/onnx/exporter.h"
+#include "compiler/onnx/tensor_proto.h"
 
 namespace kiln::server {
 
@@ -55,8 +68,17 @@ struct EngineCacheKey {
   std::string ToString() const;  // canonical; also stored inside the file
 };
 
+// Constants smaller than this stay inside the entry's graph: a blob file per bias vector
+// would cost more to open than to store twice.
+constexpr size_t kBlobMinBytes = size_t{16} << 10;
+
 struct EngineCacheEntry {
-  std::string graph_onnx;  // serialized onnx::ModelProto of the optimized graph
+  // Serialized onnx::ModelProto of the optimized graph; its large constants are external
+  // data at "blob:<id>" (BlobWriter), their bytes in `blobs`.
+  std::string graph_onnx;
+  // Blob id (ContentHash of the bytes) -> the bytes as a uint8 tensor: a freshly built
+  // entry's share the graph's constants; a stored one's view the mapped blob file.
+  std::map<std::string, Tensor> blobs;
   std::string report_json;
   std::set<std::string> disabled_passes;  // by the warm-up bisection, so far for this model
   std::string check_message;
@@ -66,19 +88,45 @@ struct EngineCacheEntry {
   // The engine's layout choice ("blocked", "primitive"; empty: none), so a warm start builds
   // the tuned engine directly instead of tuning again.
   std::string engine_layout;
+  // Likewise the thread tuning's outcome (made when cpu_threads is 0).
+  enum class Threads : uint32_t { kNotTuned = 0, kOne = 1, kTeam = 2 };
+  Threads engine_threads = Threads::kNotTuned;
 
   size_t ApproxBytes() const;
 };
 
-// The file format (exposed for tests). Decode fails on any mismatch with `expected`.
+// Where BlobWriter's locations start ("blob:<id>"): ImportOptions::external_scheme.
+inline constexpr char kBlobScheme[] = "blob:";
+
+// Export hook: moves each constant of kBlobMinBytes or more (of a type stored byte for byte)
+// into `entry.blobs` and names it there.
+onnx_io::ExternalWriter BlobWriter(EngineCacheEntry& entry);
+// Import hook: resolves those names from `entry.blobs` as views (no copy); the entry's blobs
+// stay alive as long as a tensor viewing them does.
+onnx_io::ExternalResolver BlobResolver(const EngineCacheEntry& entry);
+
+// The entry file format (exposed for tests): everything but the blobs' bytes, which
+// DecodeEntry asks `load_blob` for (id, byte count). Decode fails on any mismatch with
+// `expected`, and on any blob `load_blob` cannot give.
+using BlobLoader = std::function<absl::StatusOr<Tensor>(const std::string& id, size_t bytes)>;
 std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& entry);
 absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
-                                             const EngineCacheKey& expected);
+                                             const EngineCacheKey& expected,
+                                             const BlobLoader& load_blob);
+
+// The blob file format (exposed for tests): a 64-byte header (magic, version, byte count),
+// then the bytes, 64-byte aligned for a tensor view of the mapping.
+std::string EncodeBlob(const Tensor& bytes);
+// NOT_FOUND without the file; DATA_LOSS when it is not the blob `id` of `bytes` bytes.
+absl::StatusOr<Tensor> MapBlob(const std::string& path, const std::string& id, size_t bytes);
 
 class EngineCache {
  public:
   struct Stats {
     int64_t memory_hits = 0, disk_hits = 0, misses = 0, rejected_files = 0;
+    // Blob files mapped and verified, blobs found already mapped by an earlier lookup (a
+    // bucket of the same load), and blob files written.
+    int64_t blobs_mapped = 0, blobs_shared = 0, blobs_written = 0;
   };
 
   // `dir` empty: memory only. The memory map evicts least recently stored entries beyond
@@ -95,10 +143,16 @@ class EngineCache {
   void Invalidate(const EngineCacheKey& key);
 
   std::string PathOf(const EngineCacheKey& key) const;  // empty without a directory
+  std::string BlobPath(const std::string& id) const;    // empty without a directory
   Stats stats() const;
 
  private:
   void RememberLocked(const std::string& id, std::shared_ptr<const EngineCacheEntry> e);
+  // The blob, from a live view of it when one exists, else mapped and verified; a corrupt
+  // file is removed.
+  absl::StatusOr<Tensor> LoadBlob(const std::string& id, size_t bytes);
+  // Writes the blob unless a file of the right size is there already.
+  absl::Status WriteBlob(const std::string& id, const Tensor& bytes);
 
   const std::string dir_;
   const size_t budget_;
@@ -106,6 +160,9 @@ class EngineCache {
   std::map<std::string, std::shared_ptr<const EngineCacheEntry>> memory_;  // guarded by mu_
   std::list<std::string> order_;  // oldest first; guarded by mu_
   size_t memory_bytes_ = 0;       // guarded by mu_
+  // Blobs some graph still views, so the buckets of one load share one mapping and verify
+  // each blob once.
+  std::map<std::string, std::weak_ptr<const Tensor>> live_blobs_;  // guarded by mu_
   Stats stats_;                   // guarded by mu_
 };
 

@@ -11,19 +11,25 @@ namespace kiln::server {
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
                                                              int cpu_threads, bool tune_threads,
-                                                             const CompiledGraph& compiled) {
+                                                             const CompiledGraph& compiled,
+                                                             bool warm_up) {
   if (device == "reference") return runtime::BuildReferenceEngine(compiled);
   if (device == "cpu") {
 #ifdef KILN_HAVE_CPU_ENGINE
     cpu::CpuEngineOptions options;
     options.threads = cpu_threads;
     options.tune_threads = tune_threads;
+    options.warm_up = warm_up;
     const auto layout = cpu::ParseActivationLayout(cpu_layout);
     if (!layout) return absl::InvalidArgumentError(absl::StrCat("unknown cpu layout '", cpu_layout, "'"));
     options.layout = *layout;
+    // Graphs with data-dependent output sizes get a dynamic region (model_builder.cc refuses
+    // them where a batch would have to be split into rows).
+    options.dynamic_shapes = true;
     return cpu::BuildCpuEngine(compiled, options);
 #else
     (void)tune_threads;
+    (void)warm_up;
     // HOOK: runtime/ did not build kiln_cpu (the oneDNN engine); see server/CMakeLists.txt.
     return absl::UnimplementedError("the cpu device is not built into this kilnd");
 #endif

@@ -16,9 +16,13 @@ namespace kiln::server {
 // GPU, an earlier build's EngineInfo::layout (its convolution algorithms) or anything else to
 // measure them. cpu_threads: OpenMP threads of the engine (0: all cores); tune_threads: a
 // small engine may settle on one thread when that measures faster (runtime/cpu/tune.h).
+// warm_up (cpu): run the engine once on zeros at build, so the first request does not pay
+// for first-touch page faults and oneDNN's JIT; a caller that runs it at once (the warm-up
+// check) may skip it.
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
                                                              int cpu_threads, bool tune_threads,
-                                                             const CompiledGraph& compiled);
+                                                             const CompiledGraph& compiled,
+                                                             bool warm_up = true);
 
 }  // namespace kiln::server

@@ -98,6 +98,8 @@ void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
   t->set_tune_ms(b.times.tune_ms);
   t->set_check_ms(b.times.check_ms);
   t->set_cache_hits(b.times.cache_hits);
+  t->set_import_ms(b.times.import_ms);
+  t->set_cache_ms(b.times.cache_ms);
   if (full) out->set_compile_report_json(b.report_json);
 }
 

@@ -17,6 +17,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include "base/huge_pages.h"
 #include "base/openmp_env.h"
 #include "server/config.h"
 #include "server/crash_point.h"
@@ -146,7 +147,10 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
 }  // namespace kiln::server
 
 int main(int argc, char** argv) {
-  kiln::EnsureOpenMpWaitPolicy(argv);
+  // Both are read by libraries when they load: one re-execution sets them together.
+  const bool openmp_set = kiln::SetOpenMpWaitPolicy();
+  const bool huge_pages_set = kiln::SetHugePageMalloc();
+  if (openmp_set || huge_pages_set) kiln::ReexecSelf(argv);
   // Request and upload buffers of a MiB or more are mapped and unmapped on their own: glibc's
   // adaptive threshold would otherwise keep freed multi-MiB chunks in every worker thread's
   // arena, and RSS would grow with the largest messages seen rather than with the live ones.

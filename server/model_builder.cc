@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -185,38 +186,88 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
 
 namespace {
 
+using Threads = EngineCacheEntry::Threads;
+
 // A bucket's first engine instance. An explicit cpu_threads is taken as given; the default
-// (cores divided among instances) may settle on one thread for a small engine.
+// (cores divided among instances) may settle on one thread for a small engine, unless
+// `tuned` (a cache entry's record of that measurement) already says which.
 absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& config,
                                                              const std::string& layout,
-                                                             const CompiledGraph& compiled) {
-  return BuildEngine(config.device, layout, CpuThreadsPerInstance(config),
-                     /*tune_threads=*/config.cpu_threads == 0, compiled);
+                                                             const CompiledGraph& compiled,
+                                                             Threads tuned = Threads::kNotTuned) {
+  int threads = CpuThreadsPerInstance(config);
+  bool tune_threads = config.cpu_threads == 0;
+  if (tune_threads && tuned != Threads::kNotTuned) {
+    tune_threads = false;
+    if (tuned == Threads::kOne) threads = 1;
+  }
+  // Tuning times runs, so it wants the engine warm; otherwise the warm-up check's first run
+  // (right after the build) is the warm-up, and a second one would only cost time (ResNet-50:
+  // one more inference per bucket).
+  const bool warm_up = layout == "tune" || tune_threads || !config.warmup.enabled;
+  return BuildEngine(config.device, layout, threads, tune_threads, compiled, warm_up);
 }
 
-// Rebuilds the engine from a cache entry and re-verifies it: one run on the seeded warm-up
-// inputs against the reference outputs stored with it (the reference run is what a hit
-// saves). Any failure means the entry is not used.
-absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
-                                       const Graph& raw, int64_t checked_block,
-                                       const ref::TensorMap& feed, const check::Tolerance& tol) {
+// The layout a cache entry's engine is built with: a tuned layout is reused (the measurement
+// was made for this model, batch and CPU).
+std::string LayoutFor(const EngineCacheEntry& e, const ModelConfig& config) {
+  return config.cpu_layout == "tune" && !e.engine_layout.empty() ? e.engine_layout
+                                                                 : config.cpu_layout;
+}
+
+// A cache entry's engine: its graph imported (the constants view the entry's blobs), memory
+// planned, the engine built with `layout`.
+absl::Status BuildFromEntry(const EngineCacheEntry& e, const ModelConfig& config,
+                            const std::string& layout, CompiledGraph& compiled,
+                            std::unique_ptr<runtime::Engine>& engine, LoadTimes& times) {
   onnx_io::ImportOptions options;
   options.normalize = false;  // the graph was normalized before it was optimized
+  options.external_scheme = kBlobScheme;
+  options.external = BlobResolver(e);  // views of the mapped blobs, shared by the buckets
+  Clock::time_point t0 = Clock::now();
+  ASSIGN_OR_RETURN(compiled.graph, onnx_io::ImportModelBytes(e.graph_onnx, options));
+  if (!HasDynamicShapes(*compiled.graph)) {  // else the engine plans its static region
+    ASSIGN_OR_RETURN(compiled.plan, plan::PlanMemory(*compiled.graph, plan::PlanOptions{}));
+  }
+  times.cache_ms += MsSince(t0);
+  t0 = Clock::now();
+  ASSIGN_OR_RETURN(engine, FirstEngine(config, layout, compiled, e.engine_threads));
+  times.engine_ms += MsSince(t0);
+  return absl::OkStatus();
+}
+
+// Rebuilds the engine from a cache entry (or takes the one CachePrefetch built from it, when
+// with the same layout) and re-verifies it: one run on the seeded warm-up inputs against the
+// reference outputs stored with it (the reference run is what a hit saves). Any failure
+// means the entry is not used.
+absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
+                                       const Graph& raw, int64_t checked_block,
+                                       const ref::TensorMap& feed, const check::Tolerance& tol,
+                                       LoadTimes& times, std::optional<PreparedBucket>& prepared) {
   BucketResult r;
-  ASSIGN_OR_RETURN(r.compiled.graph, onnx_io::ImportModelBytes(e.graph_onnx, options));
-  ASSIGN_OR_RETURN(r.compiled.plan, plan::PlanMemory(*r.compiled.graph, plan::PlanOptions{}));
-  // A tuned layout is reused (the measurement was made for this model, batch and CPU).
-  const bool reuse = config.cpu_layout == "tune" && !e.engine_layout.empty();
-  ASSIGN_OR_RETURN(r.engine,
-                   FirstEngine(config, reuse ? e.engine_layout : config.cpu_layout, r.compiled));
+  const std::string layout = LayoutFor(e, config);
+  const bool ahead = prepared && prepared->layout == layout;
+  if (ahead) {
+    r.compiled = std::move(prepared->compiled);
+    r.engine = std::move(prepared->engine);
+    times.cache_ms += prepared->cache_ms;
+    times.engine_ms += prepared->engine_ms;
+  } else {
+    RETURN_IF_ERROR(BuildFromEntry(e, config, layout, r.compiled, r.engine, times));
+  }
+  prepared.reset();
   r.report_json = e.report_json;
-  if (!config.warmup.enabled) return r;
-  if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
-  ref::TensorMap want(e.outputs.begin(), e.outputs.end());
-  ASSIGN_OR_RETURN(check::Divergence d,
-                   CheckEngine(*r.engine, feed, want, check::ForQuantizedGraph(raw, want, tol),
-                               checked_block));
-  if (!d.ok) return absl::DataLossError("re-verification failed: " + d.message);
+  if (config.warmup.enabled) {
+    if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
+    ref::TensorMap want(e.outputs.begin(), e.outputs.end());
+    const Clock::time_point t0 = Clock::now();
+    absl::StatusOr<check::Divergence> d = CheckEngine(
+        *r.engine, feed, want, check::ForQuantizedGraph(raw, want, tol), checked_block);
+    times.check_ms += MsSince(t0);
+    if (!d.ok()) return d.status();
+    if (!d->ok) return absl::DataLossError("re-verification failed: " + d->message);
+  }
+  if (ahead) ++times.built_ahead;
   return r;
 }
 
@@ -233,6 +284,9 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     CompileOptions options;
     options.batch = batch;
     options.pipeline = pipeline;
+    // Output sizes that depend on input values (a detector's NonZero and NonMaxSuppression):
+    // the CPU engine runs that region per call (runtime/cpu/dynamic_engine.h).
+    options.allow_dynamic_shapes = true;
     Clock::time_point t0 = Clock::now();
     ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, options));
     times.compile_ms += MsSince(t0);
@@ -296,7 +350,9 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
 std::optional<EngineCacheEntry> EntryFor(const BucketResult& r, const CheckSummary& check,
                                          const ModelConfig& config, const ref::TensorMap& want) {
   EngineCacheEntry e;
-  auto proto = onnx_io::ExportModel(*r.compiled.graph);
+  onnx_io::ExportOptions export_options;
+  export_options.external = BlobWriter(e);  // the weights go to blobs shared by the buckets
+  auto proto = onnx_io::ExportModel(*r.compiled.graph, export_options);
   if (!proto.ok()) return std::nullopt;
   e.graph_onnx = proto->SerializeAsString();
   e.report_json = r.report_json;
@@ -306,6 +362,10 @@ std::optional<EngineCacheEntry> EntryFor(const BucketResult& r, const CheckSumma
   e.max_rel_err = check.max_rel_err;
   e.checked = config.warmup.enabled;
   e.engine_layout = r.engine->info().layout;
+  if (config.cpu_threads == 0) {  // FirstEngine measured one thread against the team
+    const bool one = r.engine->info().threads == 1 && CpuThreadsPerInstance(config) > 1;
+    e.engine_threads = one ? Threads::kOne : Threads::kTeam;
+  }
   for (const auto& [name, t] : want) {
     if (t.dtype() == DType::kString) return std::nullopt;
     e.outputs.emplace_back(name, t);
@@ -372,7 +432,8 @@ absl::StatusOr<ref::TensorMap> CachedFeedFor(const CheckRows& rows, const Graph&
 
 // One bucket: from the cache when it holds a verified entry, else compiled and checked (and
 // then stored).
-absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
+// (`position`: the bucket's place in the build order, for CachePrefetch.)
+absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, size_t position,
                                          const ModelConfig& config, const CacheContext& cache,
                                          PipelineOptions& pipeline, CheckSummary& check,
                                          CheckRows* rows, LoadTimes& times) {
@@ -381,17 +442,20 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
   EngineCacheKey key;
   if (cache.cache) {
     key = CacheKeyFor(cache, config, pipeline, batch);
-    if (auto e = cache.cache->Lookup(key)) {
+    std::optional<PreparedBucket> prepared;
+    if (cache.prefetch) prepared = cache.prefetch->Take(position, key.ToString());
+    const Clock::time_point t0 = Clock::now();
+    std::shared_ptr<const EngineCacheEntry> e = prepared ? prepared->entry : cache.cache->Lookup(key);
+    times.cache_ms += MsSince(t0);
+    if (e) {
       const check::Tolerance tol{config.warmup.rtol, config.warmup.atol, {}};
-      const Clock::time_point t0 = Clock::now();
       absl::StatusOr<BucketResult> r = absl::UnknownError("no feed");
       int64_t block = 0;
       if (!config.warmup.enabled) {
-        r = FromCache(*e, config, *raw, 0, {}, tol);
+        r = FromCache(*e, config, *raw, 0, {}, tol, times, prepared);
       } else if (auto feed = CachedFeedFor(*rows, *raw, batch, config, &block); feed.ok()) {
-        r = FromCache(*e, config, *raw, block, *feed, tol);
+        r = FromCache(*e, config, *raw, block, *feed, tol, times, prepared);
       }
-      times.engine_ms += MsSince(t0);
       if (r.ok()) {
         MergeCachedCheck(*e, pipeline, check);
         metrics::EngineCacheResult(/*hit=*/true);
@@ -425,6 +489,35 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch,
 // The smallest bucket, the largest, then the ones between: a layout is tuned for the two
 // ends only, and a bucket between them takes the nearer end's choice (geometrically: b2 is
 // nearer b1 than b8). Tuning every bucket cost ResNet-50 6.9 s of a 20 s load.
+// The model's declared shape of output `name` (-1 for a dim not known before a run); empty
+// when it declares none. For an output whose rank the engine learns only per run (a
+// detector's boxes, computed under If).
+std::vector<int64_t> DeclaredShape(const Graph& model, const std::string& name) {
+  for (const Value* v : model.outputs) {
+    if (v->name != name || !v->shape) continue;
+    std::vector<int64_t> dims;
+    for (const Dim& d : *v->shape) dims.push_back(d.known() ? d.value : -1);
+    return dims;
+  }
+  return {};
+}
+
+// A batch of several requests is split back into rows; an output whose size depends on the
+// input values (detections) has no rows to split, so such a model serves one request per run.
+absl::Status CheckRowsSplit(const runtime::Engine& engine, const std::vector<int64_t>& buckets) {
+  if (buckets.back() <= 1) return absl::OkStatus();
+  for (const runtime::TensorSpec& s : engine.outputs()) {
+    const bool run_time = s.shape.empty() ||
+                          std::any_of(s.shape.begin(), s.shape.end(), [](int64_t d) { return d < 0; });
+    if (run_time) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "output '", s.name, "' has a size that depends on the input values, so a batch of ",
+          "requests cannot be split back into rows: set batch_buckets: [1] for this model"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<int64_t> BuildOrder(const std::vector<int64_t>& buckets) {
   if (buckets.size() <= 2) return buckets;
   std::vector<int64_t> order = {buckets.front(), buckets.back()};
@@ -516,9 +609,82 @@ void MarkDynamicDims(const Graph& model, const ModelConfig& config, DimSymbols s
 
 std::string LoadTimes::ToString() const {
   return absl::StrFormat(
-      "reference %.0f ms, compile %.0f ms, engines %.0f ms (tuning %.0f ms), check %.0f ms, "
-      "%d bucket(s) from the engine cache",
-      reference_ms, compile_ms, engine_ms, tune_ms, check_ms, cache_hits);
+      "import %.0f ms, engine cache %.0f ms, reference %.0f ms, compile %.0f ms, engines %.0f ms "
+      "(tuning %.0f ms), check %.0f ms, %d bucket(s) from the engine cache (%d built beside "
+      "the import)",
+      import_ms, cache_ms, reference_ms, compile_ms, engine_ms, tune_ms, check_ms, cache_hits,
+      built_ahead);
+}
+
+CachePrefetch::CachePrefetch(const CacheContext& cache, const ModelConfig& config)
+    : cache_{cache.cache, cache.model_hash, nullptr}, config_(config) {
+  worker_ = std::thread([this] { Run(); });
+}
+
+CachePrefetch::~CachePrefetch() {
+  cancel_ = true;
+  worker_.join();
+}
+
+void CachePrefetch::Run() {
+  // BuildModel's starting pipeline, so that the keys are the ones it will ask for.
+  PipelineOptions pipeline;
+  pipeline.level = config_.opt_level;
+  pipeline.disabled = config_.disabled_passes;
+  for (const std::string& p : PassesOffFor(config_.device)) pipeline.disabled.insert(p);
+  std::map<int64_t, std::string> layouts;  // bucket -> its engine's layout
+  for (int64_t batch : BuildOrder(config_.batch_buckets)) {
+    if (cancel_ || !Prepare(batch, pipeline, layouts)) break;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  finished_ = true;
+  cv_.notify_all();
+}
+
+bool CachePrefetch::Prepare(int64_t batch, PipelineOptions& pipeline,
+                            std::map<int64_t, std::string>& layouts) {
+  const EngineCacheKey key = CacheKeyFor(cache_, config_, pipeline, batch);
+  std::shared_ptr<const EngineCacheEntry> entry = cache_.cache->Lookup(key);
+  if (!entry) return false;  // BuildModel compiles from here on, and may bisect
+  // As BuildModel's MergeCachedCheck: the next bucket's key names these passes too.
+  pipeline.disabled.insert(entry->disabled_passes.begin(), entry->disabled_passes.end());
+  // As ConfigForBucket: a bucket between the ends takes the nearer end's layout.
+  ModelConfig c = config_;
+  const std::vector<int64_t>& b = config_.batch_buckets;
+  if (c.cpu_layout == "tune" && b.size() > 2 && batch != b.front() && batch != b.back()) {
+    const int64_t nearer = batch * batch <= b.front() * b.back() ? b.front() : b.back();
+    auto it = layouts.find(nearer);
+    if (it != layouts.end() && !it->second.empty()) c.cpu_layout = it->second;
+  }
+  PreparedBucket p;
+  p.key = key.ToString();
+  p.entry = entry;
+  p.layout = LayoutFor(*entry, c);
+  if (p.layout == "tune") return false;  // a measurement: BuildModel's to make
+  LoadTimes t;
+  if (!BuildFromEntry(*entry, c, p.layout, p.compiled, p.engine, t).ok()) return false;
+  p.cache_ms = t.cache_ms;
+  p.engine_ms = t.engine_ms;
+  layouts[batch] = p.engine->info().layout;
+  std::lock_guard<std::mutex> lk(mu_);
+  ready_.push_back(std::move(p));
+  cv_.notify_all();
+  return true;
+}
+
+std::optional<PreparedBucket> CachePrefetch::Take(size_t position, const std::string& key) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return ready_.size() > position || finished_; });
+  if (ready_.size() <= position || !ready_[position]) return std::nullopt;
+  std::optional<PreparedBucket> p = std::move(ready_[position]);
+  ready_[position].reset();
+  if (p->key != key) {
+    // BuildModel went another way (a bucket failed its re-verification and was rebuilt):
+    // what follows was prepared for keys it will not ask for.
+    cancel_ = true;
+    return std::nullopt;
+  }
+  return p;
 }
 
 shape::InputDims InputDimsOf(const ModelConfig& config) {
@@ -561,18 +727,22 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
   PipelineOptions pipeline;
   pipeline.level = config.opt_level;
   pipeline.disabled = config.disabled_passes;
+  for (const std::string& p : PassesOffFor(config.device)) pipeline.disabled.insert(p);
   m.check.ok = true;
   std::optional<CheckRows> rows;
   if (config.warmup.enabled) {
     ASSIGN_OR_RETURN(rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable,
                                          config));
   }
-  for (int64_t batch : BuildOrder(m.buckets)) {
+  const std::vector<int64_t> order = BuildOrder(m.buckets);
+  for (size_t position = 0; position < order.size(); ++position) {
+    const int64_t batch = order[position];
     RETURN_IF_ERROR(CheckStop());
     if (progress) progress(absl::StrCat("compiling and checking batch ", batch));
     const ModelConfig bucket_config = ConfigForBucket(config, m, batch);
-    ASSIGN_OR_RETURN(BucketResult r, BuildBucket(imported, batch, bucket_config, cache, pipeline,
-                                                 m.check, rows ? &*rows : nullptr, m.times));
+    ASSIGN_OR_RETURN(BucketResult r,
+                     BuildBucket(imported, batch, position, bucket_config, cache, pipeline,
+                                 m.check, rows ? &*rows : nullptr, m.times));
     auto& instances = m.engines[batch];
     // Further instances take the layout and thread count the first one settled on (tuned
     // once, and alike).
@@ -585,6 +755,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
                                                r.compiled));
       instances.push_back(std::move(extra));
     }
+    RETURN_IF_ERROR(CheckRowsSplit(*r.engine, m.buckets));
     instances.insert(instances.begin(), std::move(r.engine));
     if (batch == m.buckets.back()) m.report_json = r.report_json;
   }
@@ -600,10 +771,10 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
   // specialization).
   for (runtime::TensorSpec s : m.engines.begin()->second[0]->outputs()) {
     if (m.signature.batchable && !s.shape.empty()) s.shape[0] = -1;
+    if (s.shape.empty()) s.shape = DeclaredShape(imported, s.name);  // rank known only there
     m.signature.outputs.push_back(std::move(s));
   }
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
-  spdlog::info("built {} bucket(s): {}", m.buckets.size(), m.times.ToString());
   return m;
 }
 

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "base/file.h"
@@ -11,6 +13,7 @@
 #include "compiler/onnx/normalize.h"
 #include "server/crash_point.h"
 #include "server/echo.h"
+#include "server/mapped_file.h"
 #include "server/metrics/kiln_metrics.h"
 #include "server/request_validation.h"
 
@@ -103,11 +106,19 @@ namespace {
 // gets new engines, and a copy of a model under another name shares the cached ones.
 // (External data files are not hashed: such a model's cache entries are keyed on the .onnx
 // only.)
-CacheContext CacheFor(EngineCache* cache, const std::string& path) {
+CacheContext CacheFor(EngineCache* cache, const MappedFile& file) {
   if (!cache) return {};
-  const std::optional<std::string> bytes = ReadWholeFile(path);
-  if (!bytes) return {};
-  return CacheContext{cache, ContentHash(*bytes)};
+  return CacheContext{cache, ContentHash(file.bytes())};
+}
+
+// The model file as a graph, from a mapping of the file (external data relative to its
+// folder, as ImportModelFile does).
+absl::StatusOr<std::unique_ptr<Graph>> ImportMapped(const MappedFile& file,
+                                                    const std::string& path) {
+  onnx_io::ImportOptions options;
+  options.model_dir = std::filesystem::path(path).parent_path().string();
+  if (options.model_dir.empty()) options.model_dir = ".";
+  return onnx_io::ImportModelBytes(file.bytes(), options);
 }
 
 // ai.onnx opsets newer than the normalizer's internal form may change what an operator means
@@ -191,10 +202,22 @@ absl::Status ModelRegistry::Build(ModelVersion& mv, const std::string& path) {
   auto stopped = [] { return absl::CancelledError("the server is stopping: model load stopped"); };
   if (stopping_) return stopped();
   mv.SetReason("importing");
-  ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(path));
+  const auto import_start = std::chrono::steady_clock::now();
+  // One mapping serves the cache key's hash and the import: the file is read once, and
+  // copied once (into the graph's constants).
+  ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::Open(path));
+  CacheContext cache = CacheFor(cache_.get(), *file);
+  // A warm load's engines are rebuilt from the cache beside the import (model_builder.h).
+  // CPU only: a GPU engine's build on another thread would need that thread's device context.
+  std::optional<CachePrefetch> prefetch;
+  if (cache.cache && mv.config().device == "cpu") {
+    prefetch.emplace(cache, mv.config());
+    cache.prefetch = &*prefetch;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportMapped(*file, path));
+  file.reset();
   RETURN_IF_ERROR(CheckOpsets(*graph));
   CrashPoint("build-started");
-  const CacheContext cache = CacheFor(cache_.get(), path);
   const auto build_start = std::chrono::steady_clock::now();
   auto built = BuildModel(*graph, mv.config(), [&](const std::string& p) { mv.SetReason(p); },
                           cache);
@@ -204,6 +227,10 @@ absl::Status ModelRegistry::Build(ModelVersion& mv, const std::string& path) {
   metrics::RecordModelBuild(mv.name(), built.ok() ? &built->check : nullptr, built.status(),
                             build_start);
   if (!built.ok()) return built.status();
+  built->times.import_ms =
+      std::chrono::duration<double, std::milli>(build_start - import_start).count();
+  spdlog::info("model {} version {}: built {} bucket(s): {}", mv.name(), mv.version(),
+               built->buckets.size(), built->times.ToString());
   const bool dynamic = built->signature.dynamic();
   return mv.Start(std::move(*built), dynamic ? std::shared_ptr<const Graph>(std::move(graph))
                                              : nullptr);

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
@@ -34,7 +35,8 @@ void WriteValueInfo(const Value& v, onnx::ValueInfoProto* out) {
   if (v.shape) WriteShape(*v.shape, tt->mutable_shape());
 }
 
-void WriteGraph(const Graph& graph, onnx::GraphProto* g);
+// Bodies (GRAPH attributes) are written with their constants inline.
+void WriteGraph(const Graph& graph, onnx::GraphProto* g, const ExternalWriter* external = nullptr);
 
 void WriteAttribute(const std::string& name, const Attribute& a, onnx::AttributeProto* out) {
   out->set_name(name);
@@ -164,13 +166,31 @@ absl::Status CheckDefined(const Graph& graph) {
 
 // Constants referenced by a node or a graph output become initializers, in value order (the
 // importer's order), so export -> import -> export is byte-stable.
-void WriteInitializers(const Graph& graph, onnx::GraphProto* g) {
+// `external` (the top-level graph only) may take a constant's bytes: the initializer then
+// names the location it returned instead of holding them.
+void WriteInitializers(const Graph& graph, onnx::GraphProto* g,
+                       const ExternalWriter* external = nullptr) {
   std::unordered_set<const Value*> used(graph.outputs.begin(), graph.outputs.end());
   for (const auto& n : graph.nodes()) used.insert(n->inputs.begin(), n->inputs.end());
   for (const auto& v : graph.values()) {
-    if (v->is_constant() && used.count(v.get())) {
+    if (!v->is_constant() || !used.count(v.get())) continue;
+    const std::optional<std::string> location =
+        external && *external ? (*external)(*v->constant) : std::nullopt;
+    if (!location) {
       *g->add_initializer() = TensorToProto(*v->constant, v->name);
+      continue;
     }
+    onnx::TensorProto* p = g->add_initializer();
+    p->set_name(v->name);
+    p->set_data_type(static_cast<int32_t>(v->constant->dtype()));
+    for (int64_t d : v->constant->shape()) p->add_dims(d);
+    p->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* loc = p->add_external_data();
+    loc->set_key("location");
+    loc->set_value(*location);
+    auto* length = p->add_external_data();
+    length->set_key("length");
+    length->set_value(std::to_string(v->constant->nbytes()));
   }
 }
 
@@ -189,10 +209,10 @@ void WriteIntermediateInfo(const Graph& graph, onnx::GraphProto* g) {
 
 namespace {
 
-void WriteGraph(const Graph& graph, onnx::GraphProto* g) {
+void WriteGraph(const Graph& graph, onnx::GraphProto* g, const ExternalWriter* external) {
   g->set_name(graph.name.empty() ? "kiln" : graph.name);
   for (const Value* in : graph.inputs) WriteValueInfo(*in, g->add_input());
-  WriteInitializers(graph, g);
+  WriteInitializers(graph, g, external);
   for (const auto& n : graph.nodes()) WriteNode(*n, g->add_node());
   for (const Value* out : graph.outputs) WriteValueInfo(*out, g->add_output());
   WriteIntermediateInfo(graph, g);
@@ -200,14 +220,14 @@ void WriteGraph(const Graph& graph, onnx::GraphProto* g) {
 
 }  // namespace
 
-absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph) {
+absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph, const ExportOptions& options) {
   RETURN_IF_ERROR(CheckDefined(graph));
   onnx::ModelProto model;
   model.set_ir_version(kIrVersion);
   model.set_producer_name("kiln");
   model.set_producer_version("0.1.0");
   WriteOpsets(graph, model);
-  WriteGraph(graph, model.mutable_graph());
+  WriteGraph(graph, model.mutable_graph(), &options.external);
   return model;
 }
 

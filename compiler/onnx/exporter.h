@@ -11,6 +11,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -18,7 +20,17 @@
 
 namespace kiln::onnx_io {
 
-absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph);
+// Takes a constant's bytes out of the written model: the location returned is written as
+// the initializer's external data (location and length, data_location EXTERNAL) and the
+// caller stores the bytes (the engine cache's weight blobs; ImportOptions::external reads
+// them back). nullopt: the bytes are written inline as raw_data.
+using ExternalWriter = std::function<std::optional<std::string>(const Tensor&)>;
+
+struct ExportOptions {
+  ExternalWriter external;  // the top-level graph's initializers only; bodies stay inline
+};
+
+absl::StatusOr<onnx::ModelProto> ExportModel(const Graph& graph, const ExportOptions& options = {});
 absl::Status ExportModelFile(const Graph& graph, const std::string& path);
 
 }  // namespace kiln::onnx_io

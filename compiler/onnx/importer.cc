@@ -7,10 +7,15 @@
 
 #include "base/file.h"
 #include "compiler/onnx/normalize.h"
+#include "compiler/onnx/raw_slices.h"
 #include "compiler/onnx/tensor_proto.h"
 
 namespace kiln::onnx_io {
 namespace {
+
+// raw_data from this size on is copied straight from the model's bytes (raw_slices.h); below
+// it, protobuf's copy costs less than the bookkeeping.
+constexpr size_t kRawSliceMinBytes = size_t{64} << 10;
 
 std::string NodeLabel(const onnx::NodeProto& n) { return n.op_type() + " '" + n.name() + "'"; }
 
@@ -121,6 +126,8 @@ class GraphImporter {
       : model_(&model), proto_(model.graph()), options_(options) {
     topts_.base_dir = options.model_dir;
     topts_.max_bytes = options.max_tensor_bytes;
+    topts_.external_scheme = options.external_scheme;
+    topts_.external = options.external;
   }
   GraphImporter(const onnx::GraphProto& body, GraphImporter& parent)
       : proto_(body), options_(parent.options_), topts_(parent.topts_), parent_(&parent) {}
@@ -380,6 +387,29 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportModel(const onnx::ModelProto& model
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportModelBytes(std::string_view bytes,
                                                         const ImportOptions& options) {
+  // Large raw_data is copied once, from `bytes` (raw_slices.h). Not where the caller brings
+  // its own external store (the engine cache's graphs, whose weights are there already).
+  if (!options.external) {
+    if (std::optional<SplitModel> split = SplitRawData(bytes, kRawSliceMinBytes)) {
+      onnx::ModelProto model;
+      if (split->bytes.size() <= static_cast<size_t>(std::numeric_limits<int>::max()) &&
+          model.ParseFromString(split->bytes)) {
+        ImportOptions from_bytes = options;
+        from_bytes.external_scheme = kRawSliceScheme;
+        from_bytes.external = [&](const std::string& location, DType dtype,
+                                  const std::vector<int64_t>& dims) -> absl::StatusOr<Tensor> {
+          // Only the places the split took: a location a model wrote itself is not trusted.
+          const auto slice = ParseRawSlice(location);
+          if (!slice || !split->slices.count(*slice)) {
+            return absl::InvalidArgumentError("external data location '" + location +
+                                              "' is reserved");
+          }
+          return TensorFromStored(bytes.substr(slice->first, slice->second), dtype, dims);
+        };
+        return ImportModel(model, from_bytes);
+      }
+    }
+  }
   onnx::ModelProto model;
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {

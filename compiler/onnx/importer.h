@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"
+#include "compiler/onnx/tensor_proto.h"
 
 namespace kiln::onnx_io {
 
@@ -27,6 +28,10 @@ struct ImportOptions {
   std::string model_dir;  // for external data; empty forbids it
   size_t max_tensor_bytes = size_t{16} << 30;
   bool normalize = true;  // run NormalizeOperators after import
+  // External data at locations starting with `external_scheme` from the caller's store
+  // instead of files (tensor_proto.h).
+  std::string external_scheme;
+  ExternalResolver external;
 };
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportModel(const onnx::ModelProto& model,

@@ -139,6 +139,36 @@ absl::StatusOr<Tensor> ReadExternal(const onnx::TensorProto& proto,
   return t;
 }
 
+std::string LocationOf(const onnx::TensorProto& proto) {
+  std::string location;
+  for (const auto& kv : proto.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+  }
+  return location;
+}
+
+bool HasScheme(const onnx::TensorProto& proto, const std::string& scheme) {
+  return LocationOf(proto).rfind(scheme, 0) == 0;
+}
+
+// External data through the caller's resolver; its answer is checked like a file's size.
+absl::StatusOr<Tensor> ResolveWithHook(const onnx::TensorProto& proto,
+                                       const TensorReadOptions& options, DType dtype,
+                                       const std::vector<int64_t>& dims) {
+  const std::string location = LocationOf(proto);
+  absl::StatusOr<Tensor> resolved = options.external(location, dtype, dims);
+  if (!resolved.ok()) {
+    return absl::Status(resolved.status().code(), "tensor '" + proto.name() + "': " +
+                                                      std::string(resolved.status().message()));
+  }
+  Tensor t = *std::move(resolved);
+  if (t.dtype() != dtype || t.shape() != dims) {
+    return absl::DataLossError("tensor '" + proto.name() + "': external data '" + location +
+                               "' resolved to " + DTypeName(t.dtype()) + ShapeToString(t.shape()));
+  }
+  return t;
+}
+
 absl::Status SizeMismatch(const onnx::TensorProto& proto, size_t got, int64_t want) {
   return absl::InvalidArgumentError("tensor '" + proto.name() + "' holds " + std::to_string(got) +
                                     " values but its dims " + "need " + std::to_string(want));
@@ -248,6 +278,9 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,
   const int64_t numel = NumElements(dims);
   const size_t nbytes = StoredBytes(dtype, numel);
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    if (options.external && HasScheme(proto, options.external_scheme)) {
+      return ResolveWithHook(proto, options, dtype, dims);
+    }
     return ReadExternal(proto, options, dtype, dims, nbytes);
   }
   if (proto.has_raw_data()) {
@@ -257,7 +290,8 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,
                                         " bytes but dims " + ShapeToString(dims) + " of " +
                                         DTypeName(dtype) + " need " + std::to_string(nbytes));
     }
-    Tensor t(dtype, dims);
+    // FillFromStored writes every element: zeroing first would touch the pages twice.
+    Tensor t = Tensor::Uninitialized(dtype, dims);
     FillFromStored(proto.raw_data().data(), t);
     return t;
   }
@@ -268,6 +302,25 @@ absl::StatusOr<Tensor> TensorFromProto(const onnx::TensorProto& proto,
   }
   Tensor t(dtype, dims);
   RETURN_IF_ERROR(CopyTypedData(proto, t));
+  return t;
+}
+
+absl::StatusOr<Tensor> TensorFromStored(std::string_view stored, DType dtype,
+                                        const std::vector<int64_t>& dims) {
+  for (int64_t d : dims) {
+    if (d < 0) return absl::InvalidArgumentError("negative dim " + std::to_string(d));
+  }
+  if (dtype == DType::kString || DTypeSize(dtype) == 0) {
+    return absl::InvalidArgumentError(std::string("no stored form for ") + DTypeName(dtype));
+  }
+  const size_t nbytes = StoredBytes(dtype, NumElements(dims));
+  if (stored.size() != nbytes) {
+    return absl::InvalidArgumentError("raw_data has " + std::to_string(stored.size()) +
+                                      " bytes but dims " + ShapeToString(dims) + " of " +
+                                      DTypeName(dtype) + " need " + std::to_string(nbytes));
+  }
+  Tensor t = Tensor::Uninitialized(dtype, dims);  // FillFromStored writes every element
+  FillFromStored(stored.data(), t);
   return t;
 }
 

@@ -41,8 +41,8 @@ struct CpuEngineOptions {
   ActivationLayout layout = ActivationLayout::kTune;
   // A graph with data-dependent shapes builds as a static region plus a dynamic region on
   // the reference (dynamic_engine.h), its outputs' sizes known only per run. Off: such a
-  // graph is refused ("no static shape"), as the server needs every output size up front
-  // (it splits batched outputs by rows).
+  // graph is refused ("no static shape"). kilnd turns it on and refuses such a model only
+  // where it would have to split a batch's outputs by rows.
   bool dynamic_shapes = false;
 };
 
