@@ -82,8 +82,9 @@ absl::Status RegisterTestPass(const std::string& name, PassFactory factory,
   return absl::OkStatus();
 }
 
-std::set<std::string> PassesOffFor(const std::string& backend) {
+std::set<std::string> PassesOffFor(const std::string& backend, bool int8_dot_product) {
   if (backend.rfind("cuda", 0) == 0) return {"fuse_qdq"};
+  if (backend == "cpu" && !int8_dot_product) return {"fuse_qdq"};
   return {};
 }
 

@@ -27,10 +27,13 @@ struct PipelineOptions {
   int prefix = -1;
 };
 
-// Passes whose output a backend has no kernels for, so they stay off there. "cuda" (or
+// Passes whose output a backend has no fast kernels for, so they stay off there. "cuda" (or
 // "cuda:N") has no int8 convolution yet: fuse_qdq's QLinearConv would move every quantized
-// convolution to the host, while DQ -> Conv -> Q stays on the GPU in float.
-std::set<std::string> PassesOffFor(const std::string& backend);
+// convolution to the host, while DQ -> Conv -> Q stays on the GPU in float. "cpu" without an
+// int8 dot product (`int8_dot_product`: runtime/cpu/isa.h, no VNNI): oneDNN's int8 kernels
+// would saturate, and QLinearConv's exact float32 path is slower than the float Conv with
+// its Q/DQ fused around it, which computes the original graph exactly.
+std::set<std::string> PassesOffFor(const std::string& backend, bool int8_dot_product = true);
 
 // The pass names of a level, in order (before `disabled` is applied).
 std::vector<std::string> PipelinePasses(OptLevel level);

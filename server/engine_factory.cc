@@ -1,12 +1,22 @@
 #include "server/engine_factory.h"
 
+#include "compiler/pipeline.h"
+
 #include "runtime/cuda/cuda_engine.h"
 #include "runtime/reference/reference_engine.h"
 #ifdef KILN_HAVE_CPU_ENGINE
 #include "runtime/cpu/cpu_engine.h"
+#include "runtime/cpu/isa.h"
 #endif
 
 namespace kiln::server {
+
+std::set<std::string> PassesOffOn(const std::string& device) {
+#ifdef KILN_HAVE_CPU_ENGINE
+  if (device == "cpu") return PassesOffFor(device, cpu::HasInt8DotProduct());
+#endif
+  return PassesOffFor(device);
+}
 
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,

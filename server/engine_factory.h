@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "base/status.h"
@@ -19,6 +20,10 @@ namespace kiln::server {
 // warm_up (cpu): run the engine once on zeros at build, so the first request does not pay
 // for first-touch page faults and oneDNN's JIT; a caller that runs it at once (the warm-up
 // check) may skip it.
+// The passes that stay off for engines on `device` (compiler/pipeline.h PassesOffFor, with
+// this CPU's int8 dot product for "cpu").
+std::set<std::string> PassesOffOn(const std::string& device);
+
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
                                                              int cpu_threads, bool tune_threads,

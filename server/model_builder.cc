@@ -631,7 +631,7 @@ void CachePrefetch::Run() {
   PipelineOptions pipeline;
   pipeline.level = config_.opt_level;
   pipeline.disabled = config_.disabled_passes;
-  for (const std::string& p : PassesOffFor(config_.device)) pipeline.disabled.insert(p);
+  for (const std::string& p : PassesOffOn(config_.device)) pipeline.disabled.insert(p);
   std::map<int64_t, std::string> layouts;  // bucket -> its engine's layout
   for (int64_t batch : BuildOrder(config_.batch_buckets)) {
     if (cancel_ || !Prepare(batch, pipeline, layouts)) break;
@@ -727,7 +727,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
   PipelineOptions pipeline;
   pipeline.level = config.opt_level;
   pipeline.disabled = config.disabled_passes;
-  for (const std::string& p : PassesOffFor(config.device)) pipeline.disabled.insert(p);
+  for (const std::string& p : PassesOffOn(config.device)) pipeline.disabled.insert(p);
   m.check.ok = true;
   std::optional<CheckRows> rows;
   if (config.warmup.enabled) {

@@ -150,4 +150,10 @@ Isa SetActiveIsaForTesting(Isa isa) {
   return s.active.exchange(std::min(isa, s.report.detected));
 }
 
+bool HasInt8DotProduct() {
+  const std::string& isa = CpuIsa().onednn;
+  return isa.find("vnni") != std::string::npos ||
+         (isa.rfind("avx512_core_", 0) == 0 && isa != "avx512_core");
+}
+
 }  // namespace kiln::cpu

@@ -33,6 +33,10 @@ struct IsaReport {
 
 // Decided once per process (the first call applies the cap to oneDNN). Thread-safe.
 const IsaReport& CpuIsa();
+// Whether oneDNN's int8 kernels at that level multiply with a 32-bit dot product (VNNI: every
+// avx512_core_* level above plain avx512_core, avx2_vnni); without it they pair products in
+// saturating 16-bit sums (runtime/cpu/qlinear.h).
+bool HasInt8DotProduct();
 // The level the own kernels dispatch to: CpuIsa().active unless a test lowered it.
 Isa ActiveIsa();
 

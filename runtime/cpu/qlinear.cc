@@ -41,29 +41,33 @@ bool ReadZero(const Node& node, size_t i, int32_t* zero) {
   return true;
 }
 
-// Whether oneDNN's int8 kernels on this CPU multiply with a 32-bit dot product (VNNI: every
-// avx512_core_* level above plain avx512_core, avx2_vnni).
-bool HasInt8DotProduct() {
-  const std::string& isa = CpuIsa().onednn;
-  return isa.find("vnni") != std::string::npos ||
-         (isa.rfind("avx512_core_", 0) == 0 && isa != "avx512_core");
-}
-
 template <typename T>
 void Shift(const void* x, float* y, int64_t begin, int64_t end, int32_t zero) {
   const T* p = static_cast<const T*>(x);
   for (int64_t i = begin; i < end; ++i) y[i] = static_cast<float>(static_cast<int32_t>(p[i]) - zero);
 }
 
+// Rows [r0, r1) of `acc` ([rows, channels], channels innermost) requantized into y: the
+// reference's double product, rounded half to even by adding and subtracting 1.5 * 2^52
+// (exact below 2^51; the product is clamped far inside that first, where it saturates
+// anyway), no libm call and no per-element modulo, so the loop vectorizes.
 template <typename T>
-void Requantize(const float* acc, void* y, int64_t begin, int64_t end,
-                const std::vector<double>& m, int32_t zero) {
+void Requantize(const float* acc, void* y, int64_t r0, int64_t r1, const std::vector<double>& m,
+                int32_t zero) {
   constexpr double lo = std::is_signed_v<T> ? -128.0 : 0.0, hi = lo + 255.0;
+  constexpr double kRound = 6755399441055744.0, kFar = 1e12;
   const int64_t channels = static_cast<int64_t>(m.size());
+  const double* mul = m.data();
   T* out = static_cast<T*>(y);
-  for (int64_t i = begin; i < end; ++i) {
-    const double v = std::nearbyint(static_cast<double>(acc[i]) * m[i % channels]) + zero;
-    out[i] = static_cast<T>(std::min(hi, std::max(lo, v)));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* a = acc + r * channels;
+    T* o = out + r * channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      double v = static_cast<double>(a[c]) * mul[c];
+      v = v < -kFar ? -kFar : (v > kFar ? kFar : v);
+      v = (v + kRound) - kRound + zero;
+      o[c] = static_cast<T>(v < lo ? lo : (v > hi ? hi : v));
+    }
   }
 }
 
@@ -150,11 +154,11 @@ absl::Status QLinearFloatKernel::Run(const ExecContext& ctx) {
   RETURN_IF_ERROR(product.Execute(ctx));
   const float* acc = static_cast<const float*>(ctx.ptrs[acc_slot]);
   const bool u8y = y_type_ == DType::kUInt8;
-  ForEachChunk(out_elems_, out_elems_ >= kParallelElements, 1 << 30,
-               [&](int, int64_t b, int64_t e) {
-                 u8y ? Requantize<uint8_t>(acc, ctx.ptrs[y_slot], b, e, multiplier_, y_zero_)
-                     : Requantize<int8_t>(acc, ctx.ptrs[y_slot], b, e, multiplier_, y_zero_);
-               });
+  const int64_t rows = out_elems_ / static_cast<int64_t>(multiplier_.size());
+  ForEachChunk(rows, out_elems_ >= kParallelElements, 1 << 30, [&](int, int64_t b, int64_t e) {
+    u8y ? Requantize<uint8_t>(acc, ctx.ptrs[y_slot], b, e, multiplier_, y_zero_)
+        : Requantize<int8_t>(acc, ctx.ptrs[y_slot], b, e, multiplier_, y_zero_);
+  });
   return absl::OkStatus();
 }
 

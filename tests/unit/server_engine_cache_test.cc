@@ -12,6 +12,7 @@
 #include "compiler/ir/builder.h"
 #include "compiler/onnx/importer.h"
 #include "server/engine_cache.h"
+#include "server/engine_factory.h"
 #include "server/model_builder.h"
 
 namespace kiln::server {
@@ -371,6 +372,7 @@ TEST_F(BuildThroughCacheTest, EntryThatFailsReverificationIsRebuilt) {
   PipelineOptions pipeline;
   pipeline.level = config_.opt_level;
   pipeline.disabled = config_.disabled_passes;
+  for (const std::string& p : PassesOffOn(config_.device)) pipeline.disabled.insert(p);  // as kilnd
   for (int64_t batch : {1, 2}) {
     const EngineCacheKey key = CacheKeyFor(CacheContext{&cold, hash_}, config_, pipeline, batch);
     auto entry = cold.Lookup(key);
@@ -492,6 +494,7 @@ TEST_F(BlobBuildTest, PrefetchedEnginesAreStillReverified) {
   PipelineOptions pipeline;
   pipeline.level = config_.opt_level;
   pipeline.disabled = config_.disabled_passes;
+  for (const std::string& p : PassesOffOn(config_.device)) pipeline.disabled.insert(p);  // as kilnd
   for (int64_t batch : {1, 2}) {
     const EngineCacheKey key = CacheKeyFor(CacheContext{&cold, ContentHash("mlp")}, config_,
                                            pipeline, batch);

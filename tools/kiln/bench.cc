@@ -13,6 +13,7 @@
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cuda/cuda_engine.h"
+#include "tools/kiln/static_graph.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/dim_flag.h"
 #include "tools/kiln/json_writer.h"
@@ -118,7 +119,7 @@ absl::Status Bench(const BenchArgs& b) {
   co.batch = b.batch;
   co.dims = b.dims;
   co.pipeline.level = b.opt;
-  co.pipeline.disabled = PassesOffFor(b.backend);
+  co.pipeline.disabled = PassesOffHere(b.backend);
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, BuildBenchEngine(b, compiled));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));

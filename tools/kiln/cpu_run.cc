@@ -23,6 +23,7 @@ absl::StatusOr<CpuRun> BuildAndRun(const Graph& graph, const ref::TensorMap& fee
   co.pipeline.level = level;
   co.batch = BatchOf(graph);
   co.allow_dynamic_shapes = dynamic;
+  co.pipeline.disabled = PassesOffHere("cpu");
   CpuRun run;
   ASSIGN_OR_RETURN(run.compiled, CompileGraph(graph, co));
   for (const cpu::ActivationLayout layout : layouts) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "runtime/cpu/isa.h"
 
 namespace kiln::tools {
 namespace {
@@ -55,11 +56,15 @@ int64_t BatchOf(const Graph& graph) {
   return 1;
 }
 
+std::set<std::string> PassesOffHere(const std::string& backend) {
+  return PassesOffFor(backend, backend != "cpu" || cpu::HasInt8DotProduct());
+}
+
 absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::TensorMap& feeds,
                                             OptLevel level, const std::string& backend) {
   CompileOptions co;
   co.pipeline.level = level;
-  co.pipeline.disabled = PassesOffFor(backend);
+  co.pipeline.disabled = PassesOffHere(backend);
   co.batch = BatchOf(graph);
   absl::StatusOr<CompiledGraph> c = CompileGraph(graph, co);
   if (c.ok() || !NeedsStaticShapes(c.status())) return c;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 
 #include "base/status.h"
 #include "compiler/compile.h"
@@ -23,6 +24,10 @@ int64_t BatchOf(const Graph& graph);
 
 // Compiles at `level` for BatchOf(graph), retrying with frozen shape inputs when shapes are
 // not static; UNIMPLEMENTED when they stay data-dependent.
+// The passes that stay off on `backend` here (compiler/pipeline.h PassesOffFor, with this
+// CPU's int8 dot product for "cpu").
+std::set<std::string> PassesOffHere(const std::string& backend);
+
 absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::TensorMap& feeds,
                                             OptLevel level, const std::string& backend = "cpu");
 
