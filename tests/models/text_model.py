@@ -11,8 +11,11 @@ kernels and symbolic-dim handling have to meet. Outputs come from ONNX Runtime
 on the reference and on the CPU engine at O0 and O2 (rtol 1e-3, atol 1e-4).
 
   text_model.py --kiln build/tools/kiln [--work DIR]
-  text_model.py --write DIR [--hidden 256 --layers 4 --heads 4 --ffn 1024]
+  text_model.py --write DIR [--causal] [--hidden 256 --layers 4 --heads 4 --ffn 1024]
       only writes DIR/model.onnx (for bench/compare_ort.js --models ... --dim sequence=128)
+
+--causal adds a GPT-style causal mask (Range over the run's sequence length, Greater, Where)
+to the attention: a decoder's self-attention; the check runs the encoder and the decoder.
 
 Exit codes: 0 ok, 1 a check failed, 77 onnx/numpy or node with onnxruntime-node missing.
 """
@@ -91,7 +94,18 @@ def encoder_layer(b, x, mask_add, p):
     return layer_norm(b, b.op("Add", [dense(b, gelu, p + "f2", FFN, HIDDEN), x], p + "res2"), p + "ln2")
 
 
-def build_model():
+def causal_mask(b, seq):
+    """[S, S] additive mask, -10000 above the diagonal (a GPT-style decoder's self-attention:
+    position i sees positions <= i), built from the run's sequence length as exporters do."""
+    r = b.op("Range", [b.const("r0", np.array(0, np.int64)), seq,
+                       b.const("r1", np.array(1, np.int64))], "positions")
+    rows = b.op("Unsqueeze", [r, b.const("ax1", np.array([1], np.int64))], "pos_rows")
+    cols = b.op("Unsqueeze", [r, b.const("ax0c", np.array([0], np.int64))], "pos_cols")
+    future = b.op("Greater", [cols, rows], "future")
+    return b.op("Where", [future, "neg", b.const("zero", np.float32(0.0))], "causal_add")
+
+
+def build_model(causal=False):
     b = Builder()
     for name, v in [("one", 1.0), ("neg", -10000.0), ("two", 2.0), ("eps", 1e-12),
                     ("sqrt2", 1.4142135), ("half", 0.5), ("scale", 1 / np.sqrt(HIDDEN // HEADS))]:
@@ -105,6 +119,8 @@ def build_model():
     m4 = b.op("Unsqueeze", ["attention_mask", b.const("ax12", np.array([1, 2], np.int64))], "m4")
     mf = b.op("Cast", [m4], "mf", to=TensorProto.FLOAT)
     mask_add = b.op("Mul", [b.op("Sub", ["one", mf], "inv"), "neg"], "mask_add")
+    if causal:  # padding mask [B, 1, 1, S] + causal mask [S, S] -> [B, 1, S, S]
+        mask_add = b.op("Add", [mask_add, causal_mask(b, seq)], "mask_causal")
     for layer in range(LAYERS):
         x = encoder_layer(b, x, mask_add, f"l{layer}")
     cls = b.op("Gather", [x, b.const("i0", np.array(0, np.int64))], "cls", axis=1)
@@ -112,7 +128,7 @@ def build_model():
     b.op("Identity", [x], "last_hidden_state")
     dyn = ["batch", "sequence"]
     graph = helper.make_graph(
-        b.nodes, "text_encoder",
+        b.nodes, "text_decoder" if causal else "text_encoder",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, dyn),
          helper.make_tensor_value_info("attention_mask", TensorProto.INT64, dyn)],
         [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, dyn + [HIDDEN]),
@@ -166,11 +182,12 @@ def main():
     ap.add_argument("--ffn", type=int, default=FFN)
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--heads", type=int, default=HEADS)
+    ap.add_argument("--causal", action="store_true", help="--write the decoder (causal mask)")
     args = ap.parse_args()
     HIDDEN, FFN, LAYERS, HEADS = args.hidden, args.ffn, args.layers, args.heads
     if args.write:
         os.makedirs(args.write, exist_ok=True)
-        onnx.save(build_model(), os.path.join(args.write, "model.onnx"))
+        onnx.save(build_model(args.causal), os.path.join(args.write, "model.onnx"))
         return 0
     if not args.kiln:
         ap.error("--kiln is required (or --write)")
@@ -179,8 +196,20 @@ def main():
         return 77
     work = args.work or tempfile.mkdtemp(prefix="kiln_text_model_")
     os.makedirs(work, exist_ok=True)
-    model = build_model()
-    model_path = os.path.join(work, "model.onnx")
+    failed = False
+    for causal in (False, True):
+        failed |= check_variant(args.kiln, work, causal)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+def check_variant(kiln, work, causal):
+    """Writes the encoder (or the causal decoder), its ORT outputs on padded inputs, and runs
+    kiln check on the reference and the CPU engine at O0 and O2; True when one failed."""
+    name = "text_decoder" if causal else "text_encoder"
+    model = build_model(causal)
+    model_path = os.path.join(work, name + ".onnx")
     onnx.save(model, model_path)
     rng = np.random.RandomState(1)
     ids = rng.randint(0, VOCAB, size=(4, 32)).astype(np.int64)
@@ -188,19 +217,19 @@ def main():
     mask[1, 20:] = 0  # padded sequences
     mask[3, 5:] = 0
     inputs = [("input_ids", ids), ("attention_mask", mask)]
-    outputs = run_ort(model_path, inputs, work)
-    case = os.path.join(work, "text_encoder")
+    ort_work = os.path.join(work, name + "_ort")
+    os.makedirs(ort_work, exist_ok=True)
+    outputs = run_ort(model_path, inputs, ort_work)
+    case = os.path.join(work, name)
     write_case(case, model, inputs, outputs)
     failed = False
     for extra in ([], ["--backend", "cpu", "--opt", "O0"], ["--backend", "cpu", "--opt", "O2"]):
-        cmd = [args.kiln, "check", "--rtol", "1e-3", "--atol", "1e-4"] + extra + [case]
+        cmd = [kiln, "check", "--rtol", "1e-3", "--atol", "1e-4"] + extra + [case]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        print(" ".join(extra) or "reference", "->", proc.stdout.strip().splitlines()[0]
+        print(name, " ".join(extra) or "reference", "->", proc.stdout.strip().splitlines()[0]
               if proc.stdout.strip() else proc.stderr.strip())
         failed |= proc.returncode != 0
-    if not args.work:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-// Dynamic dims at serve time, end to end: the BERT-style text model of
-// tests/models/text_model.py ([batch, sequence] inputs) loaded with `dynamic_dims` instead
-// of a fixed sequence size. Requests of several lengths are answered by engines built on
+// Dynamic dims at serve time, end to end: the GPT-style decoder of tests/models/text_model.py
+// (its text model with a causal mask built from the run's sequence length; [batch, sequence]
+// inputs) loaded with `dynamic_dims` instead of a fixed sequence size. Requests of several lengths are answered by engines built on
 // demand and agree with the reference interpreter; a repeated length is a cache hit; a bad
 // rank or disagreeing inputs are INVALID_ARGUMENT; `max_shape_engines: 2` evicts, as GetModel
 // and /metrics count.
@@ -17,13 +17,13 @@ namespace {
 
 using grpc::StatusCode;
 
-// The text model's bytes, written by its generator (Debian's python3-onnx); "" without it.
+// The decoder's bytes, written by its generator (Debian's python3-onnx); "" without it.
 // KILN_TEXT_MODEL_ARGS passes sizes to it (`--hidden 256 --layers 4 --heads 4 --ffn 1024`
 // measures the build time of a new shape on a larger encoder).
 std::string TextModelOnnx(const fs::path& dir) {
   const char* extra = std::getenv("KILN_TEXT_MODEL_ARGS");
   const std::string cmd = "/usr/bin/python3 '" +
-                          (SourceDir() / "tests/models/text_model.py").string() + "' --write '" +
+                          (SourceDir() / "tests/models/text_model.py").string() + "' --causal --write '" +
                           dir.string() + "' " + (extra ? extra : "") + " > /dev/null 2>&1";
   if (std::system(cmd.c_str()) != 0) return "";
   return ReadFile(dir / "model.onnx");
