@@ -1,5 +1,5 @@
 // A free loopback TCP port for a test server (bound, read back, released). Another process
-// could take it before kilnd binds it; the tests retry nothing and loopback ports are plenty.
+// could take it before kilnd binds it: TestServer::Start then starts kilnd again on fresh ports.
 #pragma once
 
 #include <arpa/inet.h>
