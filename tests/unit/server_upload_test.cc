@@ -1,6 +1,7 @@
 // LoadModel's stream handling without gRPC: the chunk rules, the limits on uploads in
 // progress, the per-name lock and the stall watchdog.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
@@ -18,7 +19,8 @@ namespace fs = std::filesystem;
 class UploadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) / "kiln_upload_unit";
+    // One folder per process: ctest runs this file's cases in parallel processes.
+    root_ = fs::path(::testing::TempDir()) / ("kiln_upload_unit_" + std::to_string(getpid()));
     fs::remove_all(root_);
     repo_.emplace(*ModelRepository::Open(root_.string()));
     staged_ = *repo_->Stage();
