@@ -38,19 +38,18 @@ bool IsPerTensorActivation(const Dequant& d) {
          (!d.zero || d.zero->dtype() == d.q->dtype);
 }
 
-// The weights: constant int8, zero point 0, one scale or one per output channel (axis 0).
-bool IsSymmetricWeight(const Dequant& d, int64_t out_channels) {
+// Constant int8 weights of rank `rank` (0: 3 or more, a Conv's) with zero point 0 and one scale
+// or one per output channel, which lies along `axis` (0 for Conv, 1 for a MatMul's [K, N]).
+bool IsSymmetricWeight(const Dequant& d, int rank, int64_t axis) {
   const Tensor* w = ConstOf(d.q);
-  if (!w || w->dtype() != DType::kInt8 || w->rank() < 3) return false;
+  if (!w || w->dtype() != DType::kInt8 || (rank ? w->rank() != rank : w->rank() < 3)) return false;
   const int64_t n = d.scale->numel();
-  if (n != 1 && !(n == out_channels && d.scale->rank() == 1 &&
-                  (d.axis == 0 || d.axis == -w->rank()))) {
+  if (n != 1 && !(n == w->dim(axis) && d.scale->rank() == 1 &&
+                  (d.axis == axis || d.axis == axis - w->rank()))) {
     return false;
   }
-  if (d.zero) {
-    for (int64_t i = 0; i < d.zero->numel(); ++i) {
-      if (d.zero->GetDouble(i) != 0.0) return false;
-    }
+  for (int64_t i = 0; d.zero && i < d.zero->numel(); ++i) {
+    if (d.zero->GetDouble(i) != 0.0) return false;
   }
   return true;
 }
@@ -184,62 +183,53 @@ void DropIfUnread(Graph& graph, Node* dq) {
   }
 }
 
+// Replaces `op` (the Conv or MatMul), its Relu/Clip and its Q by `qlinear_op` (QLinearConv
+// or QLinearMatMul, whose first eight inputs are alike) computing the Q's output, `bias`
+// appended when given; drops the DequantizeLinears nobody reads any more.
+void ReplaceWithQLinear(Graph& graph, Node& op, const char* qlinear_op, const Dequant& x,
+                        const Dequant& w, const Requant& r, Value* bias) {
+  const std::string& base = op.name;
+  Value* y = r.q->output(0);
+  auto node = std::make_unique<Node>();
+  node->op_type = qlinear_op;
+  node->name = base + "_qlinear";
+  node->opset = op.opset;
+  if (op.op_type == "Conv") node->attrs = op.attrs;  // QLinearConv takes Conv's attributes
+  node->inputs = {x.q,
+                  x.node->inputs[1],
+                  ZeroPoint(graph, base + "_x_zero_point", x.zero, x.q->dtype, {}),
+                  w.q,
+                  w.node->inputs[1],
+                  graph.AddConstant(base + "_w_zero_point", Tensor(DType::kInt8, w.scale->shape())),
+                  r.q->inputs[1],
+                  ZeroPoint(graph, base + "_y_zero_point",
+                            r.q->input(2) ? ConstOf(r.q->input(2)) : nullptr, y->dtype, {})};
+  if (bias) node->inputs.push_back(bias);
+  node->outputs = {y};
+  r.q->outputs = {nullptr};
+  graph.InsertNode(r.q, std::move(node));
+  graph.RemoveNode(r.q);
+  if (r.clamp) graph.RemoveNode(r.clamp);
+  graph.RemoveNode(&op);
+  for (Node* dq : {x.node, w.node}) DropIfUnread(graph, dq);
+}
+
 bool FuseConv(Graph& graph, Node& conv) {
   std::optional<Dequant> x = AsDequant(conv.input(0));
   std::optional<Dequant> w = AsDequant(conv.input(1));
   if (!x || !w || !IsPerTensorActivation(*x)) return false;
-  const Tensor* wq = ConstOf(w->q);
-  const int64_t oc = wq ? wq->dim(0) : 0;
-  if (!IsSymmetricWeight(*w, oc)) return false;
+  if (!IsSymmetricWeight(*w, 0, 0)) return false;
+  const int64_t oc = ConstOf(w->q)->dim(0);
   std::optional<Requant> r = FindRequant(graph, conv);
   if (!r) return false;
   std::optional<std::vector<double>> bias_values = BiasValues(conv.input(2), oc);
   std::optional<Tensor> bias = bias_values ? AccumulatorBias(*bias_values, *x, *w) : std::nullopt;
   if (!bias) return false;
 
-  const std::string& base = conv.name;
-  Value* y = r->q->output(0);
-  auto node = std::make_unique<Node>();
-  node->op_type = "QLinearConv";
-  node->name = base + "_qlinear";
-  node->opset = conv.opset;
-  node->attrs = conv.attrs;
-  node->inputs = {x->q,
-                  x->node->inputs[1],
-                  ZeroPoint(graph, base + "_x_zero_point", x->zero, x->q->dtype, {}),
-                  w->q,
-                  w->node->inputs[1],
-                  graph.AddConstant(base + "_w_zero_point", Tensor(DType::kInt8, w->scale->shape())),
-                  r->q->inputs[1],
-                  ZeroPoint(graph, base + "_y_zero_point",
-                            r->q->input(2) ? ConstOf(r->q->input(2)) : nullptr, y->dtype, {}),
-                  graph.AddConstant(base + "_bias_int32", std::move(*bias))};
-  node->outputs = {y};
-  Node* q = r->q;
-  q->outputs = {nullptr};
-  graph.InsertNode(q, std::move(node));
-  graph.RemoveNode(q);
-  if (r->clamp) graph.RemoveNode(r->clamp);
   Node* dq_b = conv.input(2) ? conv.input(2)->producer : nullptr;
-  if (!IsOnnx(dq_b, "DequantizeLinear")) dq_b = nullptr;
-  graph.RemoveNode(&conv);
-  for (Node* dq : {x->node, w->node, dq_b}) DropIfUnread(graph, dq);
-  return true;
-}
-
-// The weights of a MatMul: constant int8 [K, N], zero point 0, one scale or one per column.
-bool IsSymmetricMatrix(const Dequant& d) {
-  const Tensor* w = ConstOf(d.q);
-  if (!w || w->dtype() != DType::kInt8 || w->rank() != 2) return false;
-  const int64_t n = d.scale->numel();
-  if (n != 1 && !(n == w->dim(1) && d.scale->rank() == 1 && (d.axis == 1 || d.axis == -1))) {
-    return false;
-  }
-  if (d.zero) {
-    for (int64_t i = 0; i < d.zero->numel(); ++i) {
-      if (d.zero->GetDouble(i) != 0.0) return false;
-    }
-  }
+  Value* b = graph.AddConstant(conv.name + "_bias_int32", std::move(*bias));
+  ReplaceWithQLinear(graph, conv, "QLinearConv", *x, *w, *r, b);
+  DropIfUnread(graph, IsOnnx(dq_b, "DequantizeLinear") ? dq_b : nullptr);
   return true;
 }
 
@@ -248,32 +238,10 @@ bool IsSymmetricMatrix(const Dequant& d) {
 bool FuseMatMul(Graph& graph, Node& matmul) {
   std::optional<Dequant> a = AsDequant(matmul.input(0));
   std::optional<Dequant> b = AsDequant(matmul.input(1));
-  if (!a || !b || !IsPerTensorActivation(*a) || !IsSymmetricMatrix(*b)) return false;
+  if (!a || !b || !IsPerTensorActivation(*a) || !IsSymmetricWeight(*b, 2, 1)) return false;
   std::optional<Requant> r = FindRequant(graph, matmul);
   if (!r) return false;
-  const std::string& base = matmul.name;
-  Value* y = r->q->output(0);
-  auto node = std::make_unique<Node>();
-  node->op_type = "QLinearMatMul";
-  node->name = base + "_qlinear";
-  node->opset = matmul.opset;
-  node->inputs = {a->q,
-                  a->node->inputs[1],
-                  ZeroPoint(graph, base + "_a_zero_point", a->zero, a->q->dtype, {}),
-                  b->q,
-                  b->node->inputs[1],
-                  graph.AddConstant(base + "_b_zero_point", Tensor(DType::kInt8, b->scale->shape())),
-                  r->q->inputs[1],
-                  ZeroPoint(graph, base + "_y_zero_point",
-                            r->q->input(2) ? ConstOf(r->q->input(2)) : nullptr, y->dtype, {})};
-  node->outputs = {y};
-  Node* q = r->q;
-  q->outputs = {nullptr};
-  graph.InsertNode(q, std::move(node));
-  graph.RemoveNode(q);
-  if (r->clamp) graph.RemoveNode(r->clamp);
-  graph.RemoveNode(&matmul);
-  for (Node* dq : {a->node, b->node}) DropIfUnread(graph, dq);
+  ReplaceWithQLinear(graph, matmul, "QLinearMatMul", *a, *b, *r, nullptr);
   return true;
 }
 

@@ -29,18 +29,30 @@ struct QConvSetup {
   memory::desc w_plain, b_md;
 };
 
-std::optional<QConvSetup> CreatePrimitive(BuildContext& ctx, const Node& node, const Slot& x,
-                                          const Slot& w, const Slot& y, const QParams& p) {
+// The convolution's window as oneDNN takes it; nullopt for attributes outside ONNX's rules.
+struct QConvWindow {
+  memory::dims strides, dilations, pad_begin, pad_end;  // dilations count the gaps
+  int64_t group = 1;
+};
+
+std::optional<QConvWindow> WindowOf(const Node& node, const Slot& x, const Slot& w, const Slot& y) {
   std::vector<int64_t> in(x.shape.begin() + 2, x.shape.end());
   std::vector<int64_t> out(y.shape.begin() + 2, y.shape.end());
   std::vector<int64_t> ker(w.shape.begin() + 2, w.shape.end());
   std::optional<WindowGeometry> g = ResolveWindow(node, in, out, ker);
   const int64_t group = node.GetInt("group", 1);
   if (!g || group < 1 || w.shape[0] % group != 0) return std::nullopt;
-  memory::dims dil;
-  for (int64_t d : g->dilations) dil.push_back(d - 1);  // oneDNN counts the gaps
+  QConvWindow win{ToDims(g->strides), {}, ToDims(g->pad_begin), ToDims(g->pad_end), group};
+  for (int64_t d : g->dilations) win.dilations.push_back(d - 1);  // oneDNN counts the gaps
+  return win;
+}
+
+std::optional<QConvSetup> CreatePrimitive(BuildContext& ctx, const Node& node, const Slot& x,
+                                          const Slot& w, const Slot& y, const QParams& p) {
+  std::optional<QConvWindow> g = WindowOf(node, x, w, y);
+  if (!g) return std::nullopt;
   QConvSetup s;
-  const memory::dims wdims = ConvWeightDims(w.shape, group);
+  const memory::dims wdims = ConvWeightDims(w.shape, g->group);
   s.w_plain = memory::desc(wdims, memory::data_type::s8, PlainTag(wdims.size()));
   if (node.input(8)) s.b_md = memory::desc({w.shape[0]}, memory::data_type::s32, memory::format_tag::a);
   dnnl::primitive_attr attr;
@@ -55,8 +67,8 @@ std::optional<QConvSetup> CreatePrimitive(BuildContext& ctx, const Node& node, c
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
         memory::desc(ToDims(x.shape), *ByteType(x.dtype), any),
         memory::desc(wdims, memory::data_type::s8, any), s.b_md,
-        memory::desc(ToDims(y.shape), *ByteType(y.dtype), any), ToDims(g->strides), dil,
-        ToDims(g->pad_begin), ToDims(g->pad_end));
+        memory::desc(ToDims(y.shape), *ByteType(y.dtype), any), g->strides, g->dilations,
+        g->pad_begin, g->pad_end);
     s.pd = dnnl::convolution_forward::primitive_desc(d, attr, ctx.engine);
   } catch (const dnnl::error&) {
     return std::nullopt;
@@ -99,14 +111,8 @@ memory::format_tag ChannelsLast(size_t rank) {
 
 std::optional<dnnl::convolution_forward::primitive_desc> FloatPrimitive(
     BuildContext& ctx, const Node& node, const Slot& x, const Slot& w, const Slot& y) {
-  std::vector<int64_t> in(x.shape.begin() + 2, x.shape.end());
-  std::vector<int64_t> out(y.shape.begin() + 2, y.shape.end());
-  std::vector<int64_t> ker(w.shape.begin() + 2, w.shape.end());
-  std::optional<WindowGeometry> g = ResolveWindow(node, in, out, ker);
-  const int64_t group = node.GetInt("group", 1);
-  if (!g || group < 1 || w.shape[0] % group != 0) return std::nullopt;
-  memory::dims dil;
-  for (int64_t d : g->dilations) dil.push_back(d - 1);
+  std::optional<QConvWindow> g = WindowOf(node, x, w, y);
+  if (!g) return std::nullopt;
   const auto f32 = memory::data_type::f32;
   const memory::format_tag last = ChannelsLast(x.shape.size());
   memory::desc b_md;
@@ -117,9 +123,9 @@ std::optional<dnnl::convolution_forward::primitive_desc> FloatPrimitive(
     dnnl::convolution_forward::desc d(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
         memory::desc(ToDims(x.shape), f32, last),
-        memory::desc(ConvWeightDims(w.shape, group), f32, memory::format_tag::any), b_md,
-        memory::desc(ToDims(y.shape), f32, last), ToDims(g->strides), dil, ToDims(g->pad_begin),
-        ToDims(g->pad_end));
+        memory::desc(ConvWeightDims(w.shape, g->group), f32, memory::format_tag::any), b_md,
+        memory::desc(ToDims(y.shape), f32, last), g->strides, g->dilations, g->pad_begin,
+        g->pad_end);
     dnnl::convolution_forward::primitive_desc pd(d, attr, ctx.engine);
     if (IsReferenceImpl(pd.impl_info_str())) return std::nullopt;
     return pd;
@@ -141,8 +147,7 @@ std::unique_ptr<CpuKernel> MakeFloatPath(BuildContext& ctx, const Node& node, in
   auto pd = FloatPrimitive(ctx, node, x, w, y);
   if (!pd) return nullptr;
   ctx.NoteImplementation(node, pd->impl_info_str());
-  const int64_t group = node.GetInt("group", 1);
-  const memory::dims wdims = ConvWeightDims(w.shape, group);
+  const memory::dims wdims = pd->weights_desc().dims();
   absl::StatusOr<memory> wmem =
       PrepackConstant(ctx, ToFloat(*ConstInput(node, 3)),
                       memory::desc(wdims, memory::data_type::f32, PlainTag(wdims.size())),
@@ -157,19 +162,12 @@ std::unique_ptr<CpuKernel> MakeFloatPath(BuildContext& ctx, const Node& node, in
     if (!bmem.ok()) return nullptr;
     k->product.Owned(DNNL_ARG_BIAS, *bmem);
   }
-  // Slot references die below: ReadAs, WriteAs and AddTemp grow ctx.slots.
+  // Slot references die below: Bind grows ctx.slots.
   k->SetQuantization(x.dtype, y.dtype, p, w.shape[0], NumElements(x.shape), NumElements(y.shape));
   const memory::format_tag last = ChannelsLast(x.shape.size());
   const memory::desc x_md(ToDims(x.shape), *ByteType(x.dtype), last);
   const memory::desc y_md(ToDims(y.shape), *ByteType(y.dtype), last);
-  k->x_slot = ctx.ReadAs(xs, x_md);
-  k->y_slot = ctx.WriteAs(ys, y_md);
-  k->xf_slot = ctx.AddTemp(pd->src_desc());
-  k->acc_slot = ctx.AddTemp(pd->dst_desc());
-  ctx.NoteScratchpad(pd->scratchpad_desc());
-  k->product.Arg(DNNL_ARG_SRC, pd->src_desc(), k->xf_slot, ctx.engine);
-  k->product.Arg(DNNL_ARG_DST, pd->dst_desc(), k->acc_slot, ctx.engine);
-  k->product.Arg(DNNL_ARG_SCRATCHPAD, pd->scratchpad_desc(), ctx.scratch_slot, ctx.engine);
+  k->Bind(ctx, xs, x_md, ys, y_md, pd->src_desc(), pd->dst_desc(), pd->scratchpad_desc());
   return k;
 }
 

@@ -105,14 +105,7 @@ std::unique_ptr<CpuKernel> MakeFloat(BuildContext& ctx, const Node& node, int as
   k->SetQuantization(ctx.slots[as].dtype, ctx.slots[ys].dtype, p, s.n, s.rows * s.k, s.rows * s.n);
   k->product = DnnlCall(dnnl::matmul(*pd));
   k->product.Owned(DNNL_ARG_WEIGHTS, *w);
-  k->x_slot = ctx.ReadAs(as, ctx.PlainMd(as));
-  k->y_slot = ctx.WriteAs(ys, ctx.PlainMd(ys));
-  k->xf_slot = ctx.AddTemp(src);
-  k->acc_slot = ctx.AddTemp(dst);
-  ctx.NoteScratchpad(pd->scratchpad_desc());
-  k->product.Arg(DNNL_ARG_SRC, src, k->xf_slot, ctx.engine);
-  k->product.Arg(DNNL_ARG_DST, dst, k->acc_slot, ctx.engine);
-  k->product.Arg(DNNL_ARG_SCRATCHPAD, pd->scratchpad_desc(), ctx.scratch_slot, ctx.engine);
+  k->Bind(ctx, as, ctx.PlainMd(as), ys, ctx.PlainMd(ys), src, dst, pd->scratchpad_desc());
   return k;
 }
 

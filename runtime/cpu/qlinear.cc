@@ -143,6 +143,19 @@ void QLinearFloatKernel::SetQuantization(DType x, DType y, const QParams& p, int
   out_elems_ = out_elems;
 }
 
+void QLinearFloatKernel::Bind(BuildContext& ctx, int xs, const memory::desc& x_md, int ys,
+                              const memory::desc& y_md, const memory::desc& src,
+                              const memory::desc& dst, const memory::desc& scratch) {
+  x_slot = ctx.ReadAs(xs, x_md);
+  y_slot = ctx.WriteAs(ys, y_md);
+  xf_slot = ctx.AddTemp(src);
+  acc_slot = ctx.AddTemp(dst);
+  ctx.NoteScratchpad(scratch);
+  product.Arg(DNNL_ARG_SRC, src, xf_slot, ctx.engine);
+  product.Arg(DNNL_ARG_DST, dst, acc_slot, ctx.engine);
+  product.Arg(DNNL_ARG_SCRATCHPAD, scratch, ctx.scratch_slot, ctx.engine);
+}
+
 absl::Status QLinearFloatKernel::Run(const ExecContext& ctx) {
   float* xf = static_cast<float*>(ctx.ptrs[xf_slot]);
   const bool u8x = x_type_ == DType::kUInt8;

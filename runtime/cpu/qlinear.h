@@ -56,6 +56,11 @@ class QLinearFloatKernel : public CpuKernel {
   absl::Status Run(const ExecContext& ctx) override;
   void SetQuantization(DType x, DType y, const QParams& p, int64_t channels, int64_t in_elems,
                        int64_t out_elems);
+  // Reads slot `xs` as `x_md`, writes `ys` as `y_md`, and binds `product`'s src (`src`, the
+  // shifted float copy) and dst (`dst`, the float accumulator) to temps of the step.
+  void Bind(BuildContext& ctx, int xs, const dnnl::memory::desc& x_md, int ys,
+            const dnnl::memory::desc& y_md, const dnnl::memory::desc& src,
+            const dnnl::memory::desc& dst, const dnnl::memory::desc& scratch);
 
   DnnlCall product;
   int x_slot = -1, xf_slot = -1, acc_slot = -1, y_slot = -1;
