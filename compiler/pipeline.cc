@@ -9,6 +9,7 @@
 #include "compiler/passes/eliminate_identity.h"
 #include "compiler/passes/fold_batchnorm.h"
 #include "compiler/passes/fold_constants.h"
+#include "compiler/passes/fold_pad.h"
 #include "compiler/passes/fold_scale_into_weights.h"
 #include "compiler/passes/fuse_conv_epilogue.h"
 #include "compiler/passes/fuse_elementwise.h"
@@ -38,6 +39,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"lower_einsum", [] { return std::make_unique<passes::LowerEinsumPass>(); }},
       {"recognize_patterns", [] { return std::make_unique<passes::RecognizePatternsPass>(); }},
       {"simplify_reshapes", [] { return std::make_unique<passes::SimplifyReshapesPass>(); }},
+      {"fold_pad", [] { return std::make_unique<passes::FoldPadPass>(); }},
       {"fold_scale_into_weights",
        [] { return std::make_unique<passes::FoldScaleIntoWeightsPass>(); }},
   };
@@ -83,7 +85,7 @@ absl::Status RegisterTestPass(const std::string& name, PassFactory factory,
 }
 
 std::set<std::string> PassesOffFor(const std::string& backend, bool int8_dot_product) {
-  if (backend.rfind("cuda", 0) == 0) return {"fuse_qdq"};
+  if (backend.rfind("cuda", 0) == 0) return {"fuse_qdq", "fold_pad"};
   if (backend == "cpu" && !int8_dot_product) return {"fuse_qdq"};
   return {};
 }
@@ -144,6 +146,9 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   // following per-channel Mul/Add directly after the Conv; folding it before the epilogue
   // fusions lets Conv -> Mul -> Relu fuse as Conv + Relu.
   o2.insert(std::find(o2.begin(), o2.end(), "fold_batchnorm") + 1, "fold_scale_into_weights");
+  // fold_pad after the constants are folded (a Pad's pads are often a computed tensor) and
+  // before the epilogue fusions, which it does not affect: only the Conv's input changes.
+  o2.insert(std::find(o2.begin(), o2.end(), "fold_batchnorm"), "fold_pad");
   // fuse_qdq first of all: fold_constants would turn a small DequantizeLinear of int8
   // weights into float weights (it folds outputs up to 64 KiB), and the int8 convolution
   // needs the quantized weights and their scales.

@@ -32,7 +32,9 @@ struct PipelineOptions {
 // convolution to the host, while DQ -> Conv -> Q stays on the GPU in float. "cpu" without an
 // int8 dot product (`int8_dot_product`: runtime/cpu/isa.h, no VNNI): oneDNN's int8 kernels
 // would saturate, and QLinearConv's exact float32 path is slower than the float Conv with
-// its Q/DQ fused around it, which computes the original graph exactly.
+// its Q/DQ fused around it, which computes the original graph exactly. "cuda" has no
+// fold_pad either: cuDNN pads both ends of a dim alike, so a Conv that took an asymmetric Pad
+// would run on the host, while the Pad alone is a generated kernel.
 std::set<std::string> PassesOffFor(const std::string& backend, bool int8_dot_product = true);
 
 // The pass names of a level, in order (before `disabled` is applied).

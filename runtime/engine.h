@@ -27,6 +27,9 @@ struct EngineInfo {
   int64_t batch = 1;
   int64_t arena_bytes = 0;     // activation arena (memory plan)
   int64_t weight_bytes = 0;    // weights after prepacking
+  // Of weight_bytes, those packed once for several engines (cpu: a model's batch buckets and
+  // instances share each prepacked weight): held by this engine, not allocated for it.
+  int64_t shared_weight_bytes = 0;
   double build_ms = 0.0;       // primitive creation, weight reorders, warm-up
   int total_ops = 0;
   int fallback_ops = 0;        // ops running on reference kernels (correct, slow)

@@ -34,6 +34,7 @@ void FillEngines(const ModelVersion& mv, v1::ModelInfo* out) {
     e->set_instances(static_cast<int32_t>(instances.size()));
     e->set_arena_bytes(info.arena_bytes);
     e->set_weight_bytes(info.weight_bytes);
+    e->set_shared_weight_bytes(info.shared_weight_bytes);
     e->set_build_ms(info.build_ms);
     e->set_total_ops(info.total_ops);
     e->set_fallback_ops(info.fallback_ops);

@@ -53,6 +53,9 @@ class Tensor {
   Tensor Reshaped(std::vector<int64_t> shape) const;
   Tensor Clone() const;
   bool SharesBufferWith(const Tensor& other) const { return owner_ == other.owner_; }
+  // The buffer's owner, for caches keyed on a constant's identity: a weak_ptr to it tells
+  // whether the bytes a result was derived from are still the same object.
+  const std::shared_ptr<void>& owner() const { return owner_; }
 
   // Factories for small constants.
   static Tensor Scalar(DType dtype, double v);

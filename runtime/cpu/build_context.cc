@@ -1,6 +1,10 @@
 #include "runtime/cpu/build_context.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <optional>
 
 #include "runtime/cpu/strided_copy.h"
@@ -235,18 +239,79 @@ std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const memory:
   return std::make_unique<ReorderKernel>(std::move(call));
 }
 
+namespace {
+
+// The process's prepacked constants, by (source address, size, plain and packed descs). An
+// entry is used only while the source buffer it was packed from is alive (the weak owner
+// locks to the tensor's own owner): a freed source whose address is reused never matches,
+// and constants are immutable while shared. Expired entries are swept as the map doubles.
+class SharedPacks {
+ public:
+  static SharedPacks& Get() {
+    static SharedPacks* packs = new SharedPacks();  // never destroyed: engines may outlive main
+    return *packs;
+  }
+  std::shared_ptr<void> Find(const std::string& key, const Tensor& t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return nullptr;
+    std::shared_ptr<void> src = it->second.source.lock();
+    if (!src || src != t.owner()) return nullptr;
+    return it->second.packed.lock();
+  }
+  void Add(const std::string& key, const Tensor& t, const std::shared_ptr<void>& packed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_[key] = Entry{t.owner(), packed};
+    if (entries_.size() < 2 * swept_size_ + 64) return;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.packed.expired() || it->second.source.expired() ? entries_.erase(it)
+                                                                      : std::next(it);
+    }
+    swept_size_ = entries_.size();
+  }
+
+ private:
+  struct Entry {
+    std::weak_ptr<void> source, packed;
+  };
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+  size_t swept_size_ = 0;
+};
+
+std::string PackKey(const Tensor& t, const memory::desc& plain, const memory::desc& want) {
+  std::string key(reinterpret_cast<const char*>(&plain.data), sizeof plain.data);
+  key.append(reinterpret_cast<const char*>(&want.data), sizeof want.data);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(t.raw());
+  key.append(reinterpret_cast<const char*>(&addr), sizeof addr);
+  return key;
+}
+
+}  // namespace
+
 absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
                                        const memory::desc& plain, const memory::desc& want) {
   if (DnnlType(t.dtype()) != plain.data_type() || t.nbytes() != plain.get_size()) {
     return absl::InvalidArgumentError("constant does not match its oneDNN desc");
   }
-  memory src(plain, ctx.engine, const_cast<void*>(t.raw()));
-  memory dst(want, ctx.engine);
-  dnnl::stream s(ctx.engine);
-  dnnl::reorder(src, dst).execute(s, src, dst);
-  s.wait();
-  ctx.weight_bytes += static_cast<int64_t>(want.get_size());
-  return dst;
+  const size_t bytes = want.get_size();
+  ctx.weight_bytes += static_cast<int64_t>(bytes);
+  const std::string key = t.owner() ? PackKey(t, plain, want) : std::string();
+  std::shared_ptr<void> packed = key.empty() ? nullptr : SharedPacks::Get().Find(key, t);
+  if (packed) {
+    ctx.shared_weight_bytes += static_cast<int64_t>(bytes);
+  } else {
+    packed = std::shared_ptr<void>(std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64)), std::free);
+    if (!packed) return absl::ResourceExhaustedError("cannot allocate a prepacked constant");
+    memory src(plain, ctx.engine, const_cast<void*>(t.raw()));
+    memory dst(want, ctx.engine, packed.get());
+    dnnl::stream s(ctx.engine);
+    dnnl::reorder(src, dst).execute(s, src, dst);
+    s.wait();
+    if (!key.empty()) SharedPacks::Get().Add(key, t, packed);
+  }
+  ctx.packed_weights.push_back(packed);
+  return memory(want, ctx.engine, packed.get());
 }
 
 bool IsReferenceImpl(const std::string& impl) { return impl.rfind("ref", 0) == 0; }

@@ -72,6 +72,10 @@ struct BuildContext {
   int scratch_slot = -1;
   int64_t scratchpad_bytes = 0;
   int64_t weight_bytes = 0;
+  int64_t shared_weight_bytes = 0;  // of weight_bytes, packed by another engine (SharedPacks)
+  // Prepacked constants this engine uses, possibly shared with other engines (see
+  // PrepackConstant): kept alive as long as the engine is.
+  std::vector<std::shared_ptr<void>> packed_weights;
   int64_t step = 0;       // the node being built
   KernelList* pre = nullptr;   // kernels to run before the node's kernel (reorders)
   KernelList* post = nullptr;  // kernels to run after it
@@ -126,7 +130,10 @@ class DnnlCall {
 std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const dnnl::memory::desc& src_md,
                                        int dst, const dnnl::memory::desc& dst_md);
 
-// Copies a constant tensor (reordered from its plain desc) into memory of desc `want`.
+// Copies a constant tensor (reordered from its plain desc) into memory of desc `want`. The
+// packed copy is shared between engines of this process that pack the same constant (same
+// buffer, still alive) into the same desc: a model's batch buckets and instances, built from
+// one graph or from the engine cache's mapped blobs, keep one copy of each weight.
 absl::StatusOr<dnnl::memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
                                              const dnnl::memory::desc& plain,
                                              const dnnl::memory::desc& want);

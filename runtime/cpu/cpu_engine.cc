@@ -163,6 +163,7 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
   info_.batch = input_specs_.empty() || input_specs_[0].shape.empty()
                     ? 1 : input_specs_[0].shape[0];
   info_.weight_bytes = ctx_.weight_bytes;
+  info_.shared_weight_bytes = ctx_.shared_weight_bytes;
   // The warm-up touches every buffer and primes oneDNN's JIT; on all-zero inputs a fallback
   // op may legitimately refuse (integer division by zero), which says nothing about the
   // engine, so its status is not an error.

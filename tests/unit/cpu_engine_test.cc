@@ -772,6 +772,56 @@ TEST(CpuEngineBuild, ConstantOnlyNodesAreEvaluatedOnceAtBuild) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+std::unique_ptr<Graph> ConvReluGraph(const Tensor& w) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 4, 8, 8});
+  b.Output(b.Op("Relu", {b.Op("Conv", {x, b.Constant("w", w)}, {{"pads", Ints({1, 1, 1, 1})}})}));
+  return b.Build();
+}
+
+std::vector<Tensor> RunOn(runtime::Engine& e, const Tensor& x) {
+  std::vector<Tensor> outs;
+  EXPECT_TRUE(e.Run({x}, outs).ok());
+  return outs;
+}
+
+// Engines built from one compiled graph (a model's batch buckets and instances) hold one
+// prepacked copy of each weight, which outlives the engine that packed it; equal weights in
+// another buffer are packed again (sharing follows the constant's identity, never its value).
+TEST(CpuEngineBuild, EnginesOfOneGraphShareThePrepackedWeights) {
+  const Tensor w = Random({8, 4, 3, 3}, 23);
+  absl::StatusOr<CompiledGraph> c = CompileGraph(*ConvReluGraph(w), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  cpu::CpuEngineOptions one;  // a single build each (tuning builds candidates, which share too)
+  one.layout = cpu::ActivationLayout::kPrimitive;
+  one.tune_threads = false;
+  auto first = cpu::BuildCpuEngine(*c, one);
+  auto second = cpu::BuildCpuEngine(*c, one);
+  ASSERT_TRUE(first.ok() && second.ok());
+  const runtime::EngineInfo &a = (*first)->info(), &b = (*second)->info();
+  EXPECT_GT(a.weight_bytes, 0);
+  EXPECT_EQ(a.shared_weight_bytes, 0);
+  EXPECT_EQ(b.shared_weight_bytes, a.weight_bytes);
+  const Tensor x = Random({2, 4, 8, 8}, 24);
+  auto want = ref::Run(*c->graph, {{"x", x}});
+  ASSERT_TRUE(want.ok());
+  const std::vector<Tensor> from_first = RunOn(**first, x);
+  first->reset();  // the packed weights stay with the engine still using them
+  const std::vector<Tensor> from_second = RunOn(**second, x);
+  ASSERT_EQ(from_first.size(), 1u);
+  ASSERT_EQ(from_second.size(), 1u);
+  const Tensor& r = want->begin()->second;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    ASSERT_EQ(from_first[0].GetDouble(i), from_second[0].GetDouble(i)) << i;
+    ASSERT_NEAR(from_second[0].GetDouble(i), r.GetDouble(i), 1e-4 + 1e-4 * std::abs(r.GetDouble(i)));
+  }
+  absl::StatusOr<CompiledGraph> copy = CompileGraph(*ConvReluGraph(w.Clone()), {});
+  ASSERT_TRUE(copy.ok());
+  auto other = cpu::BuildCpuEngine(*copy, one);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->info().shared_weight_bytes, 0);
+}
+
 // DenseNet's pre-activation: a concat, then BatchNorm as per-channel Mul and Add, then ReLU,
 // then a convolution. The element-wise ops read and write the convolutions' layout.
 TEST(CpuEngineLayouts, PerChannelElementwiseStaysInTheConvolutionsLayout) {
