@@ -14,6 +14,8 @@
 
 #include <httplib.h>
 
+#include "tests/server/free_port.h"
+
 namespace kiln::server {
 
 class KilndProcess {
@@ -83,5 +85,29 @@ class KilndProcess {
   pid_t pid_ = -1;
   int exit_status_ = -1;
 };
+
+// kilnd's two ports, as StartOnFreePorts chose them.
+struct Ports {
+  int grpc = 0, http = 0;
+};
+
+// Starts `p` on two fresh ports; `write_config(ports)` writes the config for them and returns
+// its path. A port FreePort handed out may be taken by a parallel test before kilnd binds it
+// (kilnd then exits: "cannot listen"): a server that exits at once is started again on fresh
+// ports, up to three times (one that cannot start for another reason still ends exited).
+template <typename WriteConfig>
+Ports StartOnFreePorts(KilndProcess& p, WriteConfig&& write_config,
+                       const std::vector<std::string>& extra = {}) {
+  Ports ports;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ports.grpc = FreePort();
+    do {
+      ports.http = FreePort();
+    } while (ports.http == ports.grpc);
+    p.Start(write_config(ports), ports.http, extra);
+    if (p.running()) break;
+  }
+  return ports;
+}
 
 }  // namespace kiln::server

@@ -34,13 +34,15 @@ class MetricsServer : public ::testing::Test {
     const fs::path src = fs::path(std::getenv("KILN_SOURCE_DIR")) / "config/models/example";
     fs::create_directories(dir_ / "models");
     fs::copy(src, dir_ / "models" / "example", fs::copy_options::recursive);
-    grpc_port_ = FreePort();
-    http_port_ = FreePort();
-    std::ofstream(dir_ / "server.yaml")
-        << "server: {grpc_address: '127.0.0.1:" << grpc_port_
-        << "', http_address: '127.0.0.1:" << http_port_ << "'}\nmodel_repository: '"
-        << (dir_ / "models").string() << "'\nlog: {level: warn}\n";
-    kilnd_.Start((dir_ / "server.yaml").string(), http_port_);
+    const Ports ports = StartOnFreePorts(kilnd_, [&](const Ports& p) {
+      std::ofstream(dir_ / "server.yaml")
+          << "server: {grpc_address: '127.0.0.1:" << p.grpc
+          << "', http_address: '127.0.0.1:" << p.http << "'}\nmodel_repository: '"
+          << (dir_ / "models").string() << "'\nlog: {level: warn}\n";
+      return (dir_ / "server.yaml").string();
+    });
+    grpc_port_ = ports.grpc;
+    http_port_ = ports.http;
     http_ = std::make_unique<httplib::Client>("127.0.0.1", http_port_);
     // /readyz turns 200 once the example is READY (it is the only model).
     for (int i = 0; i < 1200; ++i) {

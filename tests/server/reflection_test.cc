@@ -26,14 +26,15 @@ class Reflection : public ::testing::Test {
     fs::create_directories(dir_ / "models");
     fs::copy(fs::path(std::getenv("KILN_SOURCE_DIR")) / "config/models/example", dir_ / "models/example",
              fs::copy_options::recursive);
-    const int grpc_port = FreePort(), http_port = FreePort();
-    std::ofstream(dir_ / "server.yaml") << "server: {grpc_address: '127.0.0.1:" << grpc_port
-                                        << "', http_address: '127.0.0.1:" << http_port
-                                        << "'}\nmodel_repository: '" << (dir_ / "models").string()
-                                        << "'\nlog: {level: warn}\n";
-    kilnd_.Start((dir_ / "server.yaml").string(), http_port);
+    const Ports ports = StartOnFreePorts(kilnd_, [&](const Ports& p) {
+      std::ofstream(dir_ / "server.yaml") << "server: {grpc_address: '127.0.0.1:" << p.grpc
+                                          << "', http_address: '127.0.0.1:" << p.http
+                                          << "'}\nmodel_repository: '" << (dir_ / "models").string()
+                                          << "'\nlog: {level: warn}\n";
+      return (dir_ / "server.yaml").string();
+    });
     stub_ = refl::ServerReflection::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", grpc_port), grpc::InsecureChannelCredentials()));
+        absl::StrCat("127.0.0.1:", ports.grpc), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     stub_.reset();

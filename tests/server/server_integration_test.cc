@@ -49,13 +49,15 @@ class Kilnd {
     return k;
   }
   void Start() {
-    grpc_port_ = FreePort();
-    http_port_ = FreePort();
-    std::ofstream(dir_ / "server.yaml")
-        << "server: {grpc_address: '127.0.0.1:" << grpc_port_ << "', http_address: '127.0.0.1:"
-        << http_port_ << "', auth_token: '" << kToken << "', max_model_bytes: 100000}\n"
-        << "model_repository: '" << (dir_ / "models").string() << "'\nlog: {level: warn}\n";
-    process_.Start((dir_ / "server.yaml").string(), http_port_, extra_args_);
+    const Ports ports = StartOnFreePorts(process_, [&](const Ports& p) {
+      std::ofstream(dir_ / "server.yaml")
+          << "server: {grpc_address: '127.0.0.1:" << p.grpc << "', http_address: '127.0.0.1:"
+          << p.http << "', auth_token: '" << kToken << "', max_model_bytes: 100000}\n"
+          << "model_repository: '" << (dir_ / "models").string() << "'\nlog: {level: warn}\n";
+      return (dir_ / "server.yaml").string();
+    }, extra_args_);
+    grpc_port_ = ports.grpc;
+    http_port_ = ports.http;
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
                                    grpc::InsecureChannelCredentials());
     infer_ = v1::InferenceService::NewStub(channel_);

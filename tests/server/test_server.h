@@ -109,27 +109,22 @@ class TestServer {
   pid_t pid() const { return process_.pid(); }
   KilndProcess& process() { return process_; }
 
-  // Starts kilnd; `server_yaml` adds keys to the `server:` map, `root_yaml` top-level lines.
-  // A port FreePort handed out may be taken by a parallel test before kilnd binds it (kilnd
-  // then exits: "cannot listen"): a server that exits at once is started again on fresh
-  // ports, up to three times (one that cannot start for another reason still ends exited).
+  // Starts kilnd (on fresh ports: StartOnFreePorts); `server_yaml` adds keys to the `server:`
+  // map, `root_yaml` top-level lines.
   void Start(const std::string& server_yaml = "", const std::string& root_yaml = "",
              const std::vector<std::string>& args = {}) {
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      grpc_port_ = FreePort();
-      do {
-        http_port_ = FreePort();
-      } while (http_port_ == grpc_port_);
+    const Ports ports = StartOnFreePorts(process_, [&](const Ports& p) {
       std::ofstream(dir_ / "server.yaml")
-          << "server: {grpc_address: '127.0.0.1:" << grpc_port_
-          << "', http_address: '127.0.0.1:" << http_port_ << "', drain_timeout_ms: 2000"
+          << "server: {grpc_address: '127.0.0.1:" << p.grpc
+          << "', http_address: '127.0.0.1:" << p.http << "', drain_timeout_ms: 2000"
           << (server_yaml.empty() ? "" : ", ") << server_yaml << "}\n"
           << "model_repository: '" << repo().string() << "'\nlog: {level: warn}\n"
           << "model_defaults: {max_batch_size: 2, device: reference}\n"
           << root_yaml;
-      process_.Start((dir_ / "server.yaml").string(), http_port_, args);
-      if (process_.running()) break;
-    }
+      return (dir_ / "server.yaml").string();
+    }, args);
+    grpc_port_ = ports.grpc;
+    http_port_ = ports.http;
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
                                    grpc::InsecureChannelCredentials());
     infer_ = v1::InferenceService::NewStub(channel_);

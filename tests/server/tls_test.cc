@@ -49,13 +49,15 @@ class Tls : public ::testing::Test {
   // kilnd with the example model and the given tls section.
   void StartKilnd(const std::string& tls_yaml) {
     const fs::path models = Dir() / "models";
-    grpc_port_ = FreePort();
-    http_port_ = FreePort();
-    const fs::path config = Dir() / "server.yaml";
-    std::ofstream(config) << "server: {grpc_address: '127.0.0.1:" << grpc_port_
-                          << "', http_address: '127.0.0.1:" << http_port_ << "', tls: " << tls_yaml
-                          << "}\nmodel_repository: '" << models.string() << "'\nlog: {level: warn}\n";
-    kilnd_.Start(config.string(), http_port_);
+    const Ports ports = StartOnFreePorts(kilnd_, [&](const Ports& p) {
+      const fs::path config = Dir() / "server.yaml";
+      std::ofstream(config) << "server: {grpc_address: '127.0.0.1:" << p.grpc
+                            << "', http_address: '127.0.0.1:" << p.http << "', tls: " << tls_yaml
+                            << "}\nmodel_repository: '" << models.string() << "'\nlog: {level: warn}\n";
+      return config.string();
+    });
+    grpc_port_ = ports.grpc;
+    http_port_ = ports.http;
   }
   std::string Pem(const std::string& name) { return ReadFile(Dir() / name); }
   std::shared_ptr<grpc::Channel> Channel(const std::shared_ptr<grpc::ChannelCredentials>& creds) {
