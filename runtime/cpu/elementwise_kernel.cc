@@ -39,6 +39,10 @@ struct Operand {
   // False for an input no instruction reads as data (the constant scale and zero point of a
   // Q/DQ instruction, which the instruction carries): never loaded.
   bool used = true;
+  // > 0: the operand repeats along the innermost dim with this period (a per-channel operand
+  // once the spatial dims are merged into the row, MergeSpatialIntoRows); its tile is the
+  // period's values repeated, filled once per row. The tile length is a multiple of it.
+  int64_t period = 0;
 };
 
 
@@ -48,6 +52,7 @@ struct Cursor {
   std::vector<float> regs;
   std::vector<const float*> ptrs;
   std::vector<int64_t> index, offsets;
+  std::vector<int64_t> filled;  // per periodic operand: the offset its register holds, or -1
 };
 
 class ElementwiseKernel : public CpuKernel {
@@ -58,17 +63,22 @@ class ElementwiseKernel : public CpuKernel {
       : in_(std::move(in)), prog_(std::move(prog)), out_(out), shape_(std::move(shape)),
         out_dtype_(out_dtype), out_size_(static_cast<int64_t>(DTypeSize(out_dtype))) {
     if (shape_.empty()) shape_ = {1};
+    Coalesce();
     inner_ = shape_.back();
     cursors_.resize(static_cast<size_t>(std::max(1, threads)));
     for (const Operand& o : in_) row_loads_ = row_loads_ || (o.used && !o.dense);
     for (const Instr& i : prog_) {
       if (i.op == Op::kQuantize || i.op == Op::kDequantize) tile_ = kQuantTile;
     }
+    for (const Operand& o : in_) {
+      if (o.period > 0) tile_ = o.period >= tile_ ? o.period : tile_ / o.period * o.period;
+    }
     for (Cursor& c : cursors_) {
       c.regs.assign((in_.size() + prog_.size()) * tile_, 0.f);
       c.ptrs.assign(in_.size() + prog_.size(), nullptr);
       c.index.assign(shape_.size(), 0);
       c.offsets.assign(in_.size(), 0);
+      c.filled.assign(in_.size(), -1);
     }
   }
 
@@ -100,16 +110,18 @@ class ElementwiseKernel : public CpuKernel {
     ForEachChunk(rows * tiles, total >= kParallelElements, static_cast<int>(cursors_.size()),
                  [&](int t, int64_t u0, int64_t u1) {
                    Cursor& c = cursors_[t];
-                   int64_t row = u0 / tiles;
+                   int64_t row = u0 / tiles, tile = u0 % tiles;  // no division per tile
                    Seek(c, row);
+                   std::fill(c.filled.begin(), c.filled.end(), -1);  // inputs change per run
                    for (int64_t u = u0; u < u1; ++u) {
-                     if (u / tiles != row) {
-                       Advance(c);
-                       row = u / tiles;
-                     }
-                     const int64_t t0 = (u % tiles) * tile_, n = std::min(tile_, inner_ - t0);
+                     const int64_t t0 = tile * tile_, n = std::min(tile_, inner_ - t0);
                      LoadInputs(ctx, c, t0, n);
                      Compute(c, y + (row * inner_ + t0) * out_size_, n);
+                     if (++tile == tiles && u + 1 < u1) {
+                       tile = 0;
+                       ++row;
+                       Advance(c);
+                     }
                    }
                  });
     return absl::OkStatus();
@@ -117,6 +129,28 @@ class ElementwiseKernel : public CpuKernel {
 
  private:
   float* Reg(Cursor& c, size_t r) const { return c.regs.data() + r * tile_; }
+
+  // Merges adjacent dims that every operand walks as one (stride[d] == stride[d + 1] *
+  // size[d + 1], zeros included): a per-channel operand of a plain [8, 224, 56, 56] makes
+  // rows of 3136 instead of 56, each row one dispatch and one odometer step (BatchNorm as
+  // Mul+Add+Relu there: 1.8 ms, a Relu alone 0.38 ms). Periodic operands
+  // (MergeSpatialIntoRows) have their rows already.
+  void Coalesce() {
+    for (const Operand& o : in_) {
+      if (o.period > 0 || o.strides.size() != shape_.size()) return;
+    }
+    for (int64_t d = static_cast<int64_t>(shape_.size()) - 2; d >= 0; --d) {
+      bool joint = true;
+      for (const Operand& o : in_) joint = joint && o.strides[d] == o.strides[d + 1] * shape_[d + 1];
+      if (!joint) continue;
+      shape_[d] *= shape_[d + 1];
+      shape_.erase(shape_.begin() + d + 1);
+      for (Operand& o : in_) {
+        o.strides[d] = o.strides[d + 1];
+        o.strides.erase(o.strides.begin() + d + 1);
+      }
+    }
+  }
 
   // n elements of a converted input, from element `start` with stride `stride`, as floats.
   static void Convert(const ExecContext& ctx, const Operand& o, int64_t start, int64_t stride,
@@ -140,6 +174,26 @@ class ElementwiseKernel : public CpuKernel {
       }
       const float* base = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + c.offsets[k];
       const int64_t s = in_[k].strides.back();
+      if (in_[k].period > 0) {  // every tile of the row starts at a whole period
+        float* r = Reg(c, k);
+        if (c.filled[k] != c.offsets[k]) {
+          const int64_t p = in_[k].period;
+          for (int64_t i = 0; i < p; ++i) r[i] = base[i * s];
+          for (int64_t i = p; i < tile_; ++i) r[i] = r[i - p];
+          c.filled[k] = c.offsets[k];
+        }
+        c.ptrs[k] = r;
+        continue;
+      }
+      if (s == 0) {  // broadcast along the row: one fill per row, not per tile
+        float* r = Reg(c, k);
+        if (c.filled[k] != c.offsets[k]) {
+          std::fill(r, r + tile_, *base);
+          c.filled[k] = c.offsets[k];
+        }
+        c.ptrs[k] = r;
+        continue;
+      }
       if (s == 1) {
         c.ptrs[k] = base + t0;  // contiguous: read in place
         continue;
@@ -427,6 +481,34 @@ std::vector<int64_t> DenseStrides(const std::vector<int64_t>& dims) {
   return st;
 }
 
+// The per-channel operands of a layout program are constant over the spatial dims, so those
+// dims and the innermost (the channels, or a block of them) merge into one row that each
+// per-channel operand repeats with the innermost size as its period: rows of a 16-channel
+// block (or of a few channels, channels-last) otherwise cost a dispatch and an odometer step
+// each. Returns the iteration dims and rewrites the operands' strides; unchanged when a row
+// would stay shorter than a tile.
+std::vector<int64_t> MergeSpatialIntoRows(const std::vector<int64_t>& dims, ChannelLayout layout,
+                                          std::vector<Operand>& in) {
+  const size_t first = layout == ChannelLayout::kBlocked ? 2 : 1;  // of the spatial dims
+  const int64_t inner = dims.back();
+  int64_t spatial = 1;
+  for (size_t d = first; d + 1 < dims.size(); ++d) spatial *= dims[d];
+  if (spatial == 1 || spatial * inner < kTile) return dims;
+  std::vector<int64_t> merged(dims.begin(), dims.begin() + first);
+  merged.push_back(spatial * inner);
+  for (Operand& o : in) {
+    if (o.dense) {
+      o.strides = DenseStrides(merged);
+      continue;
+    }
+    std::vector<int64_t> st(o.strides.begin(), o.strides.begin() + first);
+    st.push_back(o.strides.back());
+    o.strides = std::move(st);
+    o.period = inner;
+  }
+  return merged;
+}
+
 // The element-wise work in the layout a convolution left its activation in (channels-last
 // or whole channel blocks): DenseNet's pre-activation BatchNorm+ReLU and the like no longer
 // reorder to plain and back. Every operand is either the activation's shape (read in that
@@ -460,7 +542,8 @@ std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& 
     in.push_back({plain, PerChannelStrides(*pc, y, layout, block), false});
   }
   const int y_slot = ctx.WriteAs(out, ChannelLayoutDesc(y, layout, block));
-  return std::make_unique<ElementwiseKernel>(std::move(in), prog, y_slot, dims,
+  std::vector<int64_t> iter = MergeSpatialIntoRows(dims, layout, in);
+  return std::make_unique<ElementwiseKernel>(std::move(in), prog, y_slot, std::move(iter),
                                              omp_get_max_threads());
 }
 

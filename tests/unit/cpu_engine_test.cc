@@ -772,6 +772,26 @@ TEST(CpuEngineBuild, ConstantOnlyNodesAreEvaluatedOnceAtBuild) {
   EXPECT_EQ(o.engine->info().fallback_ops, 0);
 }
 
+// Per-channel and per-image (squeeze-excitation) operands over a long spatial extent, as one
+// fused program: in the plain layout H and W coalesce into rows of 400; after a convolution
+// (channels-last or 8/16-channel blocks) the spatial dims merge into rows the per-channel
+// operands repeat along, with a period (24) that does not divide the 256-element tile.
+TEST(CpuEngineOwnKernels, PerChannelProgramsOverLongRows) {
+  for (bool after_conv : {false, true}) {
+    SCOPED_TRACE(after_conv ? "convolution layout" : "plain layout");
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {2, 24, 20, 20});
+    Value* a = after_conv ? b.Op("Conv", {x, b.Constant("w", Random({24, 24, 1, 1}, 91))}) : x;
+    Value* scaled = b.Op("Mul", {a, b.Constant("s", Random({24, 1, 1}, 92))});
+    Value* shifted = b.Op("Add", {scaled, b.Constant("t", Random({2, 24, 1, 1}, 93))});
+    Value* y = b.Op("Relu", {shifted});
+    if (after_conv) y = b.Op("Conv", {y, b.Constant("w2", Random({8, 24, 1, 1}, 94))});
+    b.Output(y);
+    Outcome o = ExpectMatchesReference(b.Build(), 0, OptLevel::kO2);
+    ASSERT_NE(o.engine, nullptr);
+  }
+}
+
 std::unique_ptr<Graph> ConvReluGraph(const Tensor& w) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 4, 8, 8});
