@@ -2,6 +2,7 @@
 // rules (symbolic dims, constant folding of shape subgraphs).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -140,6 +141,31 @@ TEST(TensorKernels, TransposeDefaultReversesAnyDType) {
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(y->shape(), (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(y->ToInt64Vector(), (std::vector<int64_t>{0, 3, 1, 4, 2, 5}));
+}
+
+// Every permutation of a [3, 17, 33, 2] tensor (the last-two swap goes in 16 x 16 tiles, with
+// sizes that are not whole tiles; the others row by row) against the index formula, in each
+// element size.
+TEST(TensorKernels, TransposeEveryPermutationAndElementSize) {
+  const std::vector<int64_t> shape = {3, 17, 33, 2};
+  for (DType dt : {DType::kUInt8, DType::kInt16, DType::kFloat32, DType::kInt64}) {
+    const Tensor x = Iota(shape, dt);
+    std::vector<int64_t> perm = {0, 1, 2, 3};
+    do {
+      auto y = RunOp("Transpose", x, {}, {{"perm", Attribute::Ints(perm)}});
+      ASSERT_TRUE(y.ok()) << y.status();
+      std::vector<int64_t> out(4), idx(4, 0);
+      for (int d = 0; d < 4; ++d) out[d] = shape[perm[d]];
+      ASSERT_EQ(y->shape(), out);
+      const std::vector<int64_t> st = {17 * 33 * 2, 33 * 2, 2, 1};
+      for (int64_t i = 0; i < y->numel(); ++i) {
+        int64_t src = 0;
+        for (int d = 0; d < 4; ++d) src += idx[d] * st[perm[d]];
+        ASSERT_EQ(y->GetInt(i), x.GetInt(src)) << "perm " << perm[0] << perm[1] << perm[2] << perm[3];
+        for (int d = 3; d >= 0 && ++idx[d] == out[d]; --d) idx[d] = 0;
+      }
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
 }
 
 TEST(TensorKernels, DepthToSpaceModes) {
