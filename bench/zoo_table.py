@@ -3,18 +3,23 @@
 
     zoo_table.py RESULTS_DIR
 
-RESULTS_DIR holds compare_<isa>.json (bench/compare_ort.js --json, one per ISA level) and
+RESULTS_DIR holds compare_<isa>.json (bench/compare_ort.js --json, one per ISA level),
+optionally rerun_<isa>.json (a second, later measurement of some models, whose rows replace
+the first's: bench/zoo.sh re-measures every model with a ratio above 1.0) and
 load_times.jsonl (bench/load_times.sh). Prints a Markdown table: per model and ISA level,
-Kiln's and ONNX Runtime's p50 at batch 1 and 8 and their ratio, the ops on fallback or slow
-kernels, and the cold/warm load time; then the rows whose ratio is above 1.0, worst first.
+Kiln's and ONNX Runtime's p50 at batch 1 and 8 and their ratio (marked * where re-measured),
+the ops on fallback or slow kernels, and the cold/warm load time; then the rows whose ratio
+is above 1.0, worst first.
 """
 import json
 import os
 import sys
 
 
-def load_compare(path):
+def load_compare(path, rerun_path=None):
     rows = json.load(open(path))["rows"]
+    if rerun_path and os.path.exists(rerun_path):
+        rows += [dict(r, rerun=True) for r in json.load(open(rerun_path))["rows"]]
     by = {}
     for r in rows:
         by.setdefault(r["model"], {})[r.get("batch", "error")] = r
@@ -39,7 +44,8 @@ def main():
             if line.strip():
                 r = json.loads(line)
                 loads[r["model"]] = r
-    tables = {isa: load_compare(os.path.join(d, f"compare_{isa}.json")) for isa in isas}
+    tables = {isa: load_compare(os.path.join(d, f"compare_{isa}.json"),
+                                os.path.join(d, f"rerun_{isa}.json")) for isa in isas}
     models = sorted(set().union(*[set(t) for t in tables.values()]) | set(loads))
     print("| model | ISA | Kiln b1 ms | ORT b1 ms | b1 ratio | Kiln b8 ms | ORT b8 ms | b8 ratio "
           "| fallback / slow ops | load cold s | load warm s |")
@@ -57,7 +63,8 @@ def main():
             ld = loads.get(m, {}) if isa == isas[0] else {}
             cells = [m, isa]
             for b in (b1, b8):
-                cells += [fmt(b and b["kiln_p50"]), fmt(b and b["ort_p50"]), fmt(b and b["ratio"])]
+                mark = "*" if b and b.get("rerun") else ""
+                cells += [fmt(b and b["kiln_p50"]), fmt(b and b["ort_p50"]), fmt(b and b["ratio"]) + mark]
                 if b and b["ratio"] > 1.0:
                     worst.append((b["ratio"], m, isa, b["batch"]))
             cells += [ops or "none", ld.get("cold_s", ""), ld.get("warm_s") or ""]
