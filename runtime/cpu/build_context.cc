@@ -1,7 +1,5 @@
 #include "runtime/cpu/build_context.h"
 
-#include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -301,8 +299,9 @@ absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
   if (packed) {
     ctx.shared_weight_bytes += static_cast<int64_t>(bytes);
   } else {
-    packed = std::shared_ptr<void>(std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64)), std::free);
-    if (!packed) return absl::ResourceExhaustedError("cannot allocate a prepacked constant");
+    // A 64-byte aligned buffer from the IR's allocator, which throws on failure as oneDNN's
+    // own allocation did.
+    packed = Tensor::Uninitialized(DType::kUInt8, {static_cast<int64_t>(bytes)}).owner();
     memory src(plain, ctx.engine, const_cast<void*>(t.raw()));
     memory dst(want, ctx.engine, packed.get());
     dnnl::stream s(ctx.engine);

@@ -174,21 +174,18 @@ class ElementwiseKernel : public CpuKernel {
       }
       const float* base = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + c.offsets[k];
       const int64_t s = in_[k].strides.back();
-      if (in_[k].period > 0) {  // every tile of the row starts at a whole period
+      if (in_[k].period > 0 || s == 0) {
+        // The same tile all along the row (a periodic operand: every tile starts at a whole
+        // period; a broadcast one: one value), filled once per row, not once per tile.
         float* r = Reg(c, k);
         if (c.filled[k] != c.offsets[k]) {
-          const int64_t p = in_[k].period;
+          const int64_t p = std::max<int64_t>(in_[k].period, 1);
           for (int64_t i = 0; i < p; ++i) r[i] = base[i * s];
-          for (int64_t i = p; i < tile_; ++i) r[i] = r[i - p];
-          c.filled[k] = c.offsets[k];
-        }
-        c.ptrs[k] = r;
-        continue;
-      }
-      if (s == 0) {  // broadcast along the row: one fill per row, not per tile
-        float* r = Reg(c, k);
-        if (c.filled[k] != c.offsets[k]) {
-          std::fill(r, r + tile_, *base);
+          if (p == 1) {
+            std::fill(r + 1, r + tile_, r[0]);
+          } else {
+            for (int64_t i = p; i < tile_; ++i) r[i] = r[i - p];
+          }
           c.filled[k] = c.offsets[k];
         }
         c.ptrs[k] = r;

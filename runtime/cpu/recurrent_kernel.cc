@@ -11,19 +11,17 @@
 #include <optional>
 
 #include "runtime/cpu/isa.h"
+#include "runtime/cpu/elementwise_ops.h"
 #include "runtime/cpu/own_kernels.h"
-#include "runtime/cpu/vector_math.h"
 
 namespace kiln::cpu {
 namespace {
 
-// The hot loops, compiled per ISA level (isa.h): built for baseline x86-64, the kernel ran
-// them 4 floats wide and without the vectorized exp (rnn_tagger b8: 0.94 ms, ORT 0.27).
-
 // out[j] += sum_k in[k] * m[k * ld + j] for j < n: a vector-matrix product as axpys over the
-// rows of m (contiguous, no reassociated sums).
-// Columns go in blocks of kCols kept in registers across k (4 AVX-512 / 8 AVX2 vectors):
-// out is loaded and stored once per block, not once per k. Each sum keeps its k order.
+// rows of m (contiguous, no reassociated sums), compiled per ISA level (isa.h; built for
+// baseline x86-64 it ran 4 floats wide). Columns go in blocks of kCols kept in registers
+// across k (4 AVX-512 / 8 AVX2 vectors): out is loaded and stored once per block, not once
+// per k. Each sum keeps its k order.
 KILN_ISA_BODY void AxpyRowsBody(const float* in, int64_t k_count, const float* m, int64_t ld,
                                 float* out, int64_t n) {
   constexpr int64_t kCols = 64;
@@ -49,16 +47,6 @@ KILN_ISA_VERSIONS(void, AxpyRows,
                    int64_t n),
                   (in, k_count, m, ld, out, n))
 
-KILN_ISA_BODY void SigmoidBody(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = 1.f / (1.f + vmath::Exp(-x[i]));
-}
-KILN_ISA_VERSIONS(void, Sigmoid, (float* x, int64_t n), (x, n))
-
-KILN_ISA_BODY void TanhBody(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = vmath::Tanh(x[i]);
-}
-KILN_ISA_VERSIONS(void, Tanh, (float* x, int64_t n), (x, n))
-
 enum class Cell { kRnn, kGru, kLstm };
 
 struct Act {
@@ -81,12 +69,14 @@ struct Act {
     }
     return x;
   }
-  // x[i] = act(x[i]) over n values. The switch is outside the loop so the common gates
-  // (sigmoid, tanh) run vectorized on vmath's exp/tanh instead of a libm call per value.
+  // x[i] = act(x[i]) over n values. The common gates (sigmoid, tanh) run on the element-wise
+  // kernels' per-ISA loops (vectorized exp/tanh) instead of a libm call per value.
   void Apply(float* x, int64_t n) const {
+    static const ew::Instr kSigmoidInstr{ew::Op::kSigmoid, {}, 0.f, 0.f};
+    static const ew::Instr kTanhInstr{ew::Op::kTanh, {}, 0.f, 0.f};
     switch (kind) {
-      case kSigmoid: return Sigmoid(x, n);
-      case kTanh: return Tanh(x, n);
+      case kSigmoid: return ew::Unary(kSigmoidInstr, x, x, n);
+      case kTanh: return ew::Unary(kTanhInstr, x, x, n);
       default:
         for (int64_t i = 0; i < n; ++i) x[i] = (*this)(x[i]);
     }
@@ -177,9 +167,17 @@ class RecurrentKernel : public CpuKernel {
   const float* XAt(const float* x, int64_t t, int64_t b) const {
     return x + (s_.batch_first ? b * s_.steps + t : t * s_.batch + b) * s_.input;
   }
-  void ClipAll(float* x, int64_t n) const {
-    if (s_.clip <= 0) return;
-    for (int64_t i = 0; i < n; ++i) x[i] = std::clamp(x[i], -s_.clip, s_.clip);
+  // Gate values are clipped, then activated a whole gate at a time (Act::Apply).
+  void Gate(const Act& act, float* x, int64_t n) const {
+    if (s_.clip > 0) {
+      for (int64_t i = 0; i < n; ++i) x[i] = std::clamp(x[i], -s_.clip, s_.clip);
+    }
+    act.Apply(x, n);
+  }
+  // out[0, rows) += in * R^T's columns [first, first + rows) for direction d.
+  void Recur(int64_t d, const float* in, float* out, int64_t first, int64_t rows) const {
+    const int64_t gh = s_.gates * s_.hidden;
+    AxpyRows(in, s_.hidden, rt_.data() + d * s_.hidden * gh + first, gh, out, rows);
   }
 
   // One sequence's buffers: the input projection, gates, state and a temp.
@@ -189,9 +187,7 @@ class RecurrentKernel : public CpuKernel {
   void RunOne(const ExecContext& ctx, int64_t d, int64_t b, float* y, Scratch& w) const;
   void Project(const float* x, int64_t d, int64_t b, int64_t len, bool reverse, Scratch& w) const;
   void Step(int64_t d, const float* xw, Scratch& w) const;
-  template <typename Recur>
-  void LstmGates(const Act* a, Recur& recur, float* g, float* h, float* c, float* tmp,
-                 int64_t d) const;
+  void LstmGates(const Act* a, float* g, float* h, float* c, float* tmp, int64_t d) const;
 
   RnnShape s_;
   RnnSlots io_;
@@ -221,7 +217,6 @@ void RecurrentKernel::Project(const float* x, int64_t d, int64_t b, int64_t len,
 
 void RecurrentKernel::Step(int64_t d, const float* xw, Scratch& ws) const {
   const int64_t H = s_.hidden, gh = s_.gates * H;
-  const float* rt = rt_.data() + d * H * gh;  // R^T: H rows of gh
   const size_t per_dir = s_.acts.size() / s_.dirs;
   const Act* a = s_.acts.data() + d * per_dir;
   float* g = ws.gates.data();
@@ -229,46 +224,37 @@ void RecurrentKernel::Step(int64_t d, const float* xw, Scratch& ws) const {
   float* c = ws.c.data();
   float* tmp = ws.tmp.data();
   std::copy(xw, xw + gh, g);
-  auto recur = [&](const float* in, float* out, int64_t first, int64_t rows) {
-    AxpyRows(in, H, rt + first, gh, out, rows);
-  };
-  // Gate values are clipped, then activated a whole gate at a time (Act::Apply).
-  auto gate = [&](const Act& act, float* x, int64_t n) {
-    ClipAll(x, n);
-    act.Apply(x, n);
-  };
   if (s_.cell == Cell::kRnn) {
-    recur(h, g, 0, gh);
-    gate(a[0], g, H);
+    Recur(d, h, g, 0, gh);
+    Gate(a[0], g, H);
     std::copy(g, g + H, h);
     return;
   }
   if (s_.cell == Cell::kGru) {
-    recur(h, g, 0, 2 * H);  // z and r
-    gate(a[0], g, 2 * H);
+    Recur(d, h, g, 0, 2 * H);  // z and r
+    Gate(a[0], g, 2 * H);
     const float* rbh = b_.data() + d * 2 * gh + gh + 2 * H;
     std::copy(rbh, rbh + H, tmp);
     if (s_.lbr) {
-      recur(h, tmp, 2 * H, H);  // r scales (Rh h + Rbh)
+      Recur(d, h, tmp, 2 * H, H);  // r scales (Rh h + Rbh)
       for (int64_t j = 0; j < H; ++j) tmp[j] *= g[H + j];
     } else {
       for (int64_t j = 0; j < H; ++j) c[j] = g[H + j] * h[j];  // r (.) h, c is free in a GRU
-      recur(c, tmp, 2 * H, H);
+      Recur(d, c, tmp, 2 * H, H);
     }
     float* cand = g + 2 * H;
     for (int64_t j = 0; j < H; ++j) cand[j] += tmp[j];
-    gate(a[1], cand, H);
+    Gate(a[1], cand, H);
     for (int64_t j = 0; j < H; ++j) h[j] = (1 - g[j]) * cand[j] + g[j] * h[j];
     return;
   }
-  LstmGates(a, recur, g, h, c, tmp, d);
+  LstmGates(a, g, h, c, tmp, d);
 }
 
-template <typename Recur>
-void RecurrentKernel::LstmGates(const Act* a, Recur& recur, float* g, float* h, float* c,
-                                float* tmp, int64_t d) const {
+void RecurrentKernel::LstmGates(const Act* a, float* g, float* h, float* c, float* tmp,
+                                int64_t d) const {
   const int64_t H = s_.hidden, gh = s_.gates * H;
-  recur(h, g, 0, gh);
+  Recur(d, h, g, 0, gh);
   float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
   const float* p = p_.empty() ? nullptr : p_.data() + d * 3 * H;  // i, o, f
   if (p) {
@@ -277,21 +263,17 @@ void RecurrentKernel::LstmGates(const Act* a, Recur& recur, float* g, float* h, 
       gf[j] += p[2 * H + j] * c[j];
     }
   }
-  ClipAll(gi, H);
-  a[0].Apply(gi, H);
-  ClipAll(gf, H);
-  a[0].Apply(gf, H);
+  Gate(a[0], gi, H);
+  Gate(a[0], gf, H);
   if (s_.input_forget) {
     for (int64_t j = 0; j < H; ++j) gf[j] = 1 - gi[j];
   }
-  ClipAll(gc, H);
-  a[1].Apply(gc, H);
+  Gate(a[1], gc, H);
   for (int64_t j = 0; j < H; ++j) c[j] = gf[j] * c[j] + gi[j] * gc[j];
   if (p) {
     for (int64_t j = 0; j < H; ++j) go[j] += p[H + j] * c[j];
   }
-  ClipAll(go, H);
-  a[0].Apply(go, H);
+  Gate(a[0], go, H);
   std::copy(c, c + H, tmp);
   a[2].Apply(tmp, H);
   for (int64_t j = 0; j < H; ++j) h[j] = go[j] * tmp[j];
