@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"
+#include "compiler/passes/fold_cache.h"
 #include "compiler/passes/pass.h"
 
 namespace kiln {
@@ -25,6 +26,9 @@ struct PipelineOptions {
   bool verify = true;              // run the IR verifier after every pass
   // Run only the first `prefix` passes of the level (-1: all); the bisection uses it.
   int prefix = -1;
+  // Shared by the compiles of one model (its batch buckets): fold_constants folds each
+  // large constant once (compiler/passes/fold_cache.h). Null: no sharing.
+  std::shared_ptr<passes::FoldCache> fold_cache;
 };
 
 // Passes whose output a backend has no fast kernels for, so they stay off there. "cuda" (or

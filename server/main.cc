@@ -2,7 +2,6 @@
 // (InferenceService, ModelService, the KServe v2 GRPCInferenceService, grpc.health.v1,
 // reflection) and HTTP (/healthz, /readyz, /metrics, the KServe v2 REST API), and on
 // SIGTERM/SIGINT drains in-flight requests before it stops.
-#include <malloc.h>
 
 #include <algorithm>
 #include <csignal>
@@ -17,6 +16,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include "base/heap_scope.h"
 #include "base/huge_pages.h"
 #include "base/openmp_env.h"
 #include "server/config.h"
@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
   // Request and upload buffers of a MiB or more are mapped and unmapped on their own: glibc's
   // adaptive threshold would otherwise keep freed multi-MiB chunks in every worker thread's
   // arena, and RSS would grow with the largest messages seen rather than with the live ones.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // A model load keeps them while it runs (base/heap_scope.h).
+  kiln::SetServingHeap();
   const sigset_t stop_signals = kiln::server::BlockStopSignals();
   std::vector<std::string> args(argv + 1, argv + argc);
   for (const std::string& a : args) {

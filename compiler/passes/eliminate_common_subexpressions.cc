@@ -7,41 +7,16 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "compiler/passes/node_key.h"
+
 namespace kiln::passes {
 namespace {
 
-std::string TensorKey(const Tensor& t) {
-  std::string k = std::to_string(static_cast<int>(t.dtype())) + ShapeToString(t.shape());
-  k.append(static_cast<const char*>(t.raw()), t.nbytes());
-  return k;
-}
-
-std::string AttrKey(const Attribute& a) {
-  std::ostringstream os;
-  os.precision(17);
-  os << static_cast<int>(a.kind) << ':';
-  switch (a.kind) {
-    case Attribute::Kind::kInt: os << a.i; break;
-    case Attribute::Kind::kFloat: os << a.f; break;
-    case Attribute::Kind::kString: os << a.s.size() << a.s; break;
-    case Attribute::Kind::kTensor: os << TensorKey(a.t); break;
-    case Attribute::Kind::kInts: for (int64_t v : a.ints) os << v << ','; break;
-    case Attribute::Kind::kFloats: for (float v : a.floats) os << v << ','; break;
-    case Attribute::Kind::kStrings:
-      for (const auto& s : a.strings) os << s.size() << s;
-      break;
-    case Attribute::Kind::kGraph: os << static_cast<const void*>(a.g.get()); break;  // identity
-  }
-  return os.str();
-}
-
 std::string NodeKey(const Node& n) {
   std::ostringstream os;
-  os << n.domain << '|' << n.op_type << '|';
   for (const Value* in : n.inputs) os << static_cast<const void*>(in) << ',';
   os << '|' << n.outputs.size() << '|';
-  for (const auto& [name, a] : n.attrs) os << name << '=' << AttrKey(a) << ';';
-  return os.str();
+  return OpAndAttrsKey(n) + os.str();
 }
 
 bool Deterministic(const Node& n) {

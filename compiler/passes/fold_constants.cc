@@ -33,6 +33,19 @@ bool WithinSizeCap(const Node& n, const FoldConstantsOptions& options) {
   return out_bytes <= std::max(options.max_growth_bytes, in_bytes);
 }
 
+// The node's outputs over these constant inputs: from the cache when an earlier compile of
+// the same model folded the same buffers, else from the reference kernel.
+absl::StatusOr<std::vector<Tensor>> Evaluate(const Node& n, const ref::KernelInputs& inputs,
+                                             FoldCache* cache) {
+  const bool cached = cache && FoldCache::Worth(inputs);
+  if (cached) {
+    if (std::optional<std::vector<Tensor>> hit = cache->Find(n, inputs)) return std::move(*hit);
+  }
+  absl::StatusOr<std::vector<Tensor>> outs = ref::RunNode(n, inputs);
+  if (cached && outs.ok()) cache->Store(n, inputs, *outs);
+  return outs;
+}
+
 }  // namespace
 
 bool IsDeterministic(const Node& n) {
@@ -54,7 +67,7 @@ absl::StatusOr<bool> FoldConstants(Graph& graph, const FoldConstantsOptions& opt
     if (!AllInputsConstant(n) || !IsDeterministic(n) || !WithinSizeCap(n, options)) continue;
     ref::KernelInputs inputs;
     for (const Value* in : n.inputs) inputs.push_back(in ? &*in->constant : nullptr);
-    absl::StatusOr<std::vector<Tensor>> outs = ref::RunNode(n, inputs);
+    absl::StatusOr<std::vector<Tensor>> outs = Evaluate(n, inputs, options.cache.get());
     if (!outs.ok()) continue;  // the engine reports it at run time, with the real inputs
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       Value* out = n.outputs[i];

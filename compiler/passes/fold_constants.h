@@ -6,8 +6,13 @@
 // Dropout); nodes whose outputs would exceed the size cap (folding must never inflate the
 // model: a Tile or ConstantOfShape to gigabytes stays a node; a DequantizeLinear may grow
 // its 8-bit weights to float32); nodes whose kernel fails.
+// With a FoldCache (shared by the compiles of one model's buckets), a fold over large inputs
+// is looked up before it is computed (compiler/passes/fold_cache.h).
 #pragma once
 
+#include <memory>
+
+#include "compiler/passes/fold_cache.h"
 #include "compiler/passes/pass.h"
 
 namespace kiln::passes {
@@ -15,6 +20,7 @@ namespace kiln::passes {
 struct FoldConstantsOptions {
   // A folded node may produce at most max(this, the bytes of its constant inputs).
   size_t max_growth_bytes = size_t{1} << 16;
+  std::shared_ptr<FoldCache> cache;  // null: every fold is computed
 };
 
 absl::StatusOr<bool> FoldConstants(Graph& graph, const FoldConstantsOptions& options = {});

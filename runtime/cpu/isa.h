@@ -48,8 +48,11 @@ Isa SetActiveIsaForTesting(Isa isa);
 
 // Hot loops of the own kernels are compiled once per level from one always-inline body, and a
 // dispatcher picks the version for ActiveIsa() (not the loader's choice, as GCC's
-// target_clones would: the cap must reach them). Contraction stays off (ISO C++ mode), so
-// every version computes the same float results, reductions aside (their lanes reassociate).
+// target_clones would: the cap must reach them). GCC contracts a * b + c into an FMA in C++
+// wherever the target has one, so the AVX2 and AVX-512 versions may differ from the baseline
+// one in the last bits (as reductions do, whose lanes reassociate); tests compare them with
+// tolerances. The reference interpreter's product, which must not differ, is built without
+// contraction (runtime/reference/gemm_f64.h).
 //
 //   KILN_ISA_BODY void FooBody(const float* x, int64_t n) { ... }
 //   KILN_ISA_VERSIONS(void, Foo, (const float* x, int64_t n), (x, n))

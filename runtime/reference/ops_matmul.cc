@@ -1,9 +1,11 @@
-// Gemm and MatMul. Float types accumulate in double; MatMul on integers accumulates in
-// wrapping 64-bit arithmetic and truncates to the output type, which is what numpy's matmul
-// gives for int32/int64/uint* operands. The inner loop is a row of B times one A element
-// added into a row of C (contiguous), blocked over k and n so the B block stays in cache.
+// Gemm and MatMul. Float types accumulate in double (gemm_f64.h: register-tiled, the same
+// bits at every ISA level); MatMul on integers accumulates in wrapping 64-bit arithmetic and
+// truncates to the output type, which is what numpy's matmul gives for int32/int64/uint*
+// operands. The integer loop is a row of B times one A element added into a row of C
+// (contiguous), blocked over k and n so the B block stays in cache.
 #include <algorithm>
 
+#include "runtime/reference/gemm_f64.h"
 #include "runtime/reference/kernel_util.h"
 #include "runtime/reference/nn_ops.h"
 
@@ -32,13 +34,23 @@ void GemmRows(const T* a, const T* b, T* c, int64_t i0, int64_t i1, int64_t k, i
 
 // Rows are independent, so large products split them over the OpenMP team: each element
 // still sums its terms in the same order, so the result is the serial one, bit for bit.
-template <class T>
-void GemmAccumulate(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
+void GemmAccumulate(const uint64_t* a, const uint64_t* b, uint64_t* c, int64_t m, int64_t k,
+                    int64_t n) {
   constexpr int64_t kBlockK = 128, kBlockN = 512, kRows = 8;
 #pragma omp parallel for schedule(static) if (m * n * k >= (int64_t{1} << 20) && m > kRows)
   for (int64_t r0 = 0; r0 < m; r0 += kRows) {
     GemmRows(a, b, c, r0, std::min(m, r0 + kRows), k, n, kBlockK, kBlockN);
   }
+}
+
+void GemmAccumulate(const double* a, const double* b, double* c, int64_t m, int64_t k,
+                    int64_t n) {
+  GemmF64(a, b, c, m, k, n);
+}
+
+void GemmAccumulate(const float* a, const float* b, double* c, int64_t m, int64_t k,
+                    int64_t n) {
+  GemmF64(a, b, c, m, k, n);
 }
 
 // Integer elements as wrapping uint64 (two's complement for signed types).
@@ -79,18 +91,30 @@ absl::StatusOr<MatMulShape> MatMulShapes(const Node& node, std::vector<int64_t> 
   return s;
 }
 
-// Runs every batch entry of a MatMul over already-converted operands.
-template <class T>
-std::vector<T> BatchedMatMul(const MatMulShape& s, const std::vector<T>& a,
-                             const std::vector<T>& b) {
+// Runs every batch entry of a MatMul over operands of element type T, accumulating in Acc.
+template <class Acc, class T>
+std::vector<Acc> BatchedMatMul(const MatMulShape& s, const T* a, const T* b) {
   const int64_t batches = NumElements(s.batch);
-  std::vector<T> c(static_cast<size_t>(batches * s.m * s.n), T{0});
+  std::vector<Acc> c(static_cast<size_t>(batches * s.m * s.n), Acc{0});
   BroadcastIndexer ia(s.a_batch, s.batch), ib(s.b_batch, s.batch);
   for (int64_t bi = 0; bi < batches; ++bi) {
-    GemmAccumulate(a.data() + ia(bi) * s.m * s.k, b.data() + ib(bi) * s.k * s.n,
-                   c.data() + bi * s.m * s.n, s.m, s.k, s.n);
+    GemmAccumulate(a + ia(bi) * s.m * s.k, b + ib(bi) * s.k * s.n, c.data() + bi * s.m * s.n,
+                   s.m, s.k, s.n);
   }
   return c;
+}
+
+// Float MatMul in double: float32 and float64 operands are read in place, the 16-bit types
+// widened first.
+std::vector<double> FloatMatMul(const MatMulShape& s, const Tensor& a, const Tensor& b) {
+  if (a.dtype() == DType::kFloat32) {
+    return BatchedMatMul<double>(s, a.data<float>(), b.data<float>());
+  }
+  if (a.dtype() == DType::kFloat64) {
+    return BatchedMatMul<double>(s, a.data<double>(), b.data<double>());
+  }
+  const std::vector<double> aw = ToDoubles(a), bw = ToDoubles(b);
+  return BatchedMatMul<double>(s, aw.data(), bw.data());
 }
 
 absl::StatusOr<std::vector<Tensor>> MatMul(const Node& node, const KernelInputs& in) {
@@ -100,22 +124,35 @@ absl::StatusOr<std::vector<Tensor>> MatMul(const Node& node, const KernelInputs&
   if (a->dtype() != b->dtype()) return InvalidInput(node, "A and B dtypes differ");
   ASSIGN_OR_RETURN(MatMulShape s, MatMulShapes(node, a->shape(), b->shape()));
   if (IsFloatDType(a->dtype())) {
-    std::vector<double> c = BatchedMatMul(s, ToDoubles(*a), ToDoubles(*b));
-    return std::vector<Tensor>{FromDoubles(a->dtype(), s.out, c)};
+    return std::vector<Tensor>{FromDoubles(a->dtype(), s.out, FloatMatMul(s, *a, *b))};
   }
-  std::vector<uint64_t> c = BatchedMatMul(s, ToWrapped(*a), ToWrapped(*b));
+  const std::vector<uint64_t> aw = ToWrapped(*a), bw = ToWrapped(*b);
+  std::vector<uint64_t> c = BatchedMatMul<uint64_t>(s, aw.data(), bw.data());
   Tensor out(a->dtype(), s.out);
   for (int64_t i = 0; i < out.numel(); ++i) out.SetUInt(i, c[i]);
   return std::vector<Tensor>{std::move(out)};
 }
 
 // v (rows x cols, row-major) transposed.
-std::vector<double> Transposed(const std::vector<double>& v, int64_t rows, int64_t cols) {
-  std::vector<double> t(v.size());
+template <class T>
+std::vector<T> Transposed(const T* v, int64_t rows, int64_t cols) {
+  std::vector<T> t(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = v[r * cols + c];
   }
   return t;
+}
+
+// A (m x k) times B (k x n) in double, each operand stored transposed when its flag says so.
+template <class T>
+std::vector<double> GemmProduct(const T* a, const T* b, bool ta, bool tb, int64_t m, int64_t k,
+                                int64_t n) {
+  std::vector<T> a_t, b_t;
+  if (ta) a = (a_t = Transposed(a, k, m)).data();
+  if (tb) b = (b_t = Transposed(b, n, k)).data();
+  std::vector<double> y(static_cast<size_t>(m * n), 0.0);
+  GemmAccumulate(a, b, y.data(), m, k, n);
+  return y;
 }
 
 absl::StatusOr<std::vector<Tensor>> Gemm(const Node& node, const KernelInputs& in) {
@@ -132,11 +169,13 @@ absl::StatusOr<std::vector<Tensor>> Gemm(const Node& node, const KernelInputs& i
                                   ShapeToString(bt->shape()));
   }
   RETURN_IF_ERROR(CheckedNumel(node, {m, n}).status());
-  std::vector<double> a = ToDoubles(*at), b = ToDoubles(*bt);
-  if (ta) a = Transposed(a, k, m);
-  if (tb) b = Transposed(b, n, k);
-  std::vector<double> y(static_cast<size_t>(m * n), 0.0);
-  GemmAccumulate(a.data(), b.data(), y.data(), m, k, n);
+  std::vector<double> y;
+  if (at->dtype() == DType::kFloat32) {
+    y = GemmProduct(at->data<float>(), bt->data<float>(), ta, tb, m, k, n);
+  } else {
+    const std::vector<double> a = ToDoubles(*at), b = ToDoubles(*bt);
+    y = GemmProduct(a.data(), b.data(), ta, tb, m, k, n);
+  }
   const double alpha = node.GetFloat("alpha", 1.0f), beta = node.GetFloat("beta", 1.0f);
   std::vector<double> c;
   if (in.size() > 2 && in[2]) {

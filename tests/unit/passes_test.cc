@@ -1,6 +1,7 @@
 // Pass tests check structure (changed flag, op counts) and numbers (the reference interpreter
 // on the graph before and after, same inputs).
 #include <cmath>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@ namespace kiln::passes {
 namespace {
 
 using testing::CountOps;
+using testing::FindOp;
 using testing::RunPassAndCompare;
 
 Tensor Input4() { return Tensor::FromFloat({-1.0f, 2.0f, -3.0f, 4.0f}, {2, 2}); }
@@ -150,6 +152,62 @@ TEST(FoldConstants, DequantizedWeightsGrowToFloatButOtherOpsDoNot) {
   ASSERT_TRUE(FoldConstants(*g).ok());
   EXPECT_EQ(CountOps(*g, "DequantizeLinear"), 0);
   EXPECT_EQ(CountOps(*g, "Tile"), 1);
+}
+
+// x [1, 256] times Transpose(W) for a 256x256 weight (256 KiB, above the cache's floor) and
+// plus Transpose(small) for a 4x4 one (below it).
+std::unique_ptr<Graph> TransposedWeightGraph(const Tensor& w, const Tensor& small) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 256});
+  Value* wt = b.Op("Transpose", {b.Constant("w", w)}, {{"perm", Attribute::Ints({1, 0})}});
+  Value* st = b.Op("Transpose", {b.Constant("s", small)}, {{"perm", Attribute::Ints({1, 0})}});
+  b.Output(b.Op("MatMul", {x, wt}));
+  b.Output(st);
+  auto g = b.Build();
+  shape::InferOptions no_fold;
+  no_fold.max_fold_elements = 0;
+  EXPECT_TRUE(shape::InferShapes(*g, no_fold).ok());
+  return g;
+}
+
+const Tensor& ConstantFeeding(const Graph& g, const std::string& op) {
+  const Node* n = FindOp(g, op);
+  return *n->inputs[1]->constant;
+}
+
+// Two compiles of clones of one graph (one model's buckets) fold the large weight once and
+// share the result; a small fold is computed again; other weights (another buffer, even with
+// equal bytes) are never taken for the cached ones.
+TEST(FoldConstants, ACacheSharesLargeFoldsAcrossClonesOfOneGraph) {
+  Tensor w(DType::kFloat32, {256, 256});
+  for (int64_t i = 0; i < w.numel(); ++i) w.SetDouble(i, static_cast<double>(i % 97) - 48);
+  const Tensor small = Tensor::FromFloat(std::vector<float>(16, 2.f), {4, 4});
+  auto model = TransposedWeightGraph(w, small);
+  FoldConstantsOptions options;
+  options.cache = std::make_shared<FoldCache>();
+  auto g1 = model->Clone(), g2 = model->Clone();
+  ASSERT_TRUE(*FoldConstants(*g1, options));
+  EXPECT_EQ(options.cache->hits(), 0u);
+  EXPECT_EQ(options.cache->size(), 1u);  // the 4x4 transpose is not cached
+  ASSERT_TRUE(*FoldConstants(*g2, options));
+  EXPECT_EQ(options.cache->hits(), 1u);
+  const Tensor& w1 = ConstantFeeding(*g1, "MatMul");
+  const Tensor& w2 = ConstantFeeding(*g2, "MatMul");
+  EXPECT_EQ(w1.raw(), w2.raw());  // one folded buffer
+  EXPECT_EQ(w1.shape(), (std::vector<int64_t>{256, 256}));
+  EXPECT_EQ(w1.GetDouble(1), w.GetDouble(256));  // transposed
+  EXPECT_NE(g1->outputs[1]->constant->raw(), g2->outputs[1]->constant->raw());
+
+  // A copy of the weights in another buffer: a miss, folded on its own.
+  Tensor copy(DType::kFloat32, {256, 256});
+  std::memcpy(copy.mutable_data<float>(), w.data<float>(), w.nbytes());
+  copy.mutable_data<float>()[1] = 1000.f;
+  auto other = TransposedWeightGraph(copy, small);
+  ASSERT_TRUE(*FoldConstants(*other, options));
+  EXPECT_EQ(options.cache->hits(), 1u);
+  const Tensor& w3 = ConstantFeeding(*other, "MatMul");
+  EXPECT_NE(w3.raw(), w1.raw());
+  EXPECT_EQ(w3.GetDouble(256), 1000.0);
 }
 
 TEST(EliminateCommonSubexpressions, MergesIdenticalNodes) {

@@ -1,0 +1,62 @@
+#include "compiler/passes/fold_cache.h"
+
+#include <cstdio>
+
+#include "compiler/passes/node_key.h"
+
+namespace kiln::passes {
+
+bool FoldCache::Worth(const std::vector<const Tensor*>& inputs) {
+  size_t bytes = 0;
+  for (const Tensor* t : inputs) {
+    if (t) bytes += t->nbytes();
+  }
+  return bytes >= kMinInputBytes;
+}
+
+std::string FoldCache::Key(const Node& node, const std::vector<const Tensor*>& inputs) {
+  std::string k = OpAndAttrsKey(node) + "|" + std::to_string(node.outputs.size()) + "|";
+  for (const Tensor* t : inputs) {
+    if (!t) {
+      k += "-;";
+      continue;
+    }
+    char addr[32];
+    std::snprintf(addr, sizeof(addr), "%p", t->raw());
+    k += std::string(addr) + ':' + std::to_string(static_cast<int>(t->dtype())) +
+         ShapeToString(t->shape()) + ';';
+  }
+  return k;
+}
+
+std::optional<std::vector<Tensor>> FoldCache::Find(const Node& node,
+                                                   const std::vector<const Tensor*>& inputs) const {
+  const std::string key = Key(node, inputs);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  ++hits_;
+  return it->second.outputs;
+}
+
+void FoldCache::Store(const Node& node, const std::vector<const Tensor*>& inputs,
+                      const std::vector<Tensor>& outputs) {
+  Entry e;
+  for (const Tensor* t : inputs) e.inputs.push_back(t ? *t : Tensor());
+  e.outputs = outputs;
+  const std::string key = Key(node, inputs);
+  std::lock_guard<std::mutex> lk(mu_);
+  entries_.emplace(key, std::move(e));
+}
+
+size_t FoldCache::hits() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return hits_;
+}
+
+size_t FoldCache::size() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return entries_.size();
+}
+
+}  // namespace kiln::passes
