@@ -202,10 +202,10 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& 
     tune_threads = false;
     if (tuned == Threads::kOne) threads = 1;
   }
-  // Tuning times runs, so it wants the engine warm; otherwise the warm-up check's first run
-  // (right after the build) is the warm-up, and a second one would only cost time (ResNet-50:
-  // one more inference per bucket).
-  const bool warm_up = layout == "tune" || tune_threads || !config.warmup.enabled;
+  // The warm-up check's first run (right after the build) is the engine's warm-up, and a
+  // second one would only cost time (ResNet-50: one more inference per bucket; ViT-L/16 at
+  // AVX2: ~8 s at batch 8). Tuning warms the candidates it times itself (tune.cc).
+  const bool warm_up = !config.warmup.enabled;
   return BuildEngine(config.device, layout, threads, tune_threads, compiled, warm_up);
 }
 

@@ -239,7 +239,7 @@ std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const memory:
 
 namespace {
 
-// The process's prepacked constants, by (source address, size, plain and packed descs). An
+// The process's prepacked constants, by source address and packed layout (SharedPack). An
 // entry is used only while the source buffer it was packed from is alive (the weak owner
 // locks to the tensor's own owner): a freed source whose address is reused never matches,
 // and constants are immutable while shared. Expired entries are swept as the map doubles.
@@ -277,24 +277,17 @@ class SharedPacks {
   size_t swept_size_ = 0;
 };
 
-std::string PackKey(const Tensor& t, const memory::desc& plain, const memory::desc& want) {
-  std::string key(reinterpret_cast<const char*>(&plain.data), sizeof plain.data);
-  key.append(reinterpret_cast<const char*>(&want.data), sizeof want.data);
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(t.raw());
-  key.append(reinterpret_cast<const char*>(&addr), sizeof addr);
-  return key;
-}
-
 }  // namespace
 
-absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
-                                       const memory::desc& plain, const memory::desc& want) {
-  if (DnnlType(t.dtype()) != plain.data_type() || t.nbytes() != plain.get_size()) {
-    return absl::InvalidArgumentError("constant does not match its oneDNN desc");
-  }
-  const size_t bytes = want.get_size();
+std::shared_ptr<void> SharedPack(BuildContext& ctx, const Tensor& t, const std::string& layout,
+                                 size_t bytes, const std::function<void(void*)>& pack) {
   ctx.weight_bytes += static_cast<int64_t>(bytes);
-  const std::string key = t.owner() ? PackKey(t, plain, want) : std::string();
+  std::string key;
+  if (t.owner()) {  // a buffer no engine holds (no owner) is never looked up
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(t.raw());
+    key.assign(reinterpret_cast<const char*>(&addr), sizeof addr);
+    key += layout;
+  }
   std::shared_ptr<void> packed = key.empty() ? nullptr : SharedPacks::Get().Find(key, t);
   if (packed) {
     ctx.shared_weight_bytes += static_cast<int64_t>(bytes);
@@ -302,14 +295,28 @@ absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
     // A 64-byte aligned buffer from the IR's allocator, which throws on failure as oneDNN's
     // own allocation did.
     packed = Tensor::Uninitialized(DType::kUInt8, {static_cast<int64_t>(bytes)}).owner();
-    memory src(plain, ctx.engine, const_cast<void*>(t.raw()));
-    memory dst(want, ctx.engine, packed.get());
-    dnnl::stream s(ctx.engine);
-    dnnl::reorder(src, dst).execute(s, src, dst);
-    s.wait();
+    pack(packed.get());
     if (!key.empty()) SharedPacks::Get().Add(key, t, packed);
   }
   ctx.packed_weights.push_back(packed);
+  return packed;
+}
+
+absl::StatusOr<memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
+                                       const memory::desc& plain, const memory::desc& want) {
+  if (DnnlType(t.dtype()) != plain.data_type() || t.nbytes() != plain.get_size()) {
+    return absl::InvalidArgumentError("constant does not match its oneDNN desc");
+  }
+  std::string layout(reinterpret_cast<const char*>(&plain.data), sizeof plain.data);
+  layout.append(reinterpret_cast<const char*>(&want.data), sizeof want.data);
+  std::shared_ptr<void> packed =
+      SharedPack(ctx, t, layout, want.get_size(), [&](void* dst_bytes) {
+        memory src(plain, ctx.engine, const_cast<void*>(t.raw()));
+        memory dst(want, ctx.engine, dst_bytes);
+        dnnl::stream s(ctx.engine);
+        dnnl::reorder(src, dst).execute(s, src, dst);
+        s.wait();
+      });
   return memory(want, ctx.engine, packed.get());
 }
 

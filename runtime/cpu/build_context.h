@@ -7,6 +7,7 @@
 // the caller's tensors costs a few stores and no allocation.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -137,6 +138,14 @@ std::unique_ptr<CpuKernel> MakeReorder(BuildContext& ctx, int src, const dnnl::m
 absl::StatusOr<dnnl::memory> PrepackConstant(BuildContext& ctx, const Tensor& t,
                                              const dnnl::memory::desc& plain,
                                              const dnnl::memory::desc& want);
+
+// The engine's packed copy of constant `t`: `pack` fills `bytes` bytes (64-byte aligned), or
+// another engine's copy of the same buffer (still alive) packed the same way is taken.
+// `layout` must name everything besides t's buffer that decides the packed bytes. The bytes
+// count in ctx.weight_bytes (and shared_weight_bytes when taken); ctx.packed_weights keeps
+// the copy alive with the engine. PrepackConstant is this with oneDNN's reorder.
+std::shared_ptr<void> SharedPack(BuildContext& ctx, const Tensor& t, const std::string& layout,
+                                 size_t bytes, const std::function<void(void*)>& pack);
 
 dnnl::memory::dims ToDims(const std::vector<int64_t>& v);
 // The row-major format tag for a rank (a, ab, abc, ...).

@@ -37,6 +37,8 @@ struct CpuEngineOptions {
   // With more than one thread: also time a one-thread build of small engines and keep it
   // when faster (tune.h, TuneThreads).
   bool tune_threads = true;
+  // One run on zero inputs at the end of the build, so the first real run is not the one
+  // that faults the arena and weights in. Tuning warms what it times either way.
   bool warm_up = true;
   ActivationLayout layout = ActivationLayout::kTune;
   // A graph with data-dependent shapes builds as a static region plus a dynamic region on

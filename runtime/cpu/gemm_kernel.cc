@@ -5,7 +5,9 @@
 // activations) runs on each finished tile with the own element-wise ops, which keep NaN.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
 #include "runtime/cpu/epilogue_ops.h"
@@ -56,7 +58,7 @@ class GemmKernel : public CpuKernel {
   std::vector<int64_t> a_batch, b_matrix;   // per batch dim: A element / packed-B matrix strides
   int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0;
   float alpha = 1.f;
-  Floats b_owned;                           // constant B, packed at build
+  const float* b_owned = nullptr;            // constant B, packed at build (ctx.packed_weights)
   int b_pack_slot = -1;                     // runtime B: packed here every run
   int64_t b_count = 1, b_floats = 0, b_src_matrix = 0;
   int a_pack_slot = -1;
@@ -106,7 +108,7 @@ absl::Status GemmKernel::Run(const ExecContext& ctx) {
   ctx_ = &ctx;
   const float* a = static_cast<const float*>(ctx.ptrs[a_slot]);
   float* y = static_cast<float*>(ctx.ptrs[y_slot]);
-  float* packed = b_owned ? b_owned.get() : static_cast<float*>(ctx.ptrs[b_pack_slot]);
+  float* packed = b_owned ? const_cast<float*>(b_owned) : static_cast<float*>(ctx.ptrs[b_pack_slot]);
   if (!b_owned) {
     const float* b = static_cast<const float*>(ctx.ptrs[b_slot]);
     ForEachIndex(b_count, b_count > 1 && b_count * k * n >= kParallelElements, [&](int64_t i) {
@@ -287,14 +289,24 @@ bool SetUpB(BuildContext& ctx, const Value* bv, const Geometry& g, const Spec& s
                                                       dnnl::memory::format_tag::a));
     return true;
   }
-  kern.b_owned = AlignedFloats(kern.b_count * kern.b_floats);
-  if (!kern.b_owned) return false;
+  // The packed bytes depend on the blocking, the product's k and n, B's strides and alpha:
+  // not on M, so a model's batch buckets share one packed copy.
   const float* b = bv->constant->data<float>();
-  for (int64_t i = 0; i < kern.b_count; ++i) {
-    gemm::PackB(kern.bl, {b + i * kern.b_src_matrix, kern.b_rs, kern.b_cs}, g.k, g.n,
-                spec.alpha, kern.b_owned.get() + i * kern.b_floats);
-  }
-  ctx.weight_bytes += kern.b_count * kern.b_floats * 4;
+  uint32_t alpha_bits;
+  std::memcpy(&alpha_bits, &spec.alpha, sizeof alpha_bits);
+  const std::string layout = absl::StrCat("gemm-b:", static_cast<int>(kern.bl.isa), ",", kern.bl.mr,
+                                          ",", kern.bl.nr, ",", kern.bl.kc, ",", kern.bl.mc, ",",
+                                          g.k, ",", g.n, ",", kern.b_rs, ",", kern.b_cs, ",",
+                                          kern.b_count, ",", alpha_bits);
+  const size_t bytes = static_cast<size_t>(kern.b_count * kern.b_floats) * sizeof(float);
+  std::shared_ptr<void> packed = SharedPack(ctx, *bv->constant, layout, bytes, [&](void* dst) {
+    float* out = static_cast<float*>(dst);
+    for (int64_t i = 0; i < kern.b_count; ++i) {
+      gemm::PackB(kern.bl, {b + i * kern.b_src_matrix, kern.b_rs, kern.b_cs}, g.k, g.n,
+                  spec.alpha, out + i * kern.b_floats);
+    }
+  });
+  kern.b_owned = static_cast<const float*>(packed.get());
   return true;
 }
 

@@ -59,6 +59,9 @@ ThreadResult TuneThreads(std::unique_ptr<runtime::Engine> team, const SerialBuil
   ThreadResult r;
   const std::vector<Tensor> in = ZeroInputs(*team);
   std::vector<Tensor> out;
+  // An untimed first run: the engine's first touches of its arena and packed weights are
+  // not what serving pays (callers may build without warming, see CpuEngineOptions).
+  team->Run(in, out).IgnoreError();
   // Five probe runs, stopping at the first that is not small (large engines cost one run).
   std::vector<double> probe;
   for (int i = 0; i < 5; ++i) {
@@ -119,6 +122,13 @@ absl::StatusOr<TuneResult> TuneLayout(const Graph& graph, const EngineBuilder& b
   }
   const std::vector<Tensor> in = ZeroInputs(*r.engine);
   std::vector<Tensor> out_a, out_b;
+  // Untimed first runs, so that round 0 compares warm engines (the abandon rule acts on it).
+  r.engine->Run(in, out_a).IgnoreError();
+  (*blocked)->Run(in, out_b).IgnoreError();
+  if (!CheckStop().ok()) {  // a pathological candidate spent the budget warming up
+    r.tune_ms = MsSince(t0);
+    return r;
+  }
   double best_a = std::numeric_limits<double>::infinity(), best_b = best_a;
   for (int round = 0; round < policy.max_rounds; ++round) {
     if (round >= policy.min_rounds && MsSince(t0) > policy.budget_ms) break;

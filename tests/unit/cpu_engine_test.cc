@@ -842,6 +842,47 @@ TEST(CpuEngineBuild, EnginesOfOneGraphShareThePrepackedWeights) {
   EXPECT_EQ((*other)->info().shared_weight_bytes, 0);
 }
 
+// x [batch, 64] times a constant [64, 48]: oneDNN's matmul at AVX-512 (PrepackConstant), the
+// own GEMM kernel at AVX2 (gemm_kernel.cc packs B itself), so the test's .avx2 run covers it.
+std::unique_ptr<Graph> MatMulGraph(const Tensor& w, int64_t batch) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {batch, 64});
+  b.Output(b.Op("MatMul", {x, b.Constant("w", w)}));
+  return b.Build();
+}
+
+// The packed B of a matrix product does not depend on M: engines of two batch sizes over one
+// weight buffer (a model's buckets) share it, and answer as the reference does; a copy of the
+// weights in another buffer is packed again.
+TEST(CpuEngineBuild, BatchBucketsShareTheGemmKernelsPackedWeights) {
+  const Tensor w = Random({64, 48}, 31);
+  absl::StatusOr<CompiledGraph> b2 = CompileGraph(*MatMulGraph(w, 2), {});
+  absl::StatusOr<CompiledGraph> b5 = CompileGraph(*MatMulGraph(w, 5), {});
+  ASSERT_TRUE(b2.ok() && b5.ok());
+  cpu::CpuEngineOptions one;
+  one.tune_threads = false;
+  auto e2 = cpu::BuildCpuEngine(*b2, one);
+  auto e5 = cpu::BuildCpuEngine(*b5, one);
+  ASSERT_TRUE(e2.ok() && e5.ok());
+  EXPECT_GT((*e2)->info().weight_bytes, 0);
+  EXPECT_EQ((*e5)->info().shared_weight_bytes, (*e5)->info().weight_bytes);
+  e2->reset();
+  const Tensor x = Random({5, 64}, 32);
+  auto want = ref::Run(*b5->graph, {{"x", x}});
+  ASSERT_TRUE(want.ok());
+  const std::vector<Tensor> got = RunOn(**e5, x);
+  ASSERT_EQ(got.size(), 1u);
+  const Tensor& r = want->begin()->second;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    ASSERT_NEAR(got[0].GetDouble(i), r.GetDouble(i), 1e-4 + 1e-4 * std::abs(r.GetDouble(i))) << i;
+  }
+  absl::StatusOr<CompiledGraph> copy = CompileGraph(*MatMulGraph(w.Clone(), 5), {});
+  ASSERT_TRUE(copy.ok());
+  auto other = cpu::BuildCpuEngine(*copy, one);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->info().shared_weight_bytes, 0);
+}
+
 // DenseNet's pre-activation: a concat, then BatchNorm as per-channel Mul and Add, then ReLU,
 // then a convolution. The element-wise ops read and write the convolutions' layout.
 TEST(CpuEngineLayouts, PerChannelElementwiseStaysInTheConvolutionsLayout) {

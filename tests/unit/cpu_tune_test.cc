@@ -84,8 +84,9 @@ TEST(TuneLayout, TheClearlyFasterCandidateWins) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->layout, ActivationLayout::kBlocked);
   // The winner is one of the timed engines, handed over; the loser, 10x slower, was dropped
-  // after its first round instead of being timed min_rounds times.
-  EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, 1);
+  // after its first round instead of being timed min_rounds times (each candidate also had
+  // one untimed warm-up run).
+  EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, 1 + 1);
 }
 
 TEST(TuneLayout, ACandidatePastTheBudgetIsStoppedAndLoses) {
@@ -155,12 +156,13 @@ TEST(TuneLayout, ABrokenCandidateNeverWins) {
 
 TEST(TuneLayout, StopsAtTheBudgetAfterTheMinimumRounds) {
   auto g = ConvGraph();
-  FakeBuilder slow{{microseconds(20000)}, {microseconds(20000)}};
+  // Runs of 50 ms: the two warm-up runs leave the budget ~50 ms, the first round spends it.
+  FakeBuilder slow{{microseconds(50000)}, {microseconds(50000)}};
   TunePolicy p;
-  p.budget_ms = 1;  // spent by the first round
+  p.budget_ms = 150;
   auto r = TuneLayout(*g, slow.Fn(), p);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, p.min_rounds);
+  EXPECT_EQ(static_cast<FakeEngine*>(r->engine.get())->runs, 1 + p.min_rounds);  // + warm-up
 }
 
 TEST(ActivationLayoutNames, RoundTripAndRejectUnknown) {
