@@ -1,9 +1,19 @@
-// Conv and ConvTranspose. Direct convolution without im2col: for every (output channel,
-// input channel, kernel tap) the innermost loop runs over one output row, contiguous in both
-// the input and the output when the stride is 1, accumulating in double. 1-D and 2-D
-// convolutions are run as 3-D ones with unit leading dims so one loop nest serves all ranks.
+// Conv and ConvTranspose, accumulating in double. Each output element starts at its bias
+// and adds its terms in the order (input channel, kernel tap), on either of two paths with the
+// same bits:
+// - direct: for every (output channel, input channel, kernel tap) the innermost loop runs
+//   over one output row, contiguous in both the input and the output when the stride is 1;
+// - as a product (most convolutions): each group's windows are laid out as columns
+//   (im2col, padding as zeros) and multiplied by the weights with the reference's register-
+//   tiled product (gemm_f64.h), whose sums keep that order. A padded tap adds w * 0, which
+//   leaves a sum unchanged unless w is not finite (inf * 0 is NaN): such weights take the
+//   direct path, which skips padded taps.
+// 1-D and 2-D convolutions are run as 3-D ones with unit leading dims so one loop nest serves
+// all ranks.
 #include <algorithm>
+#include <cmath>
 
+#include "runtime/reference/gemm_f64.h"
 #include "runtime/reference/kernel_util.h"
 #include "runtime/reference/nn_ops.h"
 #include "runtime/reference/nn_window.h"
@@ -43,6 +53,74 @@ void ConvPlane(const double* __restrict in, const W* __restrict w, double* __res
           }
         }
       }
+    }
+  }
+}
+
+// col[p][pos]: for p over (channel, kd, kh, kw) of one group's `channels` input planes at
+// `in`, the input each output position pos reads through that tap, 0 where it reads padding.
+void Im2Col(const double* __restrict in, int64_t channels, const Win3& g,
+            double* __restrict col) {
+  const int64_t out_size = g.out_size();
+  for (int64_t c = 0; c < channels; ++c) {
+    const double* plane = in + c * g.in_size();
+    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+      int64_t bd = kd * g.d[0] - g.pb[0], d_lo, d_hi;
+      ValidRange(bd, g.s[0], g.out[0], g.in[0], d_lo, d_hi);
+      for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+        int64_t bh = kh * g.d[1] - g.pb[1], h_lo, h_hi;
+        ValidRange(bh, g.s[1], g.out[1], g.in[1], h_lo, h_hi);
+        for (int64_t kw = 0; kw < g.k[2]; ++kw, col += out_size) {
+          int64_t bw = kw * g.d[2] - g.pb[2], w_lo, w_hi;
+          ValidRange(bw, g.s[2], g.out[2], g.in[2], w_lo, w_hi);
+          std::fill(col, col + out_size, 0.0);
+          const int64_t n = w_hi - w_lo, sw = g.s[2];
+          for (int64_t od = d_lo; od < d_hi; ++od) {
+            const int64_t id = od * g.s[0] + bd;
+            for (int64_t oh = h_lo; oh < h_hi; ++oh) {
+              const int64_t ih = oh * g.s[1] + bh;
+              const double* irow = plane + (id * g.in[1] + ih) * g.in[2] + w_lo * sw + bw;
+              double* orow = col + (od * g.out[1] + oh) * g.out[2] + w_lo;
+              for (int64_t j = 0; j < n; ++j) orow[j] = irow[j * sw];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// One convolution's sizes: batch, input channels, output channels, group and per-group counts.
+struct ConvSizes {
+  int64_t n_batch, c_in, m_out, group, cg, mg;
+};
+
+// Whether the product path pays and computes what the direct one does: enough work per
+// group for the tiled product (not a depthwise convolution), a column buffer of at most
+// 256 MiB, and finite weights.
+bool UseProduct(const ConvSizes& z, const Win3& g, const Tensor& w) {
+  const int64_t taps = z.cg * g.k_size();
+  if (z.mg < 4 || taps < 8 || taps * g.out_size() > (int64_t{32} << 20)) return false;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    if (!std::isfinite(w.GetDouble(i))) return false;
+  }
+  return true;
+}
+
+// y[n][m] = bias[m] + (weights x im2col) for every batch row and group.
+void ConvAsProduct(const std::vector<double>& x, const std::vector<double>& w,
+                   const std::vector<double>& bias, const ConvSizes& z, const Win3& g,
+                   std::vector<double>& y) {
+  const int64_t taps = z.cg * g.k_size(), out_size = g.out_size();
+  std::vector<double> col(static_cast<size_t>(taps * out_size));
+  for (int64_t n = 0; n < z.n_batch; ++n) {
+    for (int64_t grp = 0; grp < z.group; ++grp) {
+      Im2Col(x.data() + (n * z.c_in + grp * z.cg) * g.in_size(), z.cg, g, col.data());
+      double* out = y.data() + (n * z.m_out + grp * z.mg) * out_size;
+      for (int64_t m = 0; m < z.mg; ++m) {
+        std::fill(out + m * out_size, out + (m + 1) * out_size, bias[grp * z.mg + m]);
+      }
+      GemmF64(w.data() + grp * z.mg * taps, col.data(), out, z.mg, taps, out_size);
     }
   }
 }
@@ -124,11 +202,16 @@ absl::StatusOr<std::vector<Tensor>> Conv(const Node& node, const KernelInputs& i
 
   const std::vector<double> x = ToDoubles(*a.x);
   const std::vector<double> bias = BiasOrZeros(a.b, m_out);
+  std::vector<double> y(static_cast<size_t>(n_batch * m_out * g.out_size()));
+  const ConvSizes z{n_batch, c_in, m_out, a.group, c_in / a.group, m_out / a.group};
+  if (UseProduct(z, g, *a.w)) {
+    ConvAsProduct(x, ToDoubles(*a.w), bias, z, g, y);
+    return std::vector<Tensor>{FromDoubles(a.x->dtype(), out_shape, y)};
+  }
   // float weights are read as they are; other types widen once.
   std::vector<double> w_wide;
   const float* w_float = a.w->dtype() == DType::kFloat32 ? a.w->data<float>() : nullptr;
   if (!w_float) w_wide = ToDoubles(*a.w);
-  std::vector<double> y(static_cast<size_t>(n_batch * m_out * g.out_size()));
   const int64_t cg = c_in / a.group, mg = m_out / a.group;
   // Output planes are independent (each sums its terms in the serial order, so the result
   // does not depend on the team): large convolutions use every core, which is most of what a
