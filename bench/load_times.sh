@@ -48,6 +48,9 @@ time_to_ready() {
   fi
 }
 
+# The level the engines run at (KILN_MAX_CPU_ISA caps it), recorded with every row.
+isa=$("$(dirname "$kilnd")/../tools/kiln" devices --json 2>/dev/null |
+  sed -n 's/^{"cpu":{"isa":"\([a-z0-9]*\)".*/\1/p')
 for name in "${names[@]}"; do
   repo="$work/repo" cache="$work/cache"
   rm -rf "$repo" "$cache"
@@ -57,6 +60,6 @@ for name in "${names[@]}"; do
   breakdown=$(grep -m1 -o 'built [0-9]* bucket(s): [^"]*' "$work/kilnd.log" | tr '"' "'" || true)
   warm_s=null
   if [ "$warm" = 1 ] && [[ "$cold" != FAILED* ]]; then warm_s="\"$(time_to_ready "$repo" "$cache")\""; fi
-  printf '{"model": "%s", "cold_s": "%s", "warm_s": %s, "breakdown": "%s"}\n' \
-    "$name" "$cold" "$warm_s" "$breakdown"
+  printf '{"model": "%s", "isa": "%s", "cold_s": "%s", "warm_s": %s, "breakdown": "%s"}\n' \
+    "$name" "${isa:-unknown}" "$cold" "$warm_s" "$breakdown"
 done

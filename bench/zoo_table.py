@@ -43,10 +43,11 @@ def main():
         for line in open(lt):
             if line.strip():
                 r = json.loads(line)
-                loads[r["model"]] = r
+                # Rows naming no level were measured at the top one.
+                loads[(r["model"], r.get("isa", isas[-1]))] = r
     tables = {isa: load_compare(os.path.join(d, f"compare_{isa}.json"),
                                 os.path.join(d, f"rerun_{isa}.json")) for isa in isas}
-    models = sorted(set().union(*[set(t) for t in tables.values()]) | set(loads))
+    models = sorted(set().union(*[set(t) for t in tables.values()]) | {m for m, _ in loads})
     print("| model | ISA | Kiln b1 ms | ORT b1 ms | b1 ratio | Kiln b8 ms | ORT b8 ms | b8 ratio "
           "| fallback / slow ops | load cold s | load warm s |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
@@ -60,7 +61,7 @@ def main():
             b1, b8 = rows.get(1), rows.get(8)
             eng = (b1 or b8 or {}).get("engine", {})
             ops = ",".join(x for x in [eng.get("fallback_op_types", ""), eng.get("slow_ops", "")] if x)
-            ld = loads.get(m, {}) if isa == isas[0] else {}
+            ld = loads.get((m, isa), {})  # on the row of the level it was measured at
             cells = [m, isa]
             for b in (b1, b8):
                 mark = "*" if b and b.get("rerun") else ""
