@@ -185,11 +185,7 @@ absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
   for (const std::string& name : names) {
     if (options.disabled.count(name)) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<passes::Pass> pass, MakePass(name));
-    if (name == "fold_constants" && options.fold_cache) {  // the one pass with shared state
-      passes::FoldConstantsOptions fold;
-      fold.cache = options.fold_cache;
-      pass = std::make_unique<passes::FoldConstantsPass>(fold);
-    }
+    if (options.fold_cache) pass->ShareFolds(options.fold_cache);
     RETURN_IF_ERROR(CheckStop());
     ASSIGN_OR_RETURN(passes::PassStats s, pass->Run(graph, options.verify));
     stats.push_back(std::move(s));

@@ -27,7 +27,8 @@ struct PipelineOptions {
   // Run only the first `prefix` passes of the level (-1: all); the bisection uses it.
   int prefix = -1;
   // Shared by the compiles of one model (its batch buckets): fold_constants folds each
-  // large constant once (compiler/passes/fold_cache.h). Null: no sharing.
+  // large constant once and fold_batchnorm rescales each weight once
+  // (compiler/passes/fold_cache.h). Null: no sharing.
   std::shared_ptr<passes::FoldCache> fold_cache;
 };
 

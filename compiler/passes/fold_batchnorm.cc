@@ -1,6 +1,10 @@
 #include "compiler/passes/fold_batchnorm.h"
 
 #include <cmath>
+#include <functional>
+#include <vector>
+
+#include "compiler/passes/node_key.h"
 
 namespace kiln::passes {
 namespace {
@@ -85,22 +89,42 @@ std::optional<Tensor> ConvWeights(const Node& conv, const Tensor& w, const Affin
   });
 }
 
-bool FoldIntoConv(Graph& graph, Node& conv, const Affine& a) {
+// The tensors `make` derives from the producer's constant inputs and BatchNorm `bn`'s
+// parameters: computed once per model when its buckets' compiles share a cache (each bucket
+// has its own graph, over the same weight buffers).
+std::vector<Tensor> Derived(const Node& producer, const Node& bn, FoldCache* cache,
+                            const std::function<std::vector<Tensor>()>& make) {
+  if (!cache) return make();
+  std::vector<const Tensor*> inputs;
+  for (const Node* n : {&producer, &bn}) {
+    for (size_t i = 1; i < n->inputs.size(); ++i) {
+      inputs.push_back(n->input(i) && n->input(i)->constant ? &*n->input(i)->constant : nullptr);
+    }
+  }
+  return cache->Derive("bnfold|" + OpAndAttrsKey(producer) + "|" + OpAndAttrsKey(bn), inputs, make);
+}
+
+bool FoldIntoConv(Graph& graph, Node& conv, const Node& bn, const Affine& a, FoldCache* cache) {
   if (!IsConstFloat(conv.input(1)) || (conv.input(2) && !IsConstFloat(conv.input(2)))) {
     return false;
   }
-  std::optional<Tensor> w = ConvWeights(conv, *conv.input(1)->constant, a);
-  if (!w) return false;
   const Tensor* bias = conv.input(2) ? &*conv.input(2)->constant : nullptr;
-  Value* new_w = graph.AddConstant(conv.input(1)->name + "_bnfold", std::move(*w));
-  Value* new_b = graph.AddConstant(conv.name + "_bias_bnfold", FoldBias(bias, a, new_w->dtype));
+  std::vector<Tensor> folded = Derived(conv, bn, cache, [&]() -> std::vector<Tensor> {
+    std::optional<Tensor> w = ConvWeights(conv, *conv.input(1)->constant, a);
+    if (!w) return {};
+    Tensor b = FoldBias(bias, a, w->dtype());
+    return {std::move(*w), std::move(b)};
+  });
+  if (folded.size() != 2) return false;
+  Value* new_w = graph.AddConstant(conv.input(1)->name + "_bnfold", std::move(folded[0]));
+  Value* new_b = graph.AddConstant(conv.name + "_bias_bnfold", std::move(folded[1]));
   conv.inputs.resize(3);
   conv.inputs[1] = new_w;
   conv.inputs[2] = new_b;
   return true;
 }
 
-bool FoldIntoGemm(Graph& graph, Node& gemm, const Affine& a) {
+bool FoldIntoGemm(Graph& graph, Node& gemm, const Node& bn, const Affine& a, FoldCache* cache) {
   const Value* bv = gemm.input(1);
   if (!IsConstFloat(bv) || bv->constant->rank() != 2) return false;
   if (gemm.input(2) && !IsConstFloat(gemm.input(2))) return false;
@@ -111,10 +135,14 @@ bool FoldIntoGemm(Graph& graph, Node& gemm, const Affine& a) {
   const Tensor* c = gemm.input(2) ? &*gemm.input(2)->constant : nullptr;
   if (c && c->numel() != 1 && c->numel() != n) return false;  // a [M, N] C is not per-channel
   const int64_t cols = b.dim(1);
-  Tensor nb = ScaleWeights(b, a, [=](int64_t i) { return trans_b ? i / cols : i % cols; });
   const double beta = gemm.GetFloat("beta", 1.0f);
-  Value* new_b = graph.AddConstant(bv->name + "_bnfold", std::move(nb));
-  Value* new_c = graph.AddConstant(gemm.name + "_c_bnfold", FoldBias(c, a, new_b->dtype, beta));
+  std::vector<Tensor> folded = Derived(gemm, bn, cache, [&]() -> std::vector<Tensor> {
+    Tensor nb = ScaleWeights(b, a, [=](int64_t i) { return trans_b ? i / cols : i % cols; });
+    Tensor nc = FoldBias(c, a, nb.dtype(), beta);
+    return {std::move(nb), std::move(nc)};
+  });
+  Value* new_b = graph.AddConstant(bv->name + "_bnfold", std::move(folded[0]));
+  Value* new_c = graph.AddConstant(gemm.name + "_c_bnfold", std::move(folded[1]));
   gemm.inputs.resize(3);
   gemm.inputs[1] = new_b;
   gemm.inputs[2] = new_c;
@@ -152,7 +180,7 @@ bool LowerToScaleShift(Graph& graph, Node& bn, const Affine& a) {
   return true;
 }
 
-bool FoldOne(Graph& graph, Node& bn) {
+bool FoldOne(Graph& graph, Node& bn, FoldCache* cache) {
   std::optional<Affine> a = BatchNormAffine(graph, bn);
   if (!a) return false;
   Value* x = bn.input(0);
@@ -161,9 +189,9 @@ bool FoldOne(Graph& graph, Node& bn) {
   if (exclusive && producer->domain.empty()) {
     bool folded = false;
     if (producer->op_type == "Conv" || producer->op_type == "ConvTranspose") {
-      folded = FoldIntoConv(graph, *producer, *a);
+      folded = FoldIntoConv(graph, *producer, bn, *a, cache);
     } else if (producer->op_type == "Gemm") {
-      folded = FoldIntoGemm(graph, *producer, *a);
+      folded = FoldIntoGemm(graph, *producer, bn, *a, cache);
     }
     if (folded) {
       Value* y = bn.outputs[0];
@@ -181,13 +209,15 @@ bool FoldOne(Graph& graph, Node& bn) {
 
 }  // namespace
 
-absl::StatusOr<bool> FoldBatchNorm(Graph& graph) {
+absl::StatusOr<bool> FoldBatchNorm(Graph& graph) { return FoldBatchNormWithCache(graph, nullptr); }
+
+absl::StatusOr<bool> FoldBatchNormWithCache(Graph& graph, FoldCache* cache) {
   std::vector<Node*> bns;
   for (const auto& n : graph.nodes()) {
     if (n->op_type == "BatchNormalization" && n->domain.empty()) bns.push_back(n.get());
   }
   bool changed = false;
-  for (Node* bn : bns) changed = FoldOne(graph, *bn) || changed;
+  for (Node* bn : bns) changed = FoldOne(graph, *bn, cache) || changed;
   if (changed) graph.PruneUnusedValues();
   return changed;
 }

@@ -8,20 +8,32 @@
 // Preconditions: shapes inferred. Leaves alone: training mode or any extra output used,
 // non-constant parameters, producers with another consumer (the weights are shared with a
 // value someone else reads), MatMul producers (their channel axis is not BatchNorm's).
+// With a FoldCache shared by one model's bucket compiles, each rescaled weight is computed
+// once and is one tensor in every bucket (so the engines share its packed copy too).
 #pragma once
+
+#include <memory>
 
 #include "compiler/passes/pass.h"
 
 namespace kiln::passes {
 
 absl::StatusOr<bool> FoldBatchNorm(Graph& graph);
+// The same, deriving the rescaled weights through `cache` (null: as FoldBatchNorm).
+absl::StatusOr<bool> FoldBatchNormWithCache(Graph& graph, FoldCache* cache);
 
 class FoldBatchNormPass : public Pass {
  public:
   std::string name() const override { return "fold_batchnorm"; }
+  void ShareFolds(std::shared_ptr<FoldCache> cache) override { cache_ = std::move(cache); }
 
  protected:
-  absl::StatusOr<bool> RunImpl(Graph& graph) override { return FoldBatchNorm(graph); }
+  absl::StatusOr<bool> RunImpl(Graph& graph) override {
+    return FoldBatchNormWithCache(graph, cache_.get());
+  }
+
+ private:
+  std::shared_ptr<FoldCache> cache_;
 };
 
 }  // namespace kiln::passes

@@ -14,8 +14,8 @@ bool FoldCache::Worth(const std::vector<const Tensor*>& inputs) {
   return bytes >= kMinInputBytes;
 }
 
-std::string FoldCache::Key(const Node& node, const std::vector<const Tensor*>& inputs) {
-  std::string k = OpAndAttrsKey(node) + "|" + std::to_string(node.outputs.size()) + "|";
+std::string FoldCache::BuffersKey(const std::vector<const Tensor*>& inputs) {
+  std::string k;
   for (const Tensor* t : inputs) {
     if (!t) {
       k += "-;";
@@ -27,6 +27,11 @@ std::string FoldCache::Key(const Node& node, const std::vector<const Tensor*>& i
          ShapeToString(t->shape()) + ';';
   }
   return k;
+}
+
+std::string FoldCache::Key(const Node& node, const std::vector<const Tensor*>& inputs) {
+  return OpAndAttrsKey(node) + "|" + std::to_string(node.outputs.size()) + "|" +
+         BuffersKey(inputs);
 }
 
 std::optional<std::vector<Tensor>> FoldCache::Find(const Node& node,
@@ -41,12 +46,33 @@ std::optional<std::vector<Tensor>> FoldCache::Find(const Node& node,
 
 void FoldCache::Store(const Node& node, const std::vector<const Tensor*>& inputs,
                       const std::vector<Tensor>& outputs) {
+  Put(Key(node, inputs), inputs, outputs);
+}
+
+void FoldCache::Put(std::string key, const std::vector<const Tensor*>& inputs,
+                    const std::vector<Tensor>& outputs) {
   Entry e;
   for (const Tensor* t : inputs) e.inputs.push_back(t ? *t : Tensor());
   e.outputs = outputs;
-  const std::string key = Key(node, inputs);
   std::lock_guard<std::mutex> lk(mu_);
-  entries_.emplace(key, std::move(e));
+  entries_.emplace(std::move(key), std::move(e));
+}
+
+std::vector<Tensor> FoldCache::Derive(const std::string& what,
+                                      const std::vector<const Tensor*>& inputs,
+                                      const std::function<std::vector<Tensor>()>& make) {
+  std::string key = "derive|" + what + "|" + BuffersKey(inputs);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      ++hits_;
+      return it->second.outputs;
+    }
+  }
+  std::vector<Tensor> made = make();
+  Put(std::move(key), inputs, made);
+  return made;
 }
 
 size_t FoldCache::hits() const {

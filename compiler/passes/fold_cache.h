@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -37,6 +38,11 @@ class FoldCache {
                                           const std::vector<const Tensor*>& inputs) const;
   void Store(const Node& node, const std::vector<const Tensor*>& inputs,
              const std::vector<Tensor>& outputs);
+  // The same for tensors another pass derives from constants (fold_batchnorm's rescaled
+  // weights): `what` names the derivation and everything it depends on besides the buffers
+  // `inputs` (null entries allowed); `make` runs on a miss and its result is kept.
+  std::vector<Tensor> Derive(const std::string& what, const std::vector<const Tensor*>& inputs,
+                             const std::function<std::vector<Tensor>()>& make);
   size_t hits() const;
   size_t size() const;
 
@@ -46,6 +52,9 @@ class FoldCache {
     std::vector<Tensor> outputs;
   };
   static std::string Key(const Node& node, const std::vector<const Tensor*>& inputs);
+  static std::string BuffersKey(const std::vector<const Tensor*>& inputs);
+  void Put(std::string key, const std::vector<const Tensor*>& inputs,
+           const std::vector<Tensor>& outputs);
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;

@@ -34,6 +34,7 @@ class FoldConstantsPass : public Pass {
  public:
   explicit FoldConstantsPass(FoldConstantsOptions options = {}) : options_(options) {}
   std::string name() const override { return "fold_constants"; }
+  void ShareFolds(std::shared_ptr<FoldCache> cache) override { options_.cache = std::move(cache); }
 
  protected:
   absl::StatusOr<bool> RunImpl(Graph& graph) override { return FoldConstants(graph, options_); }

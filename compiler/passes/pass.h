@@ -3,10 +3,12 @@
 // is also exposed as a plain function in its header, so tests and tools can call it directly.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"
+#include "compiler/passes/fold_cache.h"
 
 namespace kiln::passes {
 
@@ -23,6 +25,9 @@ class Pass {
   virtual std::string name() const = 0;
   // Runs the pass; with `verify`, the IR verifier must accept the result.
   absl::StatusOr<PassStats> Run(Graph& graph, bool verify = true);
+  // Passes that derive tensors from constants take the cache shared by the compiles of one
+  // model's buckets (fold_cache.h); the others ignore it.
+  virtual void ShareFolds(std::shared_ptr<FoldCache> /*cache*/) {}
 
  protected:
   virtual absl::StatusOr<bool> RunImpl(Graph& graph) = 0;

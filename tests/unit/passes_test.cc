@@ -210,6 +210,51 @@ TEST(FoldConstants, ACacheSharesLargeFoldsAcrossClonesOfOneGraph) {
   EXPECT_EQ(w3.GetDouble(256), 1000.0);
 }
 
+// Conv [8, 4, 3, 3] -> BatchNormalization over `bn_scale`'s parameters.
+std::unique_ptr<Graph> ConvBatchNormGraph(const Tensor& w, const Tensor& bn_scale) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 4, 6, 6});
+  Value* c = b.Op("Conv", {x, b.Constant("w", w)}, {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  auto per_channel = [&](const char* name, float v) {
+    return b.Constant(name, Tensor::FromFloat(std::vector<float>(8, v), {8}));
+  };
+  b.Output(b.Op("BatchNormalization", {c, b.Constant("gamma", bn_scale), per_channel("beta", 0.5f),
+                                       per_channel("mean", 0.25f), per_channel("var", 2.f)}));
+  auto g = b.Build();
+  EXPECT_TRUE(shape::InferShapes(*g).ok());
+  return g;
+}
+
+// One model's buckets rescale each Conv weight once (one tensor for all), and answer as the
+// graph before the pass; another BatchNorm (other parameter buffers) is folded on its own.
+TEST(FoldBatchNorm, ACacheSharesTheRescaledWeightsAcrossClones) {
+  Tensor w(DType::kFloat32, {8, 4, 3, 3});
+  for (int64_t i = 0; i < w.numel(); ++i) w.SetDouble(i, static_cast<double>(i % 13) / 7 - 0.9);
+  const Tensor gamma = Tensor::FromFloat({1, 2, 3, 4, 5, 6, 7, 8}, {8});
+  auto model = ConvBatchNormGraph(w, gamma);
+  auto cache = std::make_shared<FoldCache>();
+  auto g1 = model->Clone(), g2 = model->Clone();
+  ASSERT_TRUE(*FoldBatchNormWithCache(*g1, cache.get()));
+  ASSERT_TRUE(*FoldBatchNormWithCache(*g2, cache.get()));
+  EXPECT_EQ(cache->hits(), 1u);
+  EXPECT_EQ(CountOps(*g2, "BatchNormalization"), 0);
+  const Tensor& w1 = ConstantFeeding(*g1, "Conv");
+  EXPECT_EQ(w1.raw(), ConstantFeeding(*g2, "Conv").raw());
+  Tensor x(DType::kFloat32, {1, 4, 6, 6});
+  for (int64_t i = 0; i < x.numel(); ++i) x.SetDouble(i, static_cast<double>(i % 11) - 5);
+  auto want = ref::Run(*model, {{"x", x}});
+  auto got = ref::Run(*g2, {{"x", x}});
+  ASSERT_TRUE(want.ok() && got.ok());
+  const Tensor &a = want->begin()->second, &b = got->begin()->second;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ASSERT_NEAR(b.GetDouble(i), a.GetDouble(i), 1e-4 * (1 + std::abs(a.GetDouble(i)))) << i;
+  }
+  auto other = ConvBatchNormGraph(w, gamma.Clone());  // equal values, another buffer
+  ASSERT_TRUE(*FoldBatchNormWithCache(*other, cache.get()));
+  EXPECT_EQ(cache->hits(), 1u);
+  EXPECT_NE(ConstantFeeding(*other, "Conv").raw(), w1.raw());
+}
+
 TEST(EliminateCommonSubexpressions, MergesIdenticalNodes) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 2});
