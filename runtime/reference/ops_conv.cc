@@ -21,35 +21,28 @@
 namespace kiln::ref::nn {
 namespace {
 
-// out (one output channel plane) += in (one input channel plane) correlated with w (one
-// k[0] x k[1] x k[2] kernel). W is the weights' own element type (float or double): each
-// weight is read once per plane, so widening it here costs nothing, where a double copy of
-// every weight tensor per run cost ResNet-50 200 MB of allocation and page faults.
-template <class W>
-void ConvPlane(const double* __restrict in, const W* __restrict w, double* __restrict out,
-               const Win3& g) {
+// For every kernel tap (numbered in (kd, kh, kw) order) and every output row that tap reads
+// inside the input: row(tap, in_at, out_at, n), the row's n outputs from plane offset out_at
+// reading the input plane from offset in_at with stride g.s[2]. Taps and rows that would read
+// only padding are skipped; the caller's plane pointers and the tap's weight are its own.
+template <class Row>
+void ForEachTapRow(const Win3& g, Row&& row) {
+  int64_t tap = 0;
   for (int64_t kd = 0; kd < g.k[0]; ++kd) {
     int64_t bd = kd * g.d[0] - g.pb[0], d_lo, d_hi;
     ValidRange(bd, g.s[0], g.out[0], g.in[0], d_lo, d_hi);
     for (int64_t kh = 0; kh < g.k[1]; ++kh) {
       int64_t bh = kh * g.d[1] - g.pb[1], h_lo, h_hi;
       ValidRange(bh, g.s[1], g.out[1], g.in[1], h_lo, h_hi);
-      for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-        const double wv = static_cast<double>(*w++);
+      for (int64_t kw = 0; kw < g.k[2]; ++kw, ++tap) {
         int64_t bw = kw * g.d[2] - g.pb[2], w_lo, w_hi;
         ValidRange(bw, g.s[2], g.out[2], g.in[2], w_lo, w_hi);
-        const int64_t n = w_hi - w_lo, sw = g.s[2];
         for (int64_t od = d_lo; od < d_hi; ++od) {
           const int64_t id = od * g.s[0] + bd;
           for (int64_t oh = h_lo; oh < h_hi; ++oh) {
             const int64_t ih = oh * g.s[1] + bh;
-            const double* irow = in + (id * g.in[1] + ih) * g.in[2] + w_lo * sw + bw;
-            double* orow = out + (od * g.out[1] + oh) * g.out[2] + w_lo;
-            if (sw == 1) {
-              for (int64_t j = 0; j < n; ++j) orow[j] += wv * irow[j];
-            } else {
-              for (int64_t j = 0; j < n; ++j) orow[j] += wv * irow[j * sw];
-            }
+            row(tap, (id * g.in[1] + ih) * g.in[2] + w_lo * g.s[2] + bw,
+                (od * g.out[1] + oh) * g.out[2] + w_lo, w_hi - w_lo);
           }
         }
       }
@@ -57,36 +50,38 @@ void ConvPlane(const double* __restrict in, const W* __restrict w, double* __res
   }
 }
 
+// out (one output channel plane) += in (one input channel plane) correlated with w (one
+// k[0] x k[1] x k[2] kernel). W is the weights' own element type (float or double): each
+// weight is read as it is used, so widening it here costs nothing, where a double copy of
+// every weight tensor per run cost ResNet-50 200 MB of allocation and page faults.
+template <class W>
+void ConvPlane(const double* in, const W* w, double* out, const Win3& g) {
+  const int64_t sw = g.s[2];
+  ForEachTapRow(g, [&](int64_t tap, int64_t in_at, int64_t out_at, int64_t n) {
+    const double wv = static_cast<double>(w[tap]);
+    const double* __restrict irow = in + in_at;
+    double* __restrict orow = out + out_at;
+    if (sw == 1) {
+      for (int64_t j = 0; j < n; ++j) orow[j] += wv * irow[j];
+    } else {
+      for (int64_t j = 0; j < n; ++j) orow[j] += wv * irow[j * sw];
+    }
+  });
+}
+
 // col[p][pos]: for p over (channel, kd, kh, kw) of one group's `channels` input planes at
 // `in`, the input each output position pos reads through that tap, 0 where it reads padding.
-void Im2Col(const double* __restrict in, int64_t channels, const Win3& g,
-            double* __restrict col) {
-  const int64_t out_size = g.out_size();
+void Im2Col(const double* in, int64_t channels, const Win3& g, double* col) {
+  const int64_t out_size = g.out_size(), taps = g.k_size(), sw = g.s[2];
+  std::fill(col, col + channels * taps * out_size, 0.0);
   for (int64_t c = 0; c < channels; ++c) {
     const double* plane = in + c * g.in_size();
-    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-      int64_t bd = kd * g.d[0] - g.pb[0], d_lo, d_hi;
-      ValidRange(bd, g.s[0], g.out[0], g.in[0], d_lo, d_hi);
-      for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-        int64_t bh = kh * g.d[1] - g.pb[1], h_lo, h_hi;
-        ValidRange(bh, g.s[1], g.out[1], g.in[1], h_lo, h_hi);
-        for (int64_t kw = 0; kw < g.k[2]; ++kw, col += out_size) {
-          int64_t bw = kw * g.d[2] - g.pb[2], w_lo, w_hi;
-          ValidRange(bw, g.s[2], g.out[2], g.in[2], w_lo, w_hi);
-          std::fill(col, col + out_size, 0.0);
-          const int64_t n = w_hi - w_lo, sw = g.s[2];
-          for (int64_t od = d_lo; od < d_hi; ++od) {
-            const int64_t id = od * g.s[0] + bd;
-            for (int64_t oh = h_lo; oh < h_hi; ++oh) {
-              const int64_t ih = oh * g.s[1] + bh;
-              const double* irow = plane + (id * g.in[1] + ih) * g.in[2] + w_lo * sw + bw;
-              double* orow = col + (od * g.out[1] + oh) * g.out[2] + w_lo;
-              for (int64_t j = 0; j < n; ++j) orow[j] = irow[j * sw];
-            }
-          }
-        }
-      }
-    }
+    double* rows = col + c * taps * out_size;
+    ForEachTapRow(g, [&](int64_t tap, int64_t in_at, int64_t out_at, int64_t n) {
+      const double* __restrict irow = plane + in_at;
+      double* __restrict orow = rows + tap * out_size + out_at;
+      for (int64_t j = 0; j < n; ++j) orow[j] = irow[j * sw];
+    });
   }
 }
 
@@ -95,16 +90,12 @@ struct ConvSizes {
   int64_t n_batch, c_in, m_out, group, cg, mg;
 };
 
-// Whether the product path pays and computes what the direct one does: enough work per
-// group for the tiled product (not a depthwise convolution), a column buffer of at most
-// 256 MiB, and finite weights.
-bool UseProduct(const ConvSizes& z, const Win3& g, const Tensor& w) {
+// Whether the product path pays: enough work per group for the tiled product (not a
+// depthwise convolution) and a column buffer of at most 256 MiB. It also needs finite
+// weights (checked on their widened copy, which it uses).
+bool ProductPays(const ConvSizes& z, const Win3& g) {
   const int64_t taps = z.cg * g.k_size();
-  if (z.mg < 4 || taps < 8 || taps * g.out_size() > (int64_t{32} << 20)) return false;
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    if (!std::isfinite(w.GetDouble(i))) return false;
-  }
-  return true;
+  return z.mg >= 4 && taps >= 8 && taps * g.out_size() <= (int64_t{32} << 20);
 }
 
 // y[n][m] = bias[m] + (weights x im2col) for every batch row and group.
@@ -204,9 +195,12 @@ absl::StatusOr<std::vector<Tensor>> Conv(const Node& node, const KernelInputs& i
   const std::vector<double> bias = BiasOrZeros(a.b, m_out);
   std::vector<double> y(static_cast<size_t>(n_batch * m_out * g.out_size()));
   const ConvSizes z{n_batch, c_in, m_out, a.group, c_in / a.group, m_out / a.group};
-  if (UseProduct(z, g, *a.w)) {
-    ConvAsProduct(x, ToDoubles(*a.w), bias, z, g, y);
-    return std::vector<Tensor>{FromDoubles(a.x->dtype(), out_shape, y)};
+  if (ProductPays(z, g)) {
+    const std::vector<double> w = ToDoubles(*a.w);
+    if (std::all_of(w.begin(), w.end(), [](double v) { return std::isfinite(v); })) {
+      ConvAsProduct(x, w, bias, z, g, y);
+      return std::vector<Tensor>{FromDoubles(a.x->dtype(), out_shape, y)};
+    }
   }
   // float weights are read as they are; other types widen once.
   std::vector<double> w_wide;
