@@ -34,14 +34,17 @@ std::string FoldCache::Key(const Node& node, const std::vector<const Tensor*>& i
          BuffersKey(inputs);
 }
 
-std::optional<std::vector<Tensor>> FoldCache::Find(const Node& node,
-                                                   const std::vector<const Tensor*>& inputs) const {
-  const std::string key = Key(node, inputs);
+std::optional<std::vector<Tensor>> FoldCache::Lookup(const std::string& key) const {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   ++hits_;
   return it->second.outputs;
+}
+
+std::optional<std::vector<Tensor>> FoldCache::Find(const Node& node,
+                                                   const std::vector<const Tensor*>& inputs) const {
+  return Lookup(Key(node, inputs));
 }
 
 void FoldCache::Store(const Node& node, const std::vector<const Tensor*>& inputs,
@@ -62,14 +65,7 @@ std::vector<Tensor> FoldCache::Derive(const std::string& what,
                                       const std::vector<const Tensor*>& inputs,
                                       const std::function<std::vector<Tensor>()>& make) {
   std::string key = "derive|" + what + "|" + BuffersKey(inputs);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = entries_.find(key);
-    if (it != entries_.end()) {
-      ++hits_;
-      return it->second.outputs;
-    }
-  }
+  if (std::optional<std::vector<Tensor>> hit = Lookup(key)) return std::move(*hit);
   std::vector<Tensor> made = make();
   Put(std::move(key), inputs, made);
   return made;

@@ -53,6 +53,7 @@ class FoldCache {
   };
   static std::string Key(const Node& node, const std::vector<const Tensor*>& inputs);
   static std::string BuffersKey(const std::vector<const Tensor*>& inputs);
+  std::optional<std::vector<Tensor>> Lookup(const std::string& key) const;  // counts a hit
   void Put(std::string key, const std::vector<const Tensor*>& inputs,
            const std::vector<Tensor>& outputs);
 

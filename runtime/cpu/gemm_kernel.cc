@@ -58,7 +58,7 @@ class GemmKernel : public CpuKernel {
   std::vector<int64_t> a_batch, b_matrix;   // per batch dim: A element / packed-B matrix strides
   int64_t a_rs = 0, a_cs = 0, b_rs = 0, b_cs = 0;
   float alpha = 1.f;
-  const float* b_owned = nullptr;            // constant B, packed at build (ctx.packed_weights)
+  const float* b_packed = nullptr;           // constant B, packed at build (ctx.packed_weights)
   int b_pack_slot = -1;                     // runtime B: packed here every run
   int64_t b_count = 1, b_floats = 0, b_src_matrix = 0;
   int a_pack_slot = -1;
@@ -108,8 +108,8 @@ absl::Status GemmKernel::Run(const ExecContext& ctx) {
   ctx_ = &ctx;
   const float* a = static_cast<const float*>(ctx.ptrs[a_slot]);
   float* y = static_cast<float*>(ctx.ptrs[y_slot]);
-  float* packed = b_owned ? const_cast<float*>(b_owned) : static_cast<float*>(ctx.ptrs[b_pack_slot]);
-  if (!b_owned) {
+  float* packed = b_packed ? const_cast<float*>(b_packed) : static_cast<float*>(ctx.ptrs[b_pack_slot]);
+  if (!b_packed) {
     const float* b = static_cast<const float*>(ctx.ptrs[b_slot]);
     ForEachIndex(b_count, b_count > 1 && b_count * k * n >= kParallelElements, [&](int64_t i) {
       gemm::PackB(bl, {b + i * b_src_matrix, b_rs, b_cs}, k, n, 1.f, packed + i * b_floats);
@@ -121,7 +121,7 @@ absl::Status GemmKernel::Run(const ExecContext& ctx) {
     pr.b_packed = packed + Offset(b_matrix, static_cast<int64_t>(p)) * b_floats;
     pr.c = y + static_cast<int64_t>(p) * m * n;
     pr.ldc = n;
-    pr.alpha = b_owned ? 1.f : alpha;
+    pr.alpha = b_packed ? 1.f : alpha;
   }
   gemm::Run(bl, problems.data(), static_cast<int64_t>(problems.size()), m, n, k,
             /*parallel=*/true, threads, static_cast<float*>(ctx.ptrs[a_pack_slot]),
@@ -306,7 +306,7 @@ bool SetUpB(BuildContext& ctx, const Value* bv, const Geometry& g, const Spec& s
                   spec.alpha, out + i * kern.b_floats);
     }
   });
-  kern.b_owned = static_cast<const float*>(packed.get());
+  kern.b_packed = static_cast<const float*>(packed.get());
   return true;
 }
 
