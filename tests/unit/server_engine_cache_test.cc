@@ -3,6 +3,8 @@
 // corrupt one detected), memory and disk hits, and BuildModel through the cache: a warm build
 // skips compiling, a corrupt or stale file or an entry whose stored answers are wrong is
 // rebuilt instead of trusted.
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -83,8 +85,9 @@ std::vector<fs::path> FilesEndingIn(const fs::path& dir, const std::string& ext)
 class EngineCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // The process id too: ctest runs this test and its .avx2 twin (another process) at once.
     dir_ = fs::path(::testing::TempDir()) /
-           ("kiln_ec_" +
+           ("kiln_ec_" + std::to_string(getpid()) + "_" +
             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
   }
