@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -20,9 +21,18 @@ namespace kiln {
 
 struct StopCondition {
   using Clock = std::chrono::steady_clock;
+  StopCondition() = default;
+  StopCondition(Clock::time_point d, const std::atomic<bool>* c, std::string w)
+      : deadline(d), cancel(c), what(std::move(w)) {}
   Clock::time_point deadline = Clock::time_point::max();
   const std::atomic<bool>* cancel = nullptr;  // not owned; set means stop
   std::string what;                           // names the work in the error ("layout tuning")
+  // Not owned; stop once every one is set: the requests of a batch, each set when its
+  // client stops waiting (a batch still runs while one of its requests is waited for).
+  std::vector<const std::atomic<bool>*> cancel_all;
+  // Ignores every enclosing scope: work that outlives the request that happened to start it
+  // (an engine built for a new shape serves every later request of that shape).
+  bool isolated = false;
 };
 
 namespace stop_internal {
@@ -58,10 +68,17 @@ inline absl::Status CheckStop() {
     if (f->cond.cancel && f->cond.cancel->load(std::memory_order_relaxed)) {
       return absl::CancelledError(f->cond.what.empty() ? "stopped" : f->cond.what + " stopped");
     }
+    if (!f->cond.cancel_all.empty() &&
+        std::all_of(f->cond.cancel_all.begin(), f->cond.cancel_all.end(),
+                    [](const std::atomic<bool>* c) { return c->load(std::memory_order_relaxed); })) {
+      return absl::CancelledError((f->cond.what.empty() ? std::string("work") : f->cond.what) +
+                                  " stopped: no client waits for it any more");
+    }
     if (now >= f->cond.deadline) {
       return absl::DeadlineExceededError(
           (f->cond.what.empty() ? std::string("work") : f->cond.what) + " ran past its time limit");
     }
+    if (f->cond.isolated) break;
   }
   return absl::OkStatus();
 }

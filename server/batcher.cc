@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/memory_budget.h"
+#include "base/stop.h"
+
 namespace kiln::server {
 
 int64_t BucketFor(int64_t rows, const std::vector<int64_t>& buckets) {
@@ -104,7 +107,8 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(BatchPolicy policy, int
 Batcher::~Batcher() { Stop(); }
 
 absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
-    std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline) {
+    std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
+    AbandonFlag abandoned) {
   if (rows < 1 || rows > policy_.buckets.back()) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", rows, " rows; the model takes 1..",
                                                    policy_.buckets.back()));
@@ -112,6 +116,7 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
   Request r;
   r.item = QueuedItem{rows, Clock::now(), deadline};
   r.inputs = std::move(inputs);
+  r.abandoned = std::move(abandoned);
   std::future<Result> f = r.promise.get_future();
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -241,44 +246,83 @@ void Batcher::RecordTaken(const std::vector<Request>& batch, int64_t rows) {
   metrics_.batch_size().Observe(static_cast<double>(rows));
 }
 
-void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) {
-  std::vector<Tensor> inputs, outputs;
-  absl::Status status;
-  if (!policy_.batchable) {
-    inputs = batch[0].inputs;
-  } else {
-    for (size_t k = 0; k < batch[0].inputs.size() && status.ok(); ++k) {
-      std::vector<const Tensor*> parts;
-      for (const Request& r : batch) parts.push_back(&r.inputs[k]);
-      auto t = ConcatRows(parts, bucket);
-      if (t.ok()) inputs.push_back(std::move(*t));
-      status = t.status();
-    }
+namespace {
+
+// Stops a batch's run once no one waits for any of its requests: every deadline has passed
+// (a request without one keeps the batch going), or every client has gone.
+StopCondition BatchStop(const std::vector<const std::atomic<bool>*>& flags,
+                        const std::vector<std::optional<Clock::time_point>>& deadlines) {
+  StopCondition c;
+  c.what = "the batch";
+  c.cancel_all = flags;
+  Clock::time_point latest = Clock::time_point::min();
+  for (const auto& d : deadlines) latest = d ? std::max(latest, *d) : Clock::time_point::max();
+  c.deadline = latest;
+  return c;
+}
+
+}  // namespace
+
+absl::Status Batcher::Execute(int worker, std::vector<Request>& batch, int64_t bucket,
+                              std::vector<Tensor>& outputs) {
+  std::vector<const std::atomic<bool>*> flags;
+  std::vector<std::optional<Clock::time_point>> deadlines;
+  for (const Request& r : batch) {
+    if (r.abandoned) flags.push_back(r.abandoned.get());
+    deadlines.push_back(r.item.deadline);
   }
-  if (status.ok()) {
+  if (flags.size() != batch.size()) flags.clear();  // someone without a flag still waits
+  const StopScope stop(BatchStop(flags, deadlines));
+  const MemoryScope memory(std::make_shared<MemoryAccount>("a batch of " + policy_.model, 0,
+                                                           ProcessMemory()));
+  return CatchOutOfMemory([&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckStop());  // every request gave up while it was queued
+    std::vector<Tensor> inputs;
+    if (!policy_.batchable) {
+      inputs = batch[0].inputs;
+    } else {
+      for (size_t k = 0; k < batch[0].inputs.size(); ++k) {
+        std::vector<const Tensor*> parts;
+        for (const Request& r : batch) parts.push_back(&r.inputs[k]);
+        ASSIGN_OR_RETURN(Tensor t, ConcatRows(parts, bucket));
+        inputs.push_back(std::move(t));
+      }
+    }
     const Clock::time_point start = Clock::now();
-    status = run_(worker, inputs, outputs);
+    absl::Status status = run_(worker, inputs, outputs);
     const Clock::duration took = Clock::now() - start;
     metrics_.compute_duration(bucket).Observe(std::chrono::duration<double>(took).count());
     if (policy_.stats) policy_.stats->RecordExecution(bucket, took);
-  }
+    return status;
+  });
+}
+
+void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) {
+  std::vector<Tensor> outputs;
+  absl::Status status = Execute(worker, batch, bucket, outputs);
   for (const Tensor& o : outputs) {
     if (status.ok() && policy_.batchable && (o.rank() < 1 || o.dim(0) != bucket)) {
       status = absl::InternalError("an output has no batch dim: cannot split the batch");
     }
   }
+  // Each request's rows are copied out under the budget too: a copy it refuses fails that
+  // request alone.
+  const MemoryScope memory(ProcessMemory());
   int64_t offset = 0;
   for (Request& r : batch) {
     if (!status.ok()) {
       r.promise.set_value(status);
       continue;
     }
-    std::vector<Tensor> mine;
-    for (const Tensor& o : outputs) {
-      mine.push_back(policy_.batchable ? SliceRows(o, offset, r.item.rows) : o.Clone());
-    }
+    const int64_t begin = offset;
     offset += r.item.rows;
-    r.promise.set_value(std::move(mine));
+    r.promise.set_value(CatchOutOfMemory([&]() -> Result {
+      std::vector<Tensor> mine;
+      for (const Tensor& o : outputs) {
+        mine.push_back(policy_.batchable ? SliceRows(o, begin, r.item.rows) : o.Clone());
+      }
+      return mine;
+    }));
   }
 }
 

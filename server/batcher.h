@@ -5,6 +5,7 @@
 // (DecideBatch), unit-tested without threads.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -40,6 +41,10 @@ struct BatchPolicy {
   // statistics, which outlive the batcher).
   ModelStats* stats = nullptr;
 };
+
+// Set by whoever waits for a request once it stops waiting (its deadline passed, its client
+// went away): a batch all of whose requests are abandoned stops at its next step.
+using AbandonFlag = std::shared_ptr<std::atomic<bool>>;
 
 // What DecideBatch sees of a queued request.
 struct QueuedItem {
@@ -84,8 +89,11 @@ class Batcher {
   // UNAVAILABLE after Stop. With policy.inline_when_idle, when the queue is empty, an engine
   // instance is idle and the policy would run this request alone right away, it runs on the
   // caller's thread before Enqueue returns: two thread hand-offs saved at low load.
+  // `abandoned` (optional): see AbandonFlag. The batch's run is also stopped once every
+  // request's deadline has passed.
   absl::StatusOr<std::future<Result>> Enqueue(std::vector<Tensor> inputs, int64_t rows,
-                                              std::optional<Clock::time_point> deadline);
+                                              std::optional<Clock::time_point> deadline,
+                                              AbandonFlag abandoned = nullptr);
   // Fails every queued request with UNAVAILABLE, lets running batches finish, joins.
   // Idempotent.
   void Stop();
@@ -98,6 +106,7 @@ class Batcher {
     QueuedItem item;
     std::vector<Tensor> inputs;
     std::promise<Result> promise;
+    AbandonFlag abandoned;
   };
   Batcher(BatchPolicy policy, BatchRunFn run)
       : policy_(std::move(policy)),
@@ -110,6 +119,10 @@ class Batcher {
   // Precondition: mu_ held. Pops expired and to-run requests as `decision` says.
   std::vector<Request> TakeLocked(const BatchDecision& decision);
   void RunBatch(int worker, std::vector<Request>& batch, int64_t bucket);
+  // Assembles the batch's inputs and runs them: within the batch's stop condition (the
+  // latest deadline, every request abandoned) and charged to the process memory budget.
+  absl::Status Execute(int worker, std::vector<Request>& batch, int64_t bucket,
+                       std::vector<Tensor>& outputs);
   // Queue wait of every request in `batch` and the batch's size, as it leaves the queue.
   void RecordTaken(const std::vector<Request>& batch, int64_t rows);
 

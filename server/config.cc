@@ -88,6 +88,10 @@ absl::Status ApplyServerSection(const YAML::Node& node, ServerConfig& c) {
       RETURN_IF_ERROR(Read(v, full, c.upload_stall_timeout_ms));
     } else if (key == "drain_timeout_ms") {
       RETURN_IF_ERROR(Read(v, full, c.drain_timeout_ms));
+    } else if (key == "memory_budget_bytes") {
+      RETURN_IF_ERROR(Read(v, full, c.memory_budget_bytes));
+    } else if (key == "max_build_memory_bytes") {
+      RETURN_IF_ERROR(Read(v, full, c.max_build_memory_bytes));
     } else if (key == "auth_token") {
       RETURN_IF_ERROR(Read(v, full, c.auth_token));
     } else if (key == "tls") {
@@ -146,6 +150,14 @@ absl::Status Validate(const ServerConfig& c) {
   if (!level_ok) return Bad("log.level", "must be one of trace|debug|info|warn|error|critical|off");
   if (c.grpc_address.empty()) return Bad("server.grpc_address", "must not be empty");
   if (c.max_message_bytes < 1024) return Bad("server.max_message_bytes", "must be >= 1024");
+  // gRPC takes the limit as an int, and protobuf cannot serialize a message of 2 GiB.
+  if (c.max_message_bytes > (int64_t{1} << 30) + (int64_t{1} << 29)) {
+    return Bad("server.max_message_bytes", "must be <= 1.5 GiB (1610612736)");
+  }
+  if (c.memory_budget_bytes != 0 && c.memory_budget_bytes < (int64_t{64} << 20)) {
+    return Bad("server.memory_budget_bytes", "must be 0 (80 % of the machine) or >= 64 MiB");
+  }
+  if (c.max_build_memory_bytes < 0) return Bad("server.max_build_memory_bytes", "must be >= 0");
   if (c.max_model_bytes < 1) return Bad("server.max_model_bytes", "must be >= 1");
   if (c.max_concurrent_uploads < 1) return Bad("server.max_concurrent_uploads", "must be >= 1");
   if (c.max_upload_bytes_in_flight < c.max_model_bytes) {

@@ -41,6 +41,12 @@ struct ServerConfig {
   // A LoadModel stream that sends nothing for this long is cancelled.
   int64_t upload_stall_timeout_ms = 30000;
   int64_t drain_timeout_ms = 10000;
+  // What kilnd's tensors may take in all (weights, builds, requests, batches): 0 means 80 %
+  // of the machine's memory (or of the cgroup's limit). Past it, what asks for more gets
+  // RESOURCE_EXHAUSTED.
+  int64_t memory_budget_bytes = 0;
+  // What one model build may allocate within that: 0 means half the budget.
+  int64_t max_build_memory_bytes = 0;
   std::string auth_token;  // empty: LoadModel/UnloadModel are open
   TlsConfig tls;
   HttpApiConfig http_api;

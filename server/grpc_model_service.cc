@@ -1,6 +1,12 @@
 // kiln.v1.ModelService (declared in grpc_services.h).
 #include "server/grpc_services.h"
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "base/stop.h"
 #include "server/auth.h"
 
 namespace kiln::server {
@@ -66,6 +72,37 @@ void FillShapes(const ModelVersion& mv, v1::ModelInfo* out) {
   pc->set_evictions(c.evictions);
   pc->set_builds(c.builds);
 }
+
+// Watches a call's client while its handler works: `gone()` is set once the client has
+// cancelled or its deadline has passed (gRPC cancels the call then), so work polling it
+// through a StopScope stops instead of committing what no one waits for.
+class ClientWatch {
+ public:
+  explicit ClientWatch(grpc::ServerContext& ctx)
+      : thread_([this, &ctx] {
+          std::unique_lock<std::mutex> lk(mu_);
+          while (!done_ && !gone_) {
+            cv_.wait_for(lk, std::chrono::milliseconds(50));
+            if (ctx.IsCancelled()) gone_ = true;
+          }
+        }) {}
+  ~ClientWatch() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  const std::atomic<bool>* gone() const { return &gone_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::atomic<bool> gone_{false};
+  std::thread thread_;  // last: starts after the members it uses
+};
 
 }  // namespace
 
@@ -144,7 +181,14 @@ grpc::Status ModelServiceImpl::LoadModel(grpc::ServerContext* ctx,
     ASSIGN_OR_RETURN(UploadLimiter::Slot slot, limiter_.Acquire());
     ASSIGN_OR_RETURN(std::unique_ptr<StagedModel> staged, registry_.repository().Stage());
     ASSIGN_OR_RETURN(const UploadHead head, Receive(*ctx, *reader, slot, *staged));
-    // Builds beside what serves now; files and registry change only once it is READY.
+    // Builds beside what serves now; files and registry change only once it is READY, and
+    // not at all once the client has gone (cancelled, or past its deadline).
+    ClientWatch watch(*ctx);
+    StopCondition cond;
+    cond.deadline = DeadlineOf(*ctx).value_or(StopCondition::Clock::time_point::max());
+    cond.cancel = watch.gone();
+    cond.what = "the upload";
+    const StopScope stop(std::move(cond));
     ASSIGN_OR_RETURN(auto mv, registry_.LoadUpload(head.name, VersionOf(head.version),
                                                    std::move(staged)));
     FillModelInfo(*mv, true, resp->mutable_model());

@@ -1,5 +1,6 @@
 #include "server/grpc_services.h"
 
+#include "base/memory_budget.h"
 #include "server/inference.h"
 #include "server/request_validation.h"
 #include "server/tensor_codec.h"
@@ -25,6 +26,20 @@ ProtoTensorMap* MutableInputs(const v1::PredictRequest* req) {
 }
 ProtoTensorMap* MutableInputs(const v1::BatchPredictRequest* req, int sample) {
   return const_cast<v1::BatchPredictRequest*>(req)->mutable_samples(sample)->mutable_inputs();
+}
+
+// The request's deadline, and its client's cancel seen while it waits.
+RequestWait WaitOf(grpc::ServerContext& ctx) {
+  RequestWait w;
+  w.deadline = DeadlineOf(ctx);
+  w.client_gone = [&ctx] { return ctx.IsCancelled(); };
+  return w;
+}
+
+// Decoded inputs are tensors charged to the process memory budget (server/main.cc sets it).
+absl::Status Guarded(const std::function<absl::Status()>& fn) {
+  const MemoryScope memory(ProcessMemory());
+  return CatchOutOfMemory(fn);
 }
 
 }  // namespace
@@ -57,13 +72,18 @@ grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::P
     ASSIGN_OR_RETURN(std::vector<size_t> selected, SelectOutputs(sig, req->output_filter()));
     ASSIGN_OR_RETURN(ValidatedInputs in, ValidateInputs(sig, MutableInputs(req)));
     record.SetRows(in.rows);
-    ASSIGN_OR_RETURN(std::vector<Tensor> outputs, RunOn(*mv, std::move(in), DeadlineOf(*ctx)));
+    const int64_t limit = registry_.limits().max_response_bytes;
+    if (auto bound = ResponseBytesBound(sig, selected, in.rows)) {
+      RETURN_IF_ERROR(CheckResponseBytes(*bound, limit));
+    }
+    ASSIGN_OR_RETURN(std::vector<Tensor> outputs, RunOn(*mv, std::move(in), WaitOf(*ctx)));
+    RETURN_IF_ERROR(CheckResponseBytes(ResponseBytes(outputs, selected), limit));
     resp->set_model(mv->name());
     resp->set_version(mv->version());
     FillOutputs(sig, selected, outputs, req->typed_outputs(), resp->mutable_outputs());
     return absl::OkStatus();
   };
-  return ToGrpcStatus(record.Finish(req->model(), run()));
+  return ToGrpcStatus(record.Finish(req->model(), Guarded(run)));
 }
 
 grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
@@ -87,24 +107,38 @@ grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
       all.push_back(std::move(*in));
     }
     record.SetRows(rows);
-    const auto deadline = DeadlineOf(*ctx);
-    RETURN_IF_ERROR(CheckDeadline(deadline));
+    // The samples' outputs travel in one message: their sum is what the limit bounds.
+    const int64_t limit = registry_.limits().max_response_bytes;
+    if (auto bound = ResponseBytesBound(sig, selected, rows)) {
+      RETURN_IF_ERROR(CheckResponseBytes(*bound, limit));
+    }
+    const RequestWait wait = WaitOf(*ctx);
+    RETURN_IF_ERROR(CheckDeadline(wait.deadline));
     // Everything is queued before anything is awaited, so the samples batch together.
     std::vector<std::future<Batcher::Result>> futures;
     for (ValidatedInputs& in : all) {
-      ASSIGN_OR_RETURN(auto f, mv->Submit(std::move(in.tensors), in.rows, deadline));
+      ASSIGN_OR_RETURN(auto f, mv->Submit(std::move(in.tensors), in.rows, wait.deadline,
+                                          wait.abandoned));
       futures.push_back(std::move(f));
     }
+    // A failed sample abandons the rest: nothing else will be awaited.
+    struct AbandonOnExit {
+      const RequestWait& w;
+      ~AbandonOnExit() { w.abandoned->store(true); }
+    } abandon_rest{wait};
     resp->set_model(mv->name());
     resp->set_version(mv->version());
+    int64_t bytes = 0;
     for (auto& f : futures) {
-      ASSIGN_OR_RETURN(std::vector<Tensor> outputs, Await(f, deadline));
+      ASSIGN_OR_RETURN(std::vector<Tensor> outputs, Await(f, wait));
+      bytes += ResponseBytes(outputs, selected);
+      RETURN_IF_ERROR(CheckResponseBytes(bytes, limit));
       FillOutputs(sig, selected, outputs, req->typed_outputs(),
                   resp->add_results()->mutable_outputs());
     }
     return absl::OkStatus();
   };
-  return ToGrpcStatus(record.Finish(req->model(), run()));
+  return ToGrpcStatus(record.Finish(req->model(), Guarded(run)));
 }
 
 }  // namespace kiln::server

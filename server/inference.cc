@@ -1,6 +1,8 @@
 #include "server/inference.h"
 
+#include <algorithm>
 #include <charconv>
+#include <limits>
 
 #include "server/echo.h"
 
@@ -37,19 +39,65 @@ absl::Status CheckDeadline(std::optional<Clock::time_point> deadline) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f,
-                                          std::optional<Clock::time_point> deadline) {
-  if (deadline && f.wait_until(*deadline) == std::future_status::timeout) {
-    return absl::DeadlineExceededError("the deadline expired while the request was running");
+absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f, const RequestWait& w) {
+  // How often a waiter looks at its client: the longest a gone client's batch keeps running.
+  constexpr auto kPoll = std::chrono::milliseconds(50);
+  if (!w.deadline && !w.client_gone) return f.get();
+  for (;;) {
+    Clock::time_point until = Clock::now() + kPoll;
+    if (!w.client_gone) until = *w.deadline;
+    if (w.deadline) until = std::min(until, *w.deadline);
+    if (f.wait_until(until) == std::future_status::ready) return f.get();
+    if (w.deadline && Clock::now() >= *w.deadline) {
+      w.abandoned->store(true);
+      return absl::DeadlineExceededError("the deadline expired while the request was running");
+    }
+    if (w.client_gone && w.client_gone()) {
+      w.abandoned->store(true);
+      return absl::CancelledError("the client cancelled the request");
+    }
   }
-  return f.get();
 }
 
 absl::StatusOr<std::vector<Tensor>> RunOn(ModelVersion& mv, ValidatedInputs in,
-                                          std::optional<Clock::time_point> deadline) {
-  RETURN_IF_ERROR(CheckDeadline(deadline));
-  ASSIGN_OR_RETURN(auto future, mv.Submit(std::move(in.tensors), in.rows, deadline));
-  return Await(future, deadline);
+                                          const RequestWait& w) {
+  RETURN_IF_ERROR(CheckDeadline(w.deadline));
+  ASSIGN_OR_RETURN(auto future, mv.Submit(std::move(in.tensors), in.rows, w.deadline, w.abandoned));
+  return Await(future, w);
+}
+
+std::optional<int64_t> ResponseBytesBound(const ModelSignature& sig,
+                                          const std::vector<size_t>& selected, int64_t rows) {
+  // In double: a hostile shape times a hostile row count must not wrap around.
+  double total = 0;
+  for (size_t i : selected) {
+    const runtime::TensorSpec& s = sig.outputs[i];
+    double bytes = static_cast<double>(DTypeSize(s.dtype));
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (d == 0 && sig.batchable) {
+        bytes *= static_cast<double>(rows);
+      } else if (s.shape[d] < 0) {
+        return std::nullopt;
+      } else {
+        bytes *= static_cast<double>(s.shape[d]);
+      }
+    }
+    total += bytes;
+  }
+  return total > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
+}
+
+int64_t ResponseBytes(const std::vector<Tensor>& outputs, const std::vector<size_t>& selected) {
+  int64_t total = 0;
+  for (size_t i : selected) total += static_cast<int64_t>(outputs.at(i).nbytes());
+  return total;
+}
+
+absl::Status CheckResponseBytes(int64_t bytes, int64_t limit) {
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the response would carry ", bytes, " bytes of outputs, more than the server's message "
+      "limit of ", limit, " bytes (server.max_message_bytes); ask for fewer rows or outputs"));
 }
 
 absl::Status RequestRecorder::Finish(const std::string& model, absl::Status s) {

@@ -5,7 +5,9 @@
 // everything here speaks absl::Status, mapped to gRPC or HTTP codes by the transports.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -29,14 +31,36 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> FindReady(const ModelRegistry& reg
 // A KServe v2 version string: empty means "not given"; otherwise a positive decimal integer.
 absl::StatusOr<std::optional<int64_t>> ParseVersion(std::string_view text);
 
+// How long a request's client waits, and how to tell that it has stopped waiting. The
+// waiter sets `abandoned` when it gives up, and the batch running the request stops at its
+// next step once every request in it is abandoned (server/batcher.h).
+struct RequestWait {
+  std::optional<Clock::time_point> deadline;
+  // Polled while waiting (gRPC: ServerContext::IsCancelled); null: only the deadline.
+  std::function<bool()> client_gone;
+  AbandonFlag abandoned = std::make_shared<std::atomic<bool>>(false);
+};
+
 // DEADLINE_EXCEEDED when `deadline` has already passed (before anything is queued).
 absl::Status CheckDeadline(std::optional<Clock::time_point> deadline);
-// The future's result, or DEADLINE_EXCEEDED once `deadline` passes while it runs.
-absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f,
-                                          std::optional<Clock::time_point> deadline);
+// The future's result; DEADLINE_EXCEEDED once the deadline passes, CANCELLED once the client
+// has gone (both abandon the request).
+absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f, const RequestWait& w);
 // Queues validated inputs on `mv` and waits for its output rows.
 absl::StatusOr<std::vector<Tensor>> RunOn(ModelVersion& mv, ValidatedInputs in,
-                                          std::optional<Clock::time_point> deadline);
+                                          const RequestWait& w);
+
+// Bytes of the selected outputs for `rows` rows as the signature gives them; nullopt when one
+// of them has a size known only once it is computed (a data-dependent or dynamic dim).
+std::optional<int64_t> ResponseBytesBound(const ModelSignature& sig,
+                                          const std::vector<size_t>& selected, int64_t rows);
+// Bytes of the selected outputs as computed.
+int64_t ResponseBytes(const std::vector<Tensor>& outputs, const std::vector<size_t>& selected);
+// RESOURCE_EXHAUSTED when a response of `bytes` tensor bytes would pass `limit` (the
+// transport's message limit, server.max_message_bytes): refused before it is computed where
+// the shapes tell, else before it is encoded. A response past 2 GiB would abort the
+// process in the protobuf serializer.
+absl::Status CheckResponseBytes(int64_t bytes, int64_t limit);
 
 // Accounts for one inference request from construction to Finish: kiln_inflight_requests
 // while alive, then kiln_requests_total and kiln_request_duration_seconds under `method`, and

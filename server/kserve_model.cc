@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_join.h"
+#include "base/memory_budget.h"
 #include "server/echo.h"
 
 #ifndef KILN_VERSION
@@ -122,9 +123,11 @@ absl::Status CheckParameter(const std::string& key, const std::string& where) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PendingInfer> StartInfer(const ModelRegistry& registry, InferCall call,
-                                        std::optional<Clock::time_point> deadline,
-                                        RequestRecorder& record) {
+namespace {
+
+absl::StatusOr<PendingInfer> StartInferImpl(const ModelRegistry& registry, InferCall call,
+                                            std::optional<Clock::time_point> deadline,
+                                            RequestRecorder& record) {
   ASSIGN_OR_RETURN(const std::optional<int64_t> version, ParseVersion(call.version));
   PendingInfer p;
   ASSIGN_OR_RETURN(p.mv, FindReady(registry, call.model, version));
@@ -147,15 +150,22 @@ absl::StatusOr<PendingInfer> StartInfer(const ModelRegistry& registry, InferCall
   ASSIGN_OR_RETURN(std::vector<NamedTensor> named, call.decode(sig));
   ASSIGN_OR_RETURN(ValidatedInputs in, ValidateNamedInputs(sig, std::move(named)));
   record.SetRows(in.rows);
+  if (auto bound = ResponseBytesBound(sig, p.selected, in.rows)) {
+    RETURN_IF_ERROR(CheckResponseBytes(*bound, registry.limits().max_response_bytes));
+  }
+  p.wait.deadline = deadline;
   RETURN_IF_ERROR(CheckDeadline(deadline));
-  ASSIGN_OR_RETURN(p.future, p.mv->Submit(std::move(in.tensors), in.rows, deadline));
+  ASSIGN_OR_RETURN(p.future, p.mv->Submit(std::move(in.tensors), in.rows, deadline,
+                                          p.wait.abandoned));
   p.id = std::move(call.id);
   p.binary_outputs = call.binary_outputs;
+  p.max_response_bytes = registry.limits().max_response_bytes;
   return p;
 }
 
-absl::StatusOr<InferReply> FinishInfer(PendingInfer& p, std::optional<Clock::time_point> deadline) {
-  ASSIGN_OR_RETURN(std::vector<Tensor> outputs, Await(p.future, deadline));
+absl::StatusOr<InferReply> FinishInferImpl(PendingInfer& p) {
+  ASSIGN_OR_RETURN(std::vector<Tensor> outputs, Await(p.future, p.wait));
+  RETURN_IF_ERROR(CheckResponseBytes(ResponseBytes(outputs, p.selected), p.max_response_bytes));
   const ModelSignature& sig = p.mv->built().signature;
   InferReply r;
   r.model = p.mv->name();
@@ -175,6 +185,23 @@ absl::StatusOr<InferReply> FinishInfer(PendingInfer& p, std::optional<Clock::tim
     r.outputs.push_back(std::move(o));
   }
   return r;
+}
+
+}  // namespace
+
+// Decoded inputs and computed outputs are tensors charged to the process memory budget.
+absl::StatusOr<PendingInfer> StartInfer(const ModelRegistry& registry, InferCall call,
+                                        std::optional<Clock::time_point> deadline,
+                                        RequestRecorder& record) {
+  const MemoryScope memory(ProcessMemory());
+  return CatchOutOfMemory(
+      [&] { return StartInferImpl(registry, std::move(call), deadline, record); });
+}
+
+absl::StatusOr<InferReply> FinishInfer(PendingInfer& p, std::optional<Clock::time_point> deadline) {
+  p.wait.deadline = deadline;
+  const MemoryScope memory(ProcessMemory());
+  return CatchOutOfMemory([&] { return FinishInferImpl(p); });
 }
 
 absl::StatusOr<bool> IsModelReady(const ModelRegistry& registry, const std::string& name,

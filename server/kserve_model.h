@@ -65,6 +65,8 @@ struct PendingInfer {
   std::vector<RequestedOutput> requested;  // parallel to `selected`
   bool binary_outputs = false;
   std::future<Batcher::Result> future;
+  RequestWait wait;  // its deadline; `abandoned` tells the batch when no one waits
+  int64_t max_response_bytes = 0;  // the server's limit (ServingLimits)
 };
 
 // Finds the version, decodes, validates and queues; `record` learns the version and rows.

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/heap_scope.h"
+#include "base/memory_budget.h"
 #include "base/huge_pages.h"
 #include "base/openmp_env.h"
 #include "server/config.h"
@@ -75,6 +76,19 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
   return server;
 }
 
+// Sets the process's memory budget from the config and returns the per-request and
+// per-build limits that follow from it.
+ServingLimits ApplyMemoryBudget(const ServerConfig& c) {
+  const int64_t budget = c.memory_budget_bytes > 0 ? c.memory_budget_bytes : DefaultMemoryBudget();
+  ProcessMemory()->set_cap(budget);
+  ServingLimits l;
+  l.max_response_bytes = c.max_message_bytes;
+  l.max_build_memory_bytes = c.max_build_memory_bytes > 0 ? c.max_build_memory_bytes : budget / 2;
+  spdlog::info("memory budget {} MiB, {} MiB per model build", budget >> 20,
+               l.max_build_memory_bytes >> 20);
+  return l;
+}
+
 HttpOptions HttpOptionsOf(const ServerConfig& c) {
   HttpOptions o;
   o.limits.max_body_bytes = static_cast<size_t>(c.http_api.max_body_bytes);
@@ -99,6 +113,7 @@ int Serve(const ServerConfig& c, const sigset_t& stop_signals) {
   ModelRegistry registry(std::move(*repository), c.model_defaults);
   // Always in memory (a reload of the same file is cheap); on disk too with engine_cache_dir.
   registry.SetEngineCache(std::make_shared<EngineCache>(c.engine_cache_dir));
+  registry.SetLimits(ApplyMemoryBudget(c));
   std::vector<std::unique_ptr<grpc::Service>> services;
   auto started = StartGrpc(c, registry, services);
   if (!started.ok()) {

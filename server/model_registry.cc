@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/file.h"
+#include "base/memory_budget.h"
 #include "base/stop.h"
 #include "compiler/onnx/importer.h"
 #include "compiler/onnx/normalize.h"
@@ -84,7 +85,8 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
 }
 
 absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
-    std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline) {
+    std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
+    AbandonFlag abandoned) {
   if (state() != ModelState::kReady || !batcher_) {
     return absl::UnavailableError(absl::StrCat("model '", name_, "' version ", version_, " is ",
                                                ModelStateName(state())));
@@ -94,10 +96,10 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
     // engines, any other shape its specialised ones.
     ASSIGN_OR_RETURN(DimValues dims, DynamicDimValues(built_.signature, inputs));
     if (dims != built_.signature.default_dims) {
-      return shapes_->Enqueue(dims, std::move(inputs), rows, deadline);
+      return shapes_->Enqueue(dims, std::move(inputs), rows, deadline, std::move(abandoned));
     }
   }
-  return batcher_->Enqueue(std::move(inputs), rows, deadline);
+  return batcher_->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned));
 }
 
 namespace {
@@ -196,6 +198,16 @@ absl::Status ModelRegistry::LoadVersion(const std::string& name, int64_t version
 
 absl::Status ModelRegistry::Build(ModelVersion& mv, const std::string& path) {
   std::lock_guard<std::mutex> build_lock(build_mu_);
+  // Everything the build allocates as tensors (weights, folded constants, reference
+  // activations) is charged to its own account: a tiny model asking for a huge constant
+  // fails with RESOURCE_EXHAUSTED instead of taking the machine.
+  const MemoryScope memory(std::make_shared<MemoryAccount>(
+      absl::StrCat("the build of model '", mv.name(), "' version ", mv.version()),
+      limits_.max_build_memory_bytes, ProcessMemory(), "server.max_build_memory_bytes"));
+  return CatchOutOfMemory([&] { return BuildLocked(mv, path); });
+}
+
+absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& path) {
   // BeginShutdown sets stopping_: the compiler, the engines' tuning and the warm-up check
   // poll it between steps, so a build in progress never holds up a shutdown.
   const StopScope stop({StopCondition::Clock::time_point::max(), &stopping_, "model load"});
@@ -285,6 +297,11 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::LoadUpload(
       return s;
     }
     CrashPoint("upload-built");
+    // The uploader may have gone while it built (its deadline, a cancel): nothing lands.
+    if (absl::Status s = CheckStop(); !s.ok()) {
+      spdlog::warn("model {} version {}: upload abandoned ({})", name, v, std::string(s.message()));
+      return s;
+    }
     RETURN_IF_ERROR(repository_.Commit(*staged, name, v));
     CrashPoint("upload-committed");
     replaced = Publish(mv);

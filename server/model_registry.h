@@ -52,8 +52,10 @@ class ModelVersion {
   const ShapeEngines* shapes() const { return shapes_.get(); }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
+  // `abandoned`: see AbandonFlag (server/batcher.h).
   absl::StatusOr<std::future<Batcher::Result>> Submit(std::vector<Tensor> inputs, int64_t rows,
-                                                      std::optional<Clock::time_point> deadline);
+                                                      std::optional<Clock::time_point> deadline,
+                                                      AbandonFlag abandoned = nullptr);
 
  private:
   friend class ModelRegistry;
@@ -81,6 +83,15 @@ class ModelVersion {
 // Called on every state change of a model's default version (health service, logs).
 using StateListener = std::function<void(const std::string& name, bool serving)>;
 
+// What one request or one build may take (server config).
+struct ServingLimits {
+  // The tensor bytes one response may carry (server.max_message_bytes).
+  int64_t max_response_bytes = int64_t{64} << 20;
+  // What one model build may allocate, within the process budget
+  // (server.max_build_memory_bytes; <= 0: only the process budget).
+  int64_t max_build_memory_bytes = 0;
+};
+
 class ModelRegistry {
  public:
   ModelRegistry(ModelRepository repository, ModelConfig defaults)
@@ -91,6 +102,8 @@ class ModelRegistry {
   // Before any load; null (the default) compiles every model from scratch.
   void SetEngineCache(std::shared_ptr<EngineCache> cache) { cache_ = std::move(cache); }
   ModelRepository& repository() { return repository_; }
+  void SetLimits(const ServingLimits& l) { limits_ = l; }  // before any load or request
+  const ServingLimits& limits() const { return limits_; }
 
   // Loads every version of every model in the repository (failures stay visible as FAILED).
   void LoadRepository();
@@ -130,6 +143,7 @@ class ModelRegistry {
   absl::Status LoadVersion(const std::string& name, int64_t version, const std::string& yaml);
   // Imports `path`, compiles and checks it, and starts `mv` (READY). One build at a time.
   absl::Status Build(ModelVersion& mv, const std::string& path);
+  absl::Status BuildLocked(ModelVersion& mv, const std::string& path);  // build_mu_ held
   absl::StatusOr<int64_t> ChooseVersion(const std::string& name,
                                         std::optional<int64_t> version) const;
   absl::StatusOr<ModelConfig> UploadConfig(const std::string& name, const std::string& yaml) const;
@@ -144,6 +158,7 @@ class ModelRegistry {
   const ModelConfig defaults_;
   StateListener listener_;
   std::shared_ptr<EngineCache> cache_;
+  ServingLimits limits_;
   // Held across everything that writes one name: version choice, build, commit, publish,
   // unload. Taken before build_mu_ and mu_.
   KeyedMutex name_locks_;

@@ -65,7 +65,7 @@ absl::StatusOr<std::shared_ptr<ShapeEngines::Entry>> ShapeEngines::NewEntry(cons
 
 absl::StatusOr<std::future<Batcher::Result>> ShapeEngines::Enqueue(
     const DimValues& dims, std::vector<Tensor> inputs, int64_t rows,
-    std::optional<Clock::time_point> deadline) {
+    std::optional<Clock::time_point> deadline, AbandonFlag abandoned) {
   std::shared_ptr<Entry> e;
   std::vector<std::shared_ptr<Entry>> dead;  // freed after mu_ is released (joins a thread)
   {
@@ -88,7 +88,7 @@ absl::StatusOr<std::future<Batcher::Result>> ShapeEngines::Enqueue(
     }
     ReapLocked(dead);
   }
-  return e->batcher->Enqueue(std::move(inputs), rows, deadline);
+  return e->batcher->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned));
 }
 
 void ShapeEngines::ReapLocked(std::vector<std::shared_ptr<Entry>>& dead) {
@@ -123,7 +123,11 @@ absl::StatusOr<runtime::Engine*> ShapeEngines::EngineFor(Entry& e, int64_t bucke
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<runtime::Engine>> built;
   {
-    const StopScope stop({StopCondition::Clock::time_point::max(), &stopping_, "shape build"});
+    // Not stopped with the batch that asked for it: the engine serves every later request
+    // of this shape, so a client's short deadline must not throw a nearly done build away.
+    StopCondition cond(StopCondition::Clock::time_point::max(), &stopping_, "shape build");
+    cond.isolated = true;
+    const StopScope stop(std::move(cond));
     built = build_(e.dims, bucket);
   }
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;

@@ -100,7 +100,8 @@ class ShapeEngines {
   // status (a size the model cannot take stays refused without rebuilding).
   absl::StatusOr<std::future<Batcher::Result>> Enqueue(const DimValues& dims,
                                                        std::vector<Tensor> inputs, int64_t rows,
-                                                       std::optional<Clock::time_point> deadline);
+                                                       std::optional<Clock::time_point> deadline,
+                                                       AbandonFlag abandoned = nullptr);
   // Stops every shape's batcher (queued requests fail UNAVAILABLE; a build in progress is
   // cancelled at its next step). Idempotent.
   void Stop();

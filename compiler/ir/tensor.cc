@@ -3,16 +3,35 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/memory_budget.h"
+
 namespace kiln {
 namespace {
 
+// Inside a MemoryScope the buffer is charged to the scope's account before it is allocated
+// (a refused charge throws MemoryBudgetError) and given back when the last owner frees it.
 std::shared_ptr<void> AllocateAligned(size_t nbytes, bool zero) {
   size_t size = (nbytes + 63) / 64 * 64;
   if (size == 0) size = 64;
+  const std::shared_ptr<MemoryAccount>* scope = CurrentMemoryAccount();
+  if (scope == nullptr) {
+    void* p = std::aligned_alloc(64, size);
+    if (p == nullptr) throw std::bad_alloc();
+    if (zero) std::memset(p, 0, size);
+    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  }
+  const int64_t charged = static_cast<int64_t>(size);
+  if (absl::Status s = (*scope)->Charge(charged); !s.ok()) throw MemoryBudgetError(std::move(s));
   void* p = std::aligned_alloc(64, size);
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) {
+    (*scope)->Release(charged);
+    throw std::bad_alloc();
+  }
   if (zero) std::memset(p, 0, size);
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return std::shared_ptr<void>(p, [account = *scope, charged](void* q) {
+    std::free(q);
+    account->Release(charged);
+  });
 }
 
 }  // namespace

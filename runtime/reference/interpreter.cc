@@ -1,8 +1,10 @@
 #include "runtime/reference/interpreter.h"
 
+#include "base/memory_budget.h"
 #include "base/stop.h"
 
 #include <algorithm>
+#include <limits>
 #include <unordered_map>
 
 namespace kiln::ref {
@@ -40,10 +42,47 @@ const KernelRegistry& KernelRegistry::Default() {
   return *registry;
 }
 
+namespace {
+
+// What a kernel may hold beside its output tensors while it runs: the reference widens its
+// operands and results to double (8 bytes an element) in plain vectors, which no tensor
+// account sees. Reserved before the kernel runs inside a MemoryScope (a constant fold or a
+// warm-up check of a build, a request's fallback), so a node whose working set passes the
+// budget is refused before it allocates.
+int64_t ScratchEstimate(const Node& node, const KernelInputs& inputs) {
+  double elements = 0;
+  for (const Tensor* t : inputs) {
+    if (t) elements += static_cast<double>(t->numel());
+  }
+  for (const Value* out : node.outputs) {
+    if (!out || !out->shape) continue;
+    double n = 1;
+    for (const Dim& d : *out->shape) n *= d.known() ? static_cast<double>(d.value) : 1.0;
+    elements += n;
+  }
+  return elements * 8 > 9e18 ? std::numeric_limits<int64_t>::max()
+                             : static_cast<int64_t>(elements * 8);
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Tensor>> RunNode(const Node& node, const KernelInputs& inputs) {
   const KernelFn* fn = KernelRegistry::Default().Find(node.domain, node.op_type);
   if (!fn) return absl::UnimplementedError(node.Describe() + ": operator is not supported");
-  ASSIGN_OR_RETURN(std::vector<Tensor> outs, (*fn)(node, inputs));
+  MemoryReservation scratch;
+  if (const auto* account = CurrentMemoryAccount()) {
+    auto reserved = MemoryReservation::Make(*account, ScratchEstimate(node, inputs));
+    if (!reserved.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(node.Describe(), ": ", reserved.status().message()));
+    }
+    scratch = std::move(*reserved);
+  }
+  auto run = CatchOutOfMemory([&] { return (*fn)(node, inputs); });
+  if (!run.ok() && run.status().code() == absl::StatusCode::kResourceExhausted) {
+    return absl::ResourceExhaustedError(absl::StrCat(node.Describe(), ": ", run.status().message()));
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> outs, std::move(run));
   if (outs.size() < node.outputs.size()) outs.resize(node.outputs.size());
   for (size_t i = 0; i < node.outputs.size(); ++i) {
     if (node.outputs[i] && !outs[i].defined()) {

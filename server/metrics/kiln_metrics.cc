@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/memory_budget.h"
 #include "server/model_builder.h"
 #include "server/model_registry.h"
 
@@ -91,6 +92,14 @@ std::string RenderScrapeGauges(const ModelRegistry& registry) {
   r.AddGauge("kiln_process_resident_memory_bytes", "Resident set size of kilnd (VmRSS).")
       .Get()
       .Set(static_cast<double>(ResidentMemoryBytes()));
+  r.AddGauge("kiln_memory_budget_bytes",
+             "The memory budget (server.memory_budget_bytes): what kilnd's tensors may take.")
+      .Get()
+      .Set(static_cast<double>(ProcessMemory()->cap()));
+  r.AddGauge("kiln_memory_budget_used_bytes",
+             "Tensor bytes charged to the memory budget now (weights, builds, requests).")
+      .Get()
+      .Set(static_cast<double>(ProcessMemory()->used()));
   for (ModelState s : {ModelState::kLoading, ModelState::kReady, ModelState::kFailed}) {
     models.WithLabels({ModelStateName(s)});
   }

@@ -120,6 +120,9 @@ TEST_F(MetricsServer, CountsMoveByExactlyTheCallsMade) {
             0)
       << before;
   EXPECT_GT(Value(before, "kiln_process_resident_memory_bytes"), 1 << 20);
+  // The example's weights stay charged to the budget while it is loaded.
+  EXPECT_GT(Value(before, "kiln_memory_budget_used_bytes"), 0);
+  EXPECT_GT(Value(before, "kiln_memory_budget_bytes"), Value(before, "kiln_memory_budget_used_bytes"));
 
   constexpr int kPredicts = 5, kSamples = 3;
   for (int i = 0; i < kPredicts; ++i) ASSERT_TRUE(Predict("example", 2).ok());

@@ -89,6 +89,7 @@ struct UploadSpec {
   int64_t version = 0;
   std::string config_yaml;
   size_t chunk = 64 << 10;
+  std::chrono::milliseconds deadline{120000};  // the client's
 };
 
 class TestServer {
@@ -135,6 +136,10 @@ class TestServer {
 
   // A fresh channel per call where calls overlap (one channel would serialize nothing, but
   // a stream that the server cancels must not take other calls with it).
+  std::unique_ptr<v1::InferenceService::Stub> NewInferenceStub() const {
+    return v1::InferenceService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", grpc_port_), grpc::InsecureChannelCredentials()));
+  }
   std::unique_ptr<v1::ModelService::Stub> NewModelStub() const {
     return v1::ModelService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
                                                          grpc::InsecureChannelCredentials()));
@@ -143,7 +148,7 @@ class TestServer {
   grpc::Status Upload(const UploadSpec& u, v1::LoadModelResponse* resp = nullptr) const {
     v1::LoadModelResponse ignored;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    ctx.set_deadline(std::chrono::system_clock::now() + u.deadline);
     auto stub = NewModelStub();
     auto writer = stub->LoadModel(&ctx, resp ? resp : &ignored);
     for (size_t off = 0; off < u.bytes.size() || off == 0; off += u.chunk) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/memory_budget.h"
+#include "base/stop.h"
 #include "server/batcher.h"
 
 namespace kiln::server {
@@ -269,6 +271,83 @@ TEST(Batcher, CreateValidatesThePolicy) {
   EXPECT_FALSE(Batcher::Create(Policy({}, 0), 1, TimesTen).ok());
   EXPECT_FALSE(Batcher::Create(Policy({4, 2}, 0), 1, TimesTen).ok());
   EXPECT_FALSE(Batcher::Create(Policy({1}, 0), 0, TimesTen).ok());
+}
+
+// A fake engine that runs until its stop condition says so (as a long Loop polls CheckStop
+// every iteration), then reports how it ended.
+absl::Status SpinUntilStopped(int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < give_up) {
+    RETURN_IF_ERROR(CheckStop());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  out = {in[0]};
+  return absl::OkStatus();
+}
+
+Tensor OneRow() { return Tensor(DType::kFloat32, {1, 1}); }
+
+TEST(Batcher, ABatchEveryoneAbandonedStopsAtItsNextStep) {
+  auto b = Batcher::Create(Policy({1}, 0), 1, SpinUntilStopped);
+  ASSERT_TRUE(b.ok());
+  AbandonFlag flag = std::make_shared<std::atomic<bool>>(false);
+  auto f = (*b)->Enqueue({OneRow()}, 1, std::nullopt, flag);
+  ASSERT_TRUE(f.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto t0 = Clock::now();
+  flag->store(true);
+  Batcher::Result r = f->get();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(1));
+}
+
+TEST(Batcher, ABatchStopsOnceTheLastDeadlinePasses) {
+  auto b = Batcher::Create(Policy({1}, 0), 1, SpinUntilStopped);
+  ASSERT_TRUE(b.ok());
+  const auto t0 = Clock::now();
+  auto f = (*b)->Enqueue({OneRow()}, 1, t0 + std::chrono::milliseconds(100));
+  ASSERT_TRUE(f.ok());
+  Batcher::Result r = f->get();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+}
+
+TEST(Batcher, ABatchRunsOnWhileOneOfItsRequestsIsStillWaitedFor) {
+  // Negative: two requests in one batch, only one abandoned: the run is not stopped (it ends
+  // on its own after 10 s; this test stops it by abandoning the other one too, later).
+  auto b = Batcher::Create(Policy({2}, 100000), 1, SpinUntilStopped);
+  ASSERT_TRUE(b.ok());
+  AbandonFlag first = std::make_shared<std::atomic<bool>>(false);
+  AbandonFlag second = std::make_shared<std::atomic<bool>>(false);
+  auto f1 = (*b)->Enqueue({OneRow()}, 1, std::nullopt, first);
+  auto f2 = (*b)->Enqueue({OneRow()}, 1, std::nullopt, second);
+  ASSERT_TRUE(f1.ok() && f2.ok());
+  first->store(true);
+  EXPECT_EQ(f1->wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  second->store(true);
+  EXPECT_EQ(f1->get().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(f2->get().status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(Batcher, ARunPastTheMemoryBudgetFailsItsBatchAlone) {
+  // The batch's tensors are charged to the process budget: an engine that allocates past it
+  // fails with RESOURCE_EXHAUSTED, and the next batch runs.
+  const int64_t old_cap = ProcessMemory()->cap();
+  ProcessMemory()->set_cap(ProcessMemory()->used() + (int64_t{64} << 20));
+  auto greedy = [](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    out = {in[0].dim(1) > 1 ? Tensor(DType::kFloat32, {1, int64_t{1} << 27}) : in[0]};
+    return absl::OkStatus();
+  };
+  auto b = Batcher::Create(Policy({1}, 0), 1, greedy);
+  ASSERT_TRUE(b.ok());
+  auto big = (*b)->Enqueue({Tensor(DType::kFloat32, {1, 2})}, 1, std::nullopt);
+  ASSERT_TRUE(big.ok());
+  Batcher::Result r = big->get();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  auto small = (*b)->Enqueue({OneRow()}, 1, std::nullopt);
+  ASSERT_TRUE(small.ok());
+  EXPECT_TRUE(small->get().ok());
+  ProcessMemory()->set_cap(old_cap);
 }
 
 }  // namespace
