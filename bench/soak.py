@@ -85,6 +85,27 @@ def expand_model():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def loop_model():
+    """y = x + n[0]: a Loop adding 1 per iteration, its trip count from the request."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("Add", ["v", "one"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1])],
+        initializer=[helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])])
+    nodes = [helper.make_node("Reshape", ["n", "scalar"], ["trips"]),
+             helper.make_node("Loop", ["trips", "go", "x"], ["y"], body=body)]
+    g = helper.make_graph(nodes, "loop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+                                          helper.make_tensor_value_info("n", TensorProto.INT64, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+                          initializer=[helper.make_tensor("scalar", TensorProto.INT64, [0], []),
+                                       helper.make_tensor("go", TensorProto.BOOL, [], [True])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 class Stats:
     def __init__(self):
         self.lock = threading.Lock()
@@ -107,8 +128,11 @@ class Soak:
         self.repo = os.path.join(self.tmp, "models")
         save(affine_model(), os.path.join(self.repo, "affine/1/model.onnx"))
         save(expand_model(), os.path.join(self.repo, "expand/1/model.onnx"))
+        save(loop_model(), os.path.join(self.repo, "loop/1/model.onnx"))
         with open(os.path.join(self.repo, "affine/config.yaml"), "w") as f:
             f.write("max_batch_size: 8\n")
+        with open(os.path.join(self.repo, "expand/config.yaml"), "w") as f:
+            f.write("device: cpu\n")  # the CPU engine serves outputs sized at run time
         self.grpc_port, self.http_port = free_port(), free_port()
         cfg = os.path.join(self.tmp, "server.yaml")
         with open(cfg, "w") as f:
@@ -168,7 +192,7 @@ class Soak:
             try:
                 fn(rng)
             except Exception as e:  # a crash of the client side is a finding too
-                self.stats.add("client-exception", type(e).__name__, expected=())
+                self.stats.add("client-exception", f"{type(e).__name__}: {e}"[:200], expected=())
 
     def v1_predict(self, rng, stub):
         rows = rng.randint(1, 8)
@@ -247,30 +271,38 @@ class Soak:
             except grpc.RpcError as e:
                 self.stats.add("UnloadModel", e.code().name, expected=("OK", "NOT_FOUND"))
 
+    # Each hostile case: (how to send it, the code it must get).
     def hostile(self, rng, istub):
-        case = rng.randint(0, 4)
         bad = np.zeros((1, 9), np.float32)
+        cases = [
+            (lambda: istub.Predict(v1.PredictRequest(model="affine", inputs={"x": tpb.Tensor(
+                dtype=tpb.DATA_TYPE_FLOAT, shape=bad.shape, raw_data=bad.tobytes())}), timeout=10),
+             "INVALID_ARGUMENT"),                                           # wrong shape
+            (lambda: istub.Predict(v1.PredictRequest(model="nope"), timeout=10), "NOT_FOUND"),
+            (lambda: istub.Predict(self.expand_request(40000, 40000), timeout=30),
+             "RESOURCE_EXHAUSTED"),                                         # past the budget
+            (lambda: istub.Predict(self.expand_request(4096, 8192), timeout=30),
+             "RESOURCE_EXHAUSTED"),                                         # past the message limit
+            (lambda: istub.Predict(self.loop_request(1 << 40), timeout=0.5),
+             "DEADLINE_EXCEEDED"),                                          # stopped by its deadline
+        ]
+        case = rng.randint(0, len(cases))
+        if case == len(cases):  # garbage REST body
+            status, _ = self.http("POST", "/v2/models/affine/infer", b"{\"inputs\": [tru")
+            self.stats.add("hostile-rest", status, expected=(400,))
+            return
+        send, expected = cases[case]
         try:
-            if case == 0:  # wrong shape
-                istub.Predict(v1.PredictRequest(model="affine", inputs={"x": tpb.Tensor(
-                    dtype=tpb.DATA_TYPE_FLOAT, shape=bad.shape, raw_data=bad.tobytes())}), timeout=10)
-                expected = "INVALID_ARGUMENT"
-            elif case == 1:  # unknown model
-                istub.Predict(v1.PredictRequest(model="nope"), timeout=10)
-                expected = "NOT_FOUND"
-            elif case == 2:  # past the memory budget
-                istub.Predict(self.expand_request(40000, 40000), timeout=30)
-                expected = "RESOURCE_EXHAUSTED"
-            elif case == 3:  # past the message limit
-                istub.Predict(self.expand_request(4096, 8192), timeout=30)
-                expected = "RESOURCE_EXHAUSTED"
-            else:  # garbage REST body
-                status, _ = self.http("POST", "/v2/models/affine/infer", b"{\"inputs\": [tru")
-                self.stats.add("hostile-rest", status, expected=(400,))
-                return
+            send()
             self.stats.add(f"hostile-{case}", "OK", expected=(expected,))
         except grpc.RpcError as e:
             self.stats.add(f"hostile-{case}", e.code().name, expected=(expected,))
+
+    def loop_request(self, trips):
+        x, n = np.array([0.0], np.float32), np.array([trips], np.int64)
+        return v1.PredictRequest(model="loop", inputs={
+            "x": tpb.Tensor(dtype=tpb.DATA_TYPE_FLOAT, shape=[1], raw_data=x.tobytes()),
+            "n": tpb.Tensor(dtype=tpb.DATA_TYPE_INT64, shape=[1], raw_data=n.tobytes())})
 
     def expand_request(self, rows, cols):
         x = np.array([2.0], np.float32)
