@@ -50,17 +50,6 @@ absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f, const
 absl::StatusOr<std::vector<Tensor>> RunOn(ModelVersion& mv, ValidatedInputs in,
                                           const RequestWait& w);
 
-// Bytes of the selected outputs for `rows` rows as the signature gives them; nullopt when one
-// of them has a size known only once it is computed (a data-dependent or dynamic dim).
-std::optional<int64_t> ResponseBytesBound(const ModelSignature& sig,
-                                          const std::vector<size_t>& selected, int64_t rows);
-// Bytes of the selected outputs as computed.
-int64_t ResponseBytes(const std::vector<Tensor>& outputs, const std::vector<size_t>& selected);
-// RESOURCE_EXHAUSTED when a response of `bytes` tensor bytes would pass `limit` (the
-// transport's message limit, server.max_message_bytes): refused before it is computed where
-// the shapes tell, else before it is encoded. A response past 2 GiB would abort the
-// process in the protobuf serializer.
-absl::Status CheckResponseBytes(int64_t bytes, int64_t limit);
 
 // Accounts for one inference request from construction to Finish: kiln_inflight_requests
 // while alive, then kiln_requests_total and kiln_request_duration_seconds under `method`, and

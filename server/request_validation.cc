@@ -1,6 +1,7 @@
 #include "server/request_validation.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_join.h"
 #include "server/echo.h"
@@ -223,6 +224,40 @@ absl::StatusOr<std::vector<size_t>> SelectOutputs(
     out.push_back(i);
   }
   return out;
+}
+
+std::optional<int64_t> ResponseBytesBound(const ModelSignature& sig,
+                                          const std::vector<size_t>& selected, int64_t rows) {
+  // In double: a hostile shape times a hostile row count must not wrap around.
+  double total = 0;
+  for (size_t i : selected) {
+    const runtime::TensorSpec& s = sig.outputs[i];
+    double bytes = static_cast<double>(DTypeSize(s.dtype));
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (d == 0 && sig.batchable) {
+        bytes *= static_cast<double>(rows);
+      } else if (s.shape[d] < 0) {
+        return std::nullopt;
+      } else {
+        bytes *= static_cast<double>(s.shape[d]);
+      }
+    }
+    total += bytes;
+  }
+  return total > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
+}
+
+int64_t ResponseBytes(const std::vector<Tensor>& outputs, const std::vector<size_t>& selected) {
+  int64_t total = 0;
+  for (size_t i : selected) total += static_cast<int64_t>(outputs.at(i).nbytes());
+  return total;
+}
+
+absl::Status CheckResponseBytes(int64_t bytes, int64_t limit) {
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the response would carry ", bytes, " bytes of outputs, more than the server's message "
+      "limit of ", limit, " bytes (server.max_message_bytes); ask for fewer rows or outputs"));
 }
 
 }  // namespace kiln::server

@@ -4,7 +4,9 @@
 // what was expected and what came.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,18 @@ absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(const ModelSigna
 // Indices into sig.outputs to return; every name in `filter` must exist (empty: all).
 absl::StatusOr<std::vector<size_t>> SelectOutputs(
     const ModelSignature& sig, const google::protobuf::RepeatedPtrField<std::string>& filter);
+
+// Bytes of the selected outputs for `rows` rows as the signature gives them; nullopt when one
+// of them has a size known only once it is computed (a data-dependent or dynamic dim).
+std::optional<int64_t> ResponseBytesBound(const ModelSignature& sig,
+                                          const std::vector<size_t>& selected, int64_t rows);
+// Bytes of the selected outputs as computed.
+int64_t ResponseBytes(const std::vector<Tensor>& outputs, const std::vector<size_t>& selected);
+// RESOURCE_EXHAUSTED when a response of `bytes` tensor bytes would pass `limit` (the
+// transport's message limit, server.max_message_bytes): refused before it is computed where
+// the shapes tell, else before it is encoded. A response past 2 GiB would abort the
+// process in the protobuf serializer.
+absl::Status CheckResponseBytes(int64_t bytes, int64_t limit);
 
 // An input decoded by a KServe v2 transport (which sends a list, not a map).
 struct NamedTensor {

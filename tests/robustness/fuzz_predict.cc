@@ -6,7 +6,10 @@
 //
 // Properties: validation never crashes and fails only with INVALID_ARGUMENT and a bounded
 // message; what it accepts matches the signature exactly (one tensor per input, dtype, shape,
-// byte count, one batch size within max_batch_size) and survives an encode/decode round trip.
+// byte count, one batch size within max_batch_size) and survives an encode/decode round trip;
+// the response bound of what it accepts is exact (rows times each selected output's row
+// bytes, summed over a BatchPredict's samples, never wrapping) or absent where an output's
+// size is known only after the run, and the message limit refuses exactly what passes it.
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -40,7 +43,7 @@ const ModelSignature& Signature(int which) {
     ModelSignature fixed;  // not batchable: a fixed shape, narrow integer types
     fixed.inputs = {
         {"a", DType::kInt8, {2, 2}}, {"b", DType::kUInt16, {}}, {"c", DType::kInt32, {1}}};
-    fixed.outputs = {{"o", DType::kFloat32, {2}}};
+    fixed.outputs = {{"o", DType::kFloat32, {2}}, {"n", DType::kInt64, {-1}}};  // data-dependent
     fixed.batchable = false;
     fixed.max_batch_size = 1;
     return std::array<ModelSignature, 3>{image, text, fixed};
@@ -76,14 +79,47 @@ void CheckAccepted(const ModelSignature& sig, const kiln::server::ValidatedInput
   }
 }
 
+// The bound for `rows` rows against a plain recount, and the limit on both sides of it.
+void CheckResponseBound(const ModelSignature& sig, const std::vector<size_t>& selected,
+                        int64_t rows) {
+  const auto bound = kiln::server::ResponseBytesBound(sig, selected, rows);
+  __int128 want = 0;
+  bool known = true;
+  for (size_t i : selected) {
+    __int128 bytes = static_cast<__int128>(kiln::DTypeSize(sig.outputs[i].dtype));
+    for (size_t d = 0; d < sig.outputs[i].shape.size(); ++d) {
+      const int64_t n = sig.outputs[i].shape[d];
+      if (d == 0 && sig.batchable) {
+        bytes *= rows;
+      } else if (n < 0) {
+        known = false;
+      } else {
+        bytes *= n;
+      }
+    }
+    want += bytes;
+  }
+  if (known != bound.has_value()) Fail("a response bound where none can be known, or none");
+  if (!bound) return;
+  if (*bound < 0 || static_cast<__int128>(*bound) != want) Fail("a wrong response bound");
+  if (!kiln::server::CheckResponseBytes(*bound, *bound).ok()) Fail("the limit refused its size");
+  const absl::Status over = kiln::server::CheckResponseBytes(*bound, *bound - 1);
+  if (over.code() != absl::StatusCode::kResourceExhausted) Fail("past the limit, not refused");
+}
+
 template <class Filter>
-void Validate(const ModelSignature& sig, kiln::server::ProtoTensorMap* inputs,
-              const Filter& filter) {
+int64_t Validate(const ModelSignature& sig, kiln::server::ProtoTensorMap* inputs,
+                 const Filter& filter) {
   auto selected = kiln::server::SelectOutputs(sig, filter);
   if (!selected.ok()) CheckError(selected.status());
   auto in = kiln::server::ValidateInputs(sig, inputs);
-  if (!in.ok()) return CheckError(in.status());
+  if (!in.ok()) {
+    CheckError(in.status());
+    return 0;
+  }
   CheckAccepted(sig, *in);
+  if (selected.ok()) CheckResponseBound(sig, *selected, in->rows);
+  return in->rows;
 }
 
 }  // namespace
@@ -106,7 +142,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   kiln::v1::BatchPredictRequest req;
   if (!req.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
+  int64_t rows = 0;
   for (auto& sample : *req.mutable_samples())
-    Validate(sig, sample.mutable_inputs(), req.output_filter());
+    rows += Validate(sig, sample.mutable_inputs(), req.output_filter());
+  // The samples answer in one message: the bound of their sum, as BatchPredict checks it.
+  auto selected = kiln::server::SelectOutputs(sig, req.output_filter());
+  if (selected.ok() && rows > 0) CheckResponseBound(sig, *selected, rows);
   return 0;
 }

@@ -56,13 +56,14 @@ base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings))
 # proto/, compiler/ and runtime/ (the linker takes only the members the targets use; the
 # server's own library is left out, its sources under test are compiled here instead).
 server_libs=(-Wl,--start-group
-             $(find "$build/proto" "$build/compiler" "$build/runtime" -name 'libkiln_*.a' \
+             $(find "$build/base" "$build/proto" "$build/compiler" "$build/runtime" -name 'libkiln_*.a' \
                  -not -path '*/CMakeFiles/*' 2>/dev/null | sort)
              -Wl,--end-group -lonnx_proto $(pkg-config --libs spdlog yaml-cpp) -lgomp)
 
 case "$target" in
   importer)
-    sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/compiler/ir/*.cc)
+    sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/compiler/ir/*.cc
+             "$src"/base/*.cc)
     libs=(-lonnx_proto "${base_libs[@]}") ;;
   predict)
     sources=("$src"/server/request_validation.cc "$src"/server/tensor_codec.cc
