@@ -63,7 +63,9 @@ class CudaEngine : public runtime::Engine {
   absl::Status PlanNodes();
   absl::Status CreateLibraries();
   absl::Status MakeSteps();
-  absl::Status AddNodeSteps(const Node& node, const NodePlan& plan);
+  absl::Status AddNodeSteps(size_t index, const Node& node, const NodePlan& plan);
+  absl::StatusOr<std::unique_ptr<Step>> MakeConvOrPlain(size_t index, const Node& node, const NodePlan& plan,
+                                                        std::vector<codegen::Kernel>& kernels);
   absl::StatusOr<bool> AddLibraryStep(const Node& node, absl::StatusOr<std::unique_ptr<Step>> made);
   absl::Status LoadKernels();
   absl::Status Enqueue();
@@ -143,7 +145,8 @@ absl::Status CudaEngine::CreateLibraries() {
   return absl::OkStatus();
 }
 
-absl::Status CudaEngine::AddNodeSteps(const Node& node, const NodePlan& plan) {
+absl::Status CudaEngine::AddNodeSteps(size_t index, const Node& node, const NodePlan& plan) {
+  std::vector<codegen::Kernel> kernels = plan.kernels;
   switch (plan.kind) {
     case NodeKind::kView: {
       ASSIGN_OR_RETURN(void* in, ctx_.Ptr(node.input(0)));
@@ -154,7 +157,7 @@ absl::Status CudaEngine::AddNodeSteps(const Node& node, const NodePlan& plan) {
       return absl::OkStatus();
     }
     case NodeKind::kConv: {
-      ASSIGN_OR_RETURN(const bool on_library, AddLibraryStep(node, MakeConvStep(ctx_, node, plan.conv)));
+      ASSIGN_OR_RETURN(const bool on_library, AddLibraryStep(node, MakeConvOrPlain(index, node, plan, kernels)));
       if (!on_library) return absl::OkStatus();
       break;
     }
@@ -172,9 +175,28 @@ absl::Status CudaEngine::AddNodeSteps(const Node& node, const NodePlan& plan) {
     }
   }
   // Generated kernels: the node's own, or a library call's epilogue.
-  ASSIGN_OR_RETURN(StepList ks, MakeKernelSteps(ctx_, node, plan.kernels));
+  ASSIGN_OR_RETURN(StepList ks, MakeKernelSteps(ctx_, node, kernels));
   for (auto& k : ks) steps_.push_back(std::move(k));
   return absl::OkStatus();
+}
+
+// The convolution's step. When cuDNN refuses the fused call (no algorithm it takes), the
+// plain convolution and a generated kernel for the whole epilogue instead (`kernels` then
+// become that plan's), noted in slow_ops; UNIMPLEMENTED when cuDNN refuses that too.
+absl::StatusOr<std::unique_ptr<Step>> CudaEngine::MakeConvOrPlain(size_t index, const Node& node, const NodePlan& plan,
+                                                                  std::vector<codegen::Kernel>& kernels) {
+  absl::StatusOr<std::unique_ptr<Step>> made = MakeConvStep(ctx_, node, plan.conv);
+  if (made.ok() || !absl::IsUnimplemented(made.status()) || !plan.conv.fused) return made;
+  const std::string name = codegen::Identifier("n" + std::to_string(index) + "_" + node.op_type + "_plain");
+  ASSIGN_OR_RETURN(NodePlan plain, PlanNode(node, name, {.fuse_activations = false}));
+  if (plain.kind != NodeKind::kConv) return made;
+  // The refused attempt left its slot (-1) in the cached algorithm list; the retry takes it.
+  if (!ctx_.chosen_algos.empty() && ctx_.chosen_algos.back() == -1) ctx_.chosen_algos.pop_back();
+  absl::StatusOr<std::unique_ptr<Step>> unfused = MakeConvStep(ctx_, node, plain.conv);
+  if (!unfused.ok()) return unfused;
+  info_.slow_ops.push_back(node.op_type + " (unfused: " + std::string(made.status().message()) + ")");
+  kernels = std::move(plain.kernels);
+  return unfused;
 }
 
 // A library call's step, or, when the library refuses the node at build (no cuDNN algorithm
@@ -206,7 +228,7 @@ absl::Status CudaEngine::MakeSteps() {
   const auto& nodes = graph_->nodes();
   step_names_.assign(steps_.size(), "input copy");
   for (size_t i = 0; i < nodes.size(); ++i) {
-    absl::Status st = AddNodeSteps(*nodes[i], plans_[i]);
+    absl::Status st = AddNodeSteps(i, *nodes[i], plans_[i]);
     if (!st.ok()) return absl::Status(st.code(), nodes[i]->Describe() + ": " + std::string(st.message()));
     step_names_.resize(steps_.size(), nodes[i]->Describe());
   }

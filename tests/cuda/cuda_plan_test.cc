@@ -284,6 +284,21 @@ TEST(NodePlan, ChoosesViewsLibrariesKernelsAndFallbacks) {
   EXPECT_EQ(kinds, (std::vector<NodeKind>{NodeKind::kView, NodeKind::kGenerated, NodeKind::kMatmul, NodeKind::kFallback}));
 }
 
+// When cuDNN refuses the fused call, the engine runs the node's plain alternative: the
+// convolution unfused plus one generated kernel for bias and activation, under its own names.
+TEST(NodePlan, AFusedConvHasAPlainAlternativeWithItsEpilogueKernel) {
+  ConvCase relu({"Relu"}, {});
+  absl::StatusOr<NodePlan> fused = PlanNode(relu.node(), "n0_FusedConv");
+  absl::StatusOr<NodePlan> plain = PlanNode(relu.node(), "n0_FusedConv_plain", {.fuse_activations = false});
+  ASSERT_TRUE(fused.ok() && plain.ok());
+  EXPECT_TRUE(fused->conv.fused);
+  EXPECT_TRUE(fused->kernels.empty());  // negative case: the fused call needs no kernel
+  ASSERT_EQ(plain->kind, NodeKind::kConv);
+  EXPECT_FALSE(plain->conv.fused);
+  ASSERT_EQ(plain->kernels.size(), 1u);
+  EXPECT_EQ(plain->kernels[0].name.rfind("n0_FusedConv_plain", 0), 0u) << plain->kernels[0].name;
+}
+
 TEST(ArenaLayout, PlacesPlannedValuesIoWeightsAndViews) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 6});
