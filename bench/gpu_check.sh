@@ -40,8 +40,9 @@
 #         4. models (75 s): materialized (expected outputs from ONNX Runtime; started in the
 #            background after stage 1, beside the GPU work of stages 2 and 3) and
 #            `kiln check --backend cuda`, also with --nonfinite (NaN/inf/-0/denormal inputs)
-#         5. latency (110 s) at batch 1 and 8: `kiln bench --backend cuda` (fp32; resnet50 also
-#            --tf32) against PyTorch eager and torch.compile on the same architectures, fp32
+#         5. latency (110 s) at batch 1 and 8: `kiln bench --backend cuda` (fp32 and
+#            --tf32) against PyTorch eager and torch.compile (default, reduce-overhead,
+#            max-autotune-no-cudagraphs) on the same architectures, fp32
 #       GPU_CHECK_DRY=1: the rehearsal on a machine without a GPU, every stage on the CPU
 #       engine (the smoke stage runs the GPU-free tests), no PyTorch; prints each stage's time.
 #       Knobs: GPU_CHECK_SHARDS (8), GPU_CHECK_NO_COMPILE=1 (skip torch.compile),
@@ -226,7 +227,7 @@ latency() {
     for b in 1 8; do
       "$KILN" bench "$work/models/$m/model.onnx" --backend "$BACKEND" --batch "$b" --runs "$runs" --warmup 20 \
         --json "$work/bench_kiln_${m}_$b.json" > /dev/null 2> "$work/bench_kiln_${m}_$b.log"
-      if [ "$m" = resnet50 ] && [ "$BACKEND" = cuda ]; then
+      if [ "$BACKEND" = cuda ]; then
         "$KILN" bench "$work/models/$m/model.onnx" --backend cuda --tf32 --batch "$b" --runs "$runs" --warmup 20 \
           --json "$work/bench_kilntf32_${m}_$b.json" > /dev/null 2> "$work/bench_kilntf32_${m}_$b.log"
       fi
@@ -236,10 +237,15 @@ latency() {
     done
   done
   [ -n "${GPU_CHECK_NO_COMPILE:-}${GPU_CHECK_DRY:-}" ] && return 0
-  for m in $models; do
-    for b in 1 8; do
-      python3 "$root/bench/gpu_models.py" torch-latency --model "$m" --batch "$b" --mode compile --runs "$runs" \
-        > "$work/bench_compile_${m}_$b.json" 2> "$work/bench_compile_${m}_$b.log"
+  # torch.compile last (tens of seconds per model), resnet50 first: default, reduce-overhead
+  # (CUDA graphs, as Kiln), then max-autotune-no-cudagraphs, the slowest to prepare.
+  local mode
+  for mode in compile overhead autotune; do
+    for m in $models; do
+      for b in 1 8; do
+        python3 "$root/bench/gpu_models.py" torch-latency --model "$m" --batch "$b" --mode "$mode" --runs "$runs" \
+          > "$work/bench_${mode}_${m}_$b.json" 2> "$work/bench_${mode}_${m}_$b.log"
+      done
     done
   done
 }
@@ -299,5 +305,5 @@ run() {
 case "${1:-}" in
   bundle) shift; bundle "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,48p' "$0"; exit 2 ;;
+  *) sed -n '2,49p' "$0"; exit 2 ;;
 esac

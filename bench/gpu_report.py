@@ -77,7 +77,7 @@ def latency(work):
     # bench must not drop the PyTorch numbers measured beside it.
     keys = set()
     for path in glob.glob(os.path.join(work, "bench_*.json")):
-        m = re.match(r"bench_(kiln|kilntf32|eager|compile)_(.+)_(\d+)\.json$", os.path.basename(path))
+        m = re.match(r"bench_(kiln|kilntf32|eager|compile|overhead|autotune)_(.+)_(\d+)\.json$", os.path.basename(path))
         if m:
             keys.add((m.group(2), int(m.group(3))))
     rows = []
@@ -89,7 +89,7 @@ def latency(work):
         tf32 = load(os.path.join(work, f"bench_kilntf32_{model}_{batch}.json")) or {}
         if tf32:
             row["kiln_tf32_p50_ms"] = tf32.get("p50_ms")
-        for mode in ("eager", "compile"):
+        for mode in ("eager", "compile", "overhead", "autotune"):
             t = load(os.path.join(work, f"bench_{mode}_{model}_{batch}.json")) or {}
             row[f"torch_{mode}_p50_ms"] = t.get("p50_ms")
             row[f"torch_{mode}_p99_ms"] = t.get("p99_ms")
