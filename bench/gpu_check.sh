@@ -5,10 +5,12 @@
 #       Here (Debian 12, no GPU needed). Builds `kiln` with the CUDA backend in BUILD_DIR
 #       (default build-cuda) and packs BUILD_DIR/gpu-bundle.tar.xz, at most 64 MiB:
 #         bin/kiln     stripped
-#         lib/         every shared library kiln loads (found with ldd; the CUDA libraries are
-#                      opened at run time and are not among them), glibc and its loader
-#                      included: the GPU machine is not Debian, so kiln runs there through
-#                      lib/ld-linux-x86-64.so.2 on these libraries
+#         bin/cuda_engine_test  the smoke stage's GPU tests, stripped
+#         lib/         every shared library kiln and the smoke tests load (found with ldd; the
+#                      CUDA libraries are opened at run time and are not among them), glibc and
+#                      its loader included, and the glibc pieces the CUDA libraries load (libdl,
+#                      librt, libpthread): the GPU machine is not Debian, so kiln runs there
+#                      through lib/ld-linux-x86-64.so.2 on these libraries
 #         models/      ONNX skeletons of resnet50, mobilenet_v2 and a BERT-base-sized encoder
 #                      (bench/gpu_models.py: weights are filled there from a fixed seed)
 #         node/        the ONNX node conformance tests ($KILN_ONNX_TESTS_DIR/node)
@@ -18,19 +20,31 @@
 #       its CUDA libraries, onnx, numpy and onnxruntime in python3; no apt, nothing built.
 #       The CUDA libraries kiln opens (libcublasLt.so.13, libnvrtc.so.13, libcudnn.so.9)
 #       come from that machine: PyTorch's wheels (site-packages/nvidia/*/lib, torch/lib),
-#       then the toolkit beside nvcc, then the driver's directory (libcuda.so.1) -- that list
-#       is kiln's library path (--library-path of the bundled loader, which is what
-#       LD_LIBRARY_PATH would be). Phases, each under its own time limit, each rewriting
+#       then the toolkit beside nvcc, then the driver's folders (LD_LIBRARY_PATH, ldconfig,
+#       /usr/local/nvidia/lib64, ... wherever libcuda.so.1 is) -- that list is kiln's library
+#       path (--library-path of the bundled loader, which replaces LD_LIBRARY_PATH); kiln's
+#       own search (KILN_CUDA_LIBRARY_PATH, python3's site-packages) comes after it. Stages,
+#       each under its own time limit (6 minutes in all), each rewriting
 #       OUT_DIR/gpu_check.json (default $OUT, else ./gpu-check-out) so a cut-short run still
-#       reports what it measured:
-#         1. environment: `kiln devices --json` (the CUDA libraries' versions, or which are
-#            missing and why), nvidia-smi, torch, the bundle's libraries as the loader resolved them
-#         2. conformance: `kiln check --backend cuda` over node/ in parallel shards, and the
+#       reports what it measured; on any exit OUT_DIR also gets logs/ (every log and JSON)
+#       and gpu_check_results.tar.gz (the whole work folder but the models):
+#         1. environment (25 s): `kiln devices --json` (each CUDA library's file and version, or
+#            why it is missing), nvidia-smi, torch, the bundle's libraries as the loader resolved them
+#         2. smoke (60 s): no GPU, or cuda_engine_test's GPU tests failing, ends the run here
+#            with the reason (stop.txt, the report's "stopped"); cuDNN's and cuBLASLt's API logs;
+#            a failure is rerun with KILN_CUDA_DEBUG=1 (eager, synchronised per step, the
+#            failing step named)
+#         3. conformance (90 s): `kiln check --backend cuda` over node/ in parallel shards (each
+#            rewrites its JSON after every test and stops at a sticky CUDA error), and the
 #            reference backend over the same tests (a test failing on both is not CUDA's)
-#         3. models: materialized (expected outputs from ONNX Runtime) and `kiln check --backend cuda`,
-#            also with --nonfinite (NaN/inf/-0/denormal inputs against the reference)
-#         4. latency at batch 1 and 8: `kiln bench --backend cuda` (fp32; resnet50 also --tf32)
-#            against PyTorch eager and torch.compile on the same architectures, fp32, TF32 off
+#         4. models (75 s): materialized (expected outputs from ONNX Runtime; started in the
+#            background after stage 1, beside the GPU work of stages 2 and 3) and
+#            `kiln check --backend cuda`, also with --nonfinite (NaN/inf/-0/denormal inputs)
+#         5. latency (110 s) at batch 1 and 8: `kiln bench --backend cuda` (fp32 and
+#            --tf32) against PyTorch eager and torch.compile (default, reduce-overhead,
+#            max-autotune-no-cudagraphs) on the same architectures, fp32
+#       GPU_CHECK_DRY=1: the rehearsal on a machine without a GPU, every stage on the CPU
+#       engine (the smoke stage runs the GPU-free tests), no PyTorch; prints each stage's time.
 #       Knobs: GPU_CHECK_SHARDS (8), GPU_CHECK_NO_COMPILE=1 (skip torch.compile),
 #       GPU_CHECK_MODELS ("resnet50 mobilenet_v2 bert_base"), GPU_CHECK_RUNS (200).
 set -uo pipefail
@@ -46,19 +60,29 @@ bundle() {
   local build="${1:-$root/build-cuda}" stage
   export CCACHE_BASEDIR="$root"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON >/dev/null || die "configure failed"
-  cmake --build "$build" --target kiln || die "build failed"
-  local kiln="$build/tools/kiln"
+  cmake --build "$build" --target kiln cuda_engine_test || die "build failed"
+  local kiln="$build/tools/kiln" smoke="$build/tests/cuda/cuda_engine_test"
   "$kiln" devices --json | grep -q '"compiled":true' || die "$kiln has no CUDA backend (no CUDA toolkit at configure time?)"
   stage="$build/gpu-bundle"
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/models"
   cp "$kiln" "$stage/bin/kiln" && strip --strip-unneeded "$stage/bin/kiln"
+  # The smoke stage's GPU tests (conv, biased Gemm, Softmax, LayerNorm, a host fallback;
+  # captured, eager and TF32), run first on the GPU machine.
+  cp "$smoke" "$stage/bin/cuda_engine_test" && strip --strip-unneeded "$stage/bin/cuda_engine_test"
   local lib name
   while read -r lib; do
     name="$(basename "$lib")"
     is_cuda_lib "$name" && continue
     cp -L "$lib" "$stage/lib/$name"
-  done < <(ldd "$kiln" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}')
+  done < <(ldd "$kiln" "$smoke" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}' | sort -u)
   chmod +x "$stage/lib/"ld-linux*.so* || die "no dynamic loader found by ldd"
+  # glibc pieces kiln does not link but the CUDA libraries do (libcudnn, libcublasLt and the
+  # driver's libcuda need libdl, librt, libpthread): without the bundle's own copies, the
+  # host's would load beside the bundled glibc and fail on its private symbols.
+  local libc_dir; libc_dir="$(dirname "$(ldd "$kiln" | awk '$1 == "libc.so.6" {print $3}')")"
+  for name in libdl.so.2 librt.so.1 libpthread.so.0; do
+    [ -e "$stage/lib/$name" ] || cp -L "$libc_dir/$name" "$stage/lib/$name" || die "no $name beside $libc_dir/libc.so.6"
+  done
   /usr/bin/python3 "$root/bench/gpu_models.py" skeleton --out "$stage/models" || die "model skeletons failed"
   local node="${KILN_ONNX_TESTS_DIR:-$root/../shared/onnx-tests}/node"
   if [ -d "$node" ]; then cp -r "$node" "$stage/node"; else echo "gpu_check: no $node: bundle without conformance tests" >&2; fi
@@ -87,7 +111,20 @@ print(":".join(d for d in dict.fromkeys(dirs) if os.path.isdir(d)))
 PY
   local nvcc; nvcc="$(command -v nvcc || true)"
   [ -n "$nvcc" ] && echo "$(dirname "$(dirname "$nvcc")")/lib64"
-  ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}' | xargs -r dirname
+  [ -d /usr/local/cuda/lib64 ] && echo /usr/local/cuda/lib64
+  driver_lib_dirs
+}
+
+# Folders holding the driver's libcuda.so.1. The bundled loader's --library-path replaces
+# LD_LIBRARY_PATH, so the machine's LD_LIBRARY_PATH and the folders where a container mounts
+# the driver are searched here too, not only what `ldconfig -p` lists.
+driver_lib_dirs() {
+  local d
+  {
+    tr ':' '\n' <<< "${LD_LIBRARY_PATH:-}"
+    ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF}' | xargs -r -n1 dirname
+    printf '%s\n' /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib/wsl/lib
+  } | while read -r d; do [ -n "$d" ] && [ -e "$d/libcuda.so.1" ] && echo "$d"; done | awk '!seen[$0]++'
 }
 
 phase() {  # phase NAME SECONDS CMD...: runs CMD with a time limit, records its duration
@@ -95,8 +132,50 @@ phase() {  # phase NAME SECONDS CMD...: runs CMD with a time limit, records its 
   local t0=$SECONDS
   echo "== $name (limit ${secs}s)"
   timeout "$secs" "$@"; local rc=$?
-  echo "{\"phase\": \"$name\", \"rc\": $rc, \"seconds\": $((SECONDS - t0))}" >> "$work/phases.jsonl"
+  echo "{\"phase\": \"$name\", \"rc\": $rc, \"seconds\": $((SECONDS - t0)), \"limit\": $secs}" >> "$work/phases.jsonl"
+  echo "== $name: rc $rc, $((SECONDS - t0)) s of ${secs} s"
   python3 "$root/bench/gpu_report.py" "$work" "$out/gpu_check.json" || true
+  return $rc
+}
+
+# Everything a failed run needs to be understood comes back in $out: the report, every log
+# and JSON of the work folder, and all of it as one tarball. Runs on any exit.
+collect() {
+  [ -n "${work:-}" ] && [ -d "$work" ] || return 0
+  # A run that stopped early leaves no background work behind (materialize's timeout).
+  [ -n "${mat_pid:-}" ] && pkill -TERM -P "$mat_pid" 2>/dev/null
+  python3 "$root/bench/gpu_report.py" "$work" "$out/gpu_check.json" 2>/dev/null || true
+  mkdir -p "$out/logs"
+  find "$work" -maxdepth 1 -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' -o -name '*.jsonl' \) \
+    -size -4M -exec cp {} "$out/logs/" \;
+  tar -C "$work" --exclude=models -czf "$out/gpu_check_results.tar.gz" . 2>/dev/null || true
+  echo "stage times:"
+  python3 -c 'import json, sys
+for p in map(json.loads, open(sys.argv[1])):
+    print("  %-12s %4d s (limit %d s, rc %d)" % (p["phase"], p["seconds"], p.get("limit", 0), p["rc"]))' \
+    "$work/phases.jsonl" 2>/dev/null
+  echo "report: $out/gpu_check.json; logs: $out/logs; results: $out/gpu_check_results.tar.gz"
+}
+
+# The smoke stage: is there a GPU, and do the engine's GPU tests pass? With cuDNN's and
+# cuBLASLt's API logs. A failure reruns the failing tests eagerly, synchronised per step
+# (KILN_CUDA_DEBUG=1), so the log names the step that faulted. Its reason lands in stop.txt.
+smoke() {
+  if [ -n "${GPU_CHECK_DRY:-}" ]; then
+    "$B/cuda_engine_test" --gtest_filter='CudaEngine*:CudaStatus.*' > "$work/smoke.log" 2>&1 \
+      || { echo "smoke tests failed (dry run)" > "$work/stop.txt"; return 1; }
+    return 0
+  fi
+  if ! grep -q '"gpus":\[{' "$work/devices.json" 2>/dev/null; then
+    echo "no GPU: $(grep -o '"why_none":"[^"]*"' "$work/devices.json" 2>/dev/null || cat "$work/devices.log")" > "$work/stop.txt"
+    return 1
+  fi
+  CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$work/cudnn_api.log" CUBLASLT_LOG_LEVEL=2 CUBLASLT_LOG_FILE="$work/cublaslt_api.log" \
+    "$B/cuda_engine_test" --gtest_filter='CudaEngineOnGpu.*:CudaDevices.*' > "$work/smoke.log" 2>&1 && return 0
+  KILN_CUDA_DEBUG=1 "$B/cuda_engine_test" --gtest_filter='CudaEngineOnGpu.*' > "$work/smoke_debug.log" 2>&1
+  { echo "smoke tests failed:"; grep -E '^\[  FAILED|Failure|step [0-9]+ \(' "$work/smoke.log" "$work/smoke_debug.log" | head -20; } \
+    > "$work/stop.txt"
+  return 1
 }
 
 conformance() {
@@ -107,26 +186,35 @@ conformance() {
     local part=() j
     for ((j = i; j < ${#tests[@]}; j += shards)); do part+=("${tests[j]}"); done
     # Each shard has its own limit: the phase's timeout would not reach background jobs.
-    timeout 140 "$KILN" check --backend cuda -q --json "$work/conf_cuda_$i.json" "${part[@]}" \
+    # kiln check rewrites its JSON after every test and stops at a sticky CUDA error.
+    timeout 85 "$KILN" check --backend "$BACKEND" -q --json "$work/conf_cuda_$i.json" "${part[@]}" \
       > "$work/conf_cuda_$i.log" 2>&1 &
-    timeout 140 "$KILN" check --backend reference -q --json "$work/conf_ref_$i.json" "${part[@]}" \
+    timeout 85 "$KILN" check --backend reference -q --json "$work/conf_ref_$i.json" "${part[@]}" \
       > "$work/conf_ref_$i.log" 2>&1 &
   done
   wait
 }
 
+# Filling the models' weights and running ONNX Runtime on them is CPU work: it starts in the
+# background after the environment stage, beside the smoke and conformance stages' GPU work.
+materialize() {
+  timeout 200 python3 "$root/bench/gpu_models.py" materialize --skeletons "$B/models" --out "$work/models" \
+    --kiln "$KILN" > "$work/materialize.log" 2>&1
+  echo $? > "$work/materialize.rc"
+}
+
 models() {
-  python3 "$root/bench/gpu_models.py" materialize --skeletons "$B/models" --out "$work/models" --kiln "$KILN" \
-    > "$work/materialize.log" 2>&1 || return 1
+  until [ -f "$work/materialize.rc" ]; do sleep 1; done
+  [ "$(cat "$work/materialize.rc")" = 0 ] || return 1
   local m
   for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}; do
-    "$KILN" check --backend cuda --rtol 1e-3 --atol 1e-4 --json "$work/model_$m.json" "$work/models/$m" \
+    "$KILN" check --backend "$BACKEND" --rtol 1e-3 --atol 1e-4 --json "$work/model_$m.json" "$work/models/$m" \
       > "$work/model_$m.log" 2>&1
   done
   # NaN, +-inf, -0 and denormals planted in the inputs, against the reference on the raw
   # graph: whether cuDNN's fused ReLU and cuBLASLt's epilogues keep NaN as ONNX does.
   for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}; do
-    "$KILN" check --backend cuda --nonfinite --rtol 1e-3 --atol 1e-4 --json "$work/model_nonfinite_$m.json" \
+    "$KILN" check --backend "$BACKEND" --nonfinite --rtol 1e-3 --atol 1e-4 --json "$work/model_nonfinite_$m.json" \
       "$work/models/$m" > "$work/model_nonfinite_$m.log" 2>&1
   done
 }
@@ -137,21 +225,27 @@ latency() {
   # resnet50 first): what the phase's limit cuts is the least needed.
   for m in $models; do
     for b in 1 8; do
-      "$KILN" bench "$work/models/$m/model.onnx" --backend cuda --batch "$b" --runs "$runs" --warmup 20 \
+      "$KILN" bench "$work/models/$m/model.onnx" --backend "$BACKEND" --batch "$b" --runs "$runs" --warmup 20 \
         --json "$work/bench_kiln_${m}_$b.json" > /dev/null 2> "$work/bench_kiln_${m}_$b.log"
-      if [ "$m" = resnet50 ]; then
+      if [ "$BACKEND" = cuda ]; then
         "$KILN" bench "$work/models/$m/model.onnx" --backend cuda --tf32 --batch "$b" --runs "$runs" --warmup 20 \
           --json "$work/bench_kilntf32_${m}_$b.json" > /dev/null 2> "$work/bench_kilntf32_${m}_$b.log"
       fi
+      [ -n "${GPU_CHECK_DRY:-}" ] && continue  # no PyTorch CUDA here
       python3 "$root/bench/gpu_models.py" torch-latency --model "$m" --batch "$b" --mode eager --runs "$runs" \
         > "$work/bench_eager_${m}_$b.json" 2> "$work/bench_eager_${m}_$b.log"
     done
   done
-  [ -n "${GPU_CHECK_NO_COMPILE:-}" ] && return 0
-  for m in $models; do
-    for b in 1 8; do
-      python3 "$root/bench/gpu_models.py" torch-latency --model "$m" --batch "$b" --mode compile --runs "$runs" \
-        > "$work/bench_compile_${m}_$b.json" 2> "$work/bench_compile_${m}_$b.log"
+  [ -n "${GPU_CHECK_NO_COMPILE:-}${GPU_CHECK_DRY:-}" ] && return 0
+  # torch.compile last (tens of seconds per model), resnet50 first: default, reduce-overhead
+  # (CUDA graphs, as Kiln), then max-autotune-no-cudagraphs, the slowest to prepare.
+  local mode
+  for mode in compile overhead autotune; do
+    for m in $models; do
+      for b in 1 8; do
+        python3 "$root/bench/gpu_models.py" torch-latency --model "$m" --batch "$b" --mode "$mode" --runs "$runs" \
+          > "$work/bench_${mode}_${m}_$b.json" 2> "$work/bench_${mode}_${m}_$b.log"
+      done
     done
   done
 }
@@ -175,26 +269,41 @@ run() {
   work="$B/work"
   mkdir -p "$work"
   tar -C "$B" -xJf "$tarball" || die "cannot unpack $tarball"
-  libpath="$B/lib:$(cuda_lib_path | paste -sd: -)"
+  # No empty entry: the loader would read it as the current directory.
+  libpath="$B/lib:$(cuda_lib_path | tr ':' '\n' | awk 'NF && !seen[$0]++' | paste -sd: -)"
   echo "kiln library path: $libpath"
   # kiln through the bundled loader on the bundled libraries and the machine's CUDA ones.
   # kiln re-executes itself to set the OpenMP wait policy unless it is set; through the
   # loader it could not, so it is set here.
   KILN="$B/kiln"
-  printf '#!/bin/sh\nexport OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000\nexec %s --library-path "%s" "%s" "$@"\n' \
-    "$(ls "$B/lib/"ld-linux*.so*)" "$libpath" "$B/bin/kiln" > "$KILN"
-  chmod +x "$KILN"
-  export B libpath work root KILN
-  # At most ~8.5 minutes in all, so one call of the device tool (10 minutes) holds it.
-  phase environment 30 bash -c "$(declare -f environment); environment"
-  phase conformance 150 bash -c "$(declare -f conformance); conformance"
-  phase models 120 bash -c "$(declare -f models); models"
-  phase latency 210 bash -c "$(declare -f latency); latency"
-  echo "report: $out/gpu_check.json"
+  local bin
+  for bin in kiln cuda_engine_test; do
+    printf '#!/bin/sh\nexport OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=1000\nexec %s --library-path "%s" "%s" "$@"\n' \
+      "$(ls "$B/lib/"ld-linux*.so*)" "$libpath" "$B/bin/$bin" > "$B/$bin"
+    chmod +x "$B/$bin"
+  done
+  # GPU_CHECK_DRY=1: the rehearsal on a machine without a GPU: every stage on the CPU
+  # engine (the smoke stage runs the GPU-free tests), no PyTorch, the same limits and times.
+  BACKEND=cuda
+  [ -n "${GPU_CHECK_DRY:-}" ] && BACKEND=cpu
+  export B libpath work root KILN BACKEND
+  trap collect EXIT
+  # At most 6 minutes in all (a device call is 10): 25 + 60 + 90 + 75 + 110 s.
+  phase environment 25 bash -c "$(declare -f environment); environment"
+  bash -c "$(declare -f materialize); materialize" &
+  mat_pid=$!
+  if ! phase smoke 60 bash -c "$(declare -f smoke); smoke"; then
+    echo "stopped after the smoke stage: $(cat "$work/stop.txt" 2>/dev/null)"
+    return 1
+  fi
+  phase conformance 90 bash -c "$(declare -f conformance); conformance"
+  phase models 75 bash -c "$(declare -f models); models"
+  phase latency 110 bash -c "$(declare -f latency); latency"
+  return 0  # a latency stage cut at its limit still reported what it measured
 }
 
 case "${1:-}" in
   bundle) shift; bundle "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,40p' "$0"; exit 2 ;;
+  *) sed -n '2,49p' "$0"; exit 2 ;;
 esac

@@ -12,7 +12,7 @@
         BatchNorm statistics and scales near 1, so 50 layers stay O(1)) and writes each model in
         the ONNX backend-test layout: model.onnx and test_data_set_0 with inputs and the outputs
         of ONNX Runtime (CPU), for `kiln check --backend cuda`.
-    gpu_models.py torch-latency --model NAME --batch N --mode eager|compile [--runs R]
+    gpu_models.py torch-latency --model NAME --batch N --mode eager|compile|autotune|overhead [--runs R]
         (on the GPU machine) the same architecture in PyTorch (torchvision's when installed,
         else the definitions below; the encoder from export_models.py), random weights, fp32
         (TF32 off, like Kiln's default), timed end to end as `kiln bench` times an engine:
@@ -259,7 +259,10 @@ def cmd_torch_latency(args):
         host = [torch.randn(args.batch, 3, 224, 224)]
     host = [h.pin_memory() for h in host]
     t0 = time.perf_counter()
-    fn = torch.compile(model) if args.mode == "compile" else model
+    # compile: torch.compile's default; autotune: max-autotune-no-cudagraphs (Triton GEMM and
+    # convolution autotuning, no graphs); overhead: reduce-overhead (CUDA graphs, as Kiln replays).
+    modes = {"compile": None, "autotune": "max-autotune-no-cudagraphs", "overhead": "reduce-overhead"}
+    fn = torch.compile(model, mode=modes[args.mode]) if args.mode in modes else model
 
     def step():
         out = fn(*[h.to(dev, non_blocking=True) for h in host])
@@ -294,7 +297,7 @@ def main():
     t = sub.add_parser("torch-latency")
     t.add_argument("--model", choices=MODELS, required=True)
     t.add_argument("--batch", type=int, default=1)
-    t.add_argument("--mode", choices=("eager", "compile"), default="eager")
+    t.add_argument("--mode", choices=("eager", "compile", "autotune", "overhead"), default="eager")
     t.add_argument("--runs", type=int, default=100)
     t.add_argument("--warmup", type=int, default=10)
     args = p.parse_args()

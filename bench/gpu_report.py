@@ -9,7 +9,9 @@ nvidia-smi, torch, bundle libraries the loader could not find),
 conformance (CUDA and reference summaries over the same tests; the tests failing on CUDA
 that pass on the reference, with messages), models (`kiln check --backend cuda` per model),
 latency (per model and batch: Kiln fp32 (and TF32 for resnet50), PyTorch eager and
-torch.compile p50/p99, and Kiln / torch.compile), and the phases' durations and exit codes.
+torch.compile p50/p99, and Kiln / torch.compile; a row for every model and batch any runner
+measured), why the run stopped early if it did (stop.txt: no GPU, the smoke stage failed;
+shards stopped by a sticky CUDA error), and the phases' durations, limits and exit codes.
 """
 import glob
 import json
@@ -41,13 +43,19 @@ def conformance(work):
     for backend in ("cuda", "ref"):
         summary = {"pass": 0, "fail": 0, "unsupported": 0, "error": 0}
         per_test = {}
+        stopped = []
         for path in sorted(glob.glob(os.path.join(work, f"conf_{backend}_*.json"))):
             r = load(path) or {}
+            if r.get("stopped"):
+                stopped.append({"shard": os.path.basename(path), "reason": r["stopped"][:300],
+                                "not_run": r.get("not_run")})
             for k, v in r.get("summary", {}).items():
                 summary[k] = summary.get(k, 0) + v
             for t in r.get("results", []):
                 per_test[t["test"]] = t
         out["cuda" if backend == "cuda" else "reference"] = summary
+        if stopped:
+            out[f"{'cuda' if backend == 'cuda' else 'reference'}_shards_stopped"] = stopped
         results[backend] = per_test
     bad = []
     for name, t in sorted(results["cuda"].items()):
@@ -65,18 +73,23 @@ def conformance(work):
 
 
 def latency(work):
+    # One row per (model, batch) that any runner left a file for: a missing or failed Kiln
+    # bench must not drop the PyTorch numbers measured beside it.
+    keys = set()
+    for path in glob.glob(os.path.join(work, "bench_*.json")):
+        m = re.match(r"bench_(kiln|kilntf32|eager|compile|overhead|autotune)_(.+)_(\d+)\.json$", os.path.basename(path))
+        if m:
+            keys.add((m.group(2), int(m.group(3))))
     rows = []
-    for path in sorted(glob.glob(os.path.join(work, "bench_kiln_*.json"))):
-        m = re.match(r"bench_kiln_(.+)_(\d+)\.json", os.path.basename(path))
-        model, batch = m.group(1), m.group(2)
-        row = {"model": model, "batch": int(batch)}
-        kiln = load(path) or {}
+    for model, batch in sorted(keys):
+        row = {"model": model, "batch": batch}
+        kiln = load(os.path.join(work, f"bench_kiln_{model}_{batch}.json")) or {}
         row["kiln_p50_ms"], row["kiln_p99_ms"] = kiln.get("p50_ms"), kiln.get("p99_ms")
         row["kiln_fallback_ops"], row["kiln_isa"] = kiln.get("fallback_op_types"), kiln.get("isa")
         tf32 = load(os.path.join(work, f"bench_kilntf32_{model}_{batch}.json")) or {}
         if tf32:
             row["kiln_tf32_p50_ms"] = tf32.get("p50_ms")
-        for mode in ("eager", "compile"):
+        for mode in ("eager", "compile", "overhead", "autotune"):
             t = load(os.path.join(work, f"bench_{mode}_{model}_{batch}.json")) or {}
             row[f"torch_{mode}_p50_ms"] = t.get("p50_ms")
             row[f"torch_{mode}_p99_ms"] = t.get("p99_ms")
@@ -98,6 +111,7 @@ def main():
             "torch": read(os.path.join(work, "torch.txt")),
             "bundle_libraries_not_found": [l.strip() for l in ldd.splitlines() if "not found" in l],
         },
+        "stopped": read(os.path.join(work, "stop.txt")),
         "conformance": conformance(work),
         "models": {os.path.basename(p)[6:-5]: load(p) for p in sorted(glob.glob(os.path.join(work, "model_*.json")))},
         "latency": latency(work),

@@ -50,6 +50,25 @@ cublasLtEpilogue_t EpilogueOf(MatmulPlan::Epilogue e) {
   }
 }
 
+// The alignment of each operand's pointer (and batch stride) as cuBLASLt's heuristic must
+// know it: without it, it may pick a kernel that assumes 256 bytes (matmul_plan.h).
+absl::Status StateAlignment(const MatmulPlan& p, const void* a, const void* b, const void* c, const void* d,
+                            cublasLtMatmulPreference_t pref) {
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attr;
+    const void* ptr;
+    int64_t stride;
+  } operands[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a, p.lt_a.batch_stride},
+                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, b, p.lt_b.batch_stride},
+                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c, p.lt_d.batch_stride},
+                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, d, p.lt_d.batch_stride}};
+  for (const auto& o : operands) {
+    const uint32_t align = LtAlignment(reinterpret_cast<uintptr_t>(o.ptr), o.stride, p.batch);
+    KILN_CUBLAS(Lt().cublasLtMatmulPreferenceSetAttribute(pref, o.attr, &align, sizeof align));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Describe(const MatmulPlan& p, bool tf32, const void* bias, LtObjects& o) {
   KILN_CUBLAS(Lt().cublasLtMatmulDescCreate(&o.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = p.lt_a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -94,6 +113,10 @@ class MatmulStep : public Step {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Step>> MakeMatmulStep(BuildContext& ctx, const Node& node, const MatmulPlan& plan) {
+  if (plan.c_input < 0 && plan.beta != 0.f) {
+    // C would be D itself, and cuBLASLt would add beta times the previous output.
+    return absl::InternalError(node.Describe() + ": a cuBLASLt plan with beta != 0 and no C");
+  }
   auto s = std::make_unique<MatmulStep>();
   s->lt_ = ctx.lt;
   s->alpha_ = plan.alpha;
@@ -110,11 +133,12 @@ absl::StatusOr<std::unique_ptr<Step>> MakeMatmulStep(BuildContext& ctx, const No
   ASSIGN_OR_RETURN(s->d_, ctx.Ptr(node.output(0)));
   s->a_ = ours_b;
   s->b_ = ours_a;
-  s->c_ = s->d_;
+  s->c_ = s->d_;  // not read: beta is 0 (checked above)
   if (plan.c_input >= 0) {
     ASSIGN_OR_RETURN(void* c, ctx.Ptr(node.input(plan.c_input)));
     s->c_ = c;
   }
+  RETURN_IF_ERROR(StateAlignment(plan, s->a_, s->b_, s->c_, s->d_, s->o_.pref));
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   KILN_CUBLAS(Lt().cublasLtMatmulAlgoGetHeuristic(ctx.lt, s->o_.op, s->o_.a, s->o_.b, s->o_.c, s->o_.d, s->o_.pref, 1,

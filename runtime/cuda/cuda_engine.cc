@@ -4,7 +4,9 @@
 // inputs, replays the graph, synchronises once and drains the outputs.
 #include "runtime/cuda/cuda_engine.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -61,7 +63,10 @@ class CudaEngine : public runtime::Engine {
   absl::Status PlanNodes();
   absl::Status CreateLibraries();
   absl::Status MakeSteps();
-  absl::Status AddNodeSteps(const Node& node, const NodePlan& plan);
+  absl::Status AddNodeSteps(size_t index, const Node& node, const NodePlan& plan);
+  absl::StatusOr<std::unique_ptr<Step>> MakeConvOrPlain(size_t index, const Node& node, const NodePlan& plan,
+                                                        std::vector<codegen::Kernel>& kernels);
+  absl::StatusOr<bool> AddLibraryStep(const Node& node, absl::StatusOr<std::unique_ptr<Step>> made);
   absl::Status LoadKernels();
   absl::Status Enqueue();
   absl::Status WarmUpAndCapture();
@@ -74,6 +79,7 @@ class CudaEngine : public runtime::Engine {
   DeviceArena mem_;
   DeviceBuffer workspace_, find_workspace_, zeros_;
   StepList steps_;
+  std::vector<std::string> step_names_;  // the node (or copy) of each step, for errors
   cudaStream_t stream_ = nullptr;
   cudaLibrary_t library_ = nullptr;
   CapturedRun captured_;
@@ -139,7 +145,8 @@ absl::Status CudaEngine::CreateLibraries() {
   return absl::OkStatus();
 }
 
-absl::Status CudaEngine::AddNodeSteps(const Node& node, const NodePlan& plan) {
+absl::Status CudaEngine::AddNodeSteps(size_t index, const Node& node, const NodePlan& plan) {
+  std::vector<codegen::Kernel> kernels = plan.kernels;
   switch (plan.kind) {
     case NodeKind::kView: {
       ASSIGN_OR_RETURN(void* in, ctx_.Ptr(node.input(0)));
@@ -150,13 +157,13 @@ absl::Status CudaEngine::AddNodeSteps(const Node& node, const NodePlan& plan) {
       return absl::OkStatus();
     }
     case NodeKind::kConv: {
-      ASSIGN_OR_RETURN(std::unique_ptr<Step> s, MakeConvStep(ctx_, node, plan.conv));
-      steps_.push_back(std::move(s));
+      ASSIGN_OR_RETURN(const bool on_library, AddLibraryStep(node, MakeConvOrPlain(index, node, plan, kernels)));
+      if (!on_library) return absl::OkStatus();
       break;
     }
     case NodeKind::kMatmul: {
-      ASSIGN_OR_RETURN(std::unique_ptr<Step> s, MakeMatmulStep(ctx_, node, plan.matmul));
-      steps_.push_back(std::move(s));
+      ASSIGN_OR_RETURN(const bool on_library, AddLibraryStep(node, MakeMatmulStep(ctx_, node, plan.matmul)));
+      if (!on_library) return absl::OkStatus();
       break;
     }
     case NodeKind::kGenerated:
@@ -168,9 +175,49 @@ absl::Status CudaEngine::AddNodeSteps(const Node& node, const NodePlan& plan) {
     }
   }
   // Generated kernels: the node's own, or a library call's epilogue.
-  ASSIGN_OR_RETURN(StepList ks, MakeKernelSteps(ctx_, node, plan.kernels));
+  ASSIGN_OR_RETURN(StepList ks, MakeKernelSteps(ctx_, node, kernels));
   for (auto& k : ks) steps_.push_back(std::move(k));
   return absl::OkStatus();
+}
+
+// The convolution's step. When cuDNN refuses the fused call (no algorithm it takes), the
+// plain convolution and a generated kernel for the whole epilogue instead (`kernels` then
+// become that plan's), noted in slow_ops; UNIMPLEMENTED when cuDNN refuses that too.
+absl::StatusOr<std::unique_ptr<Step>> CudaEngine::MakeConvOrPlain(size_t index, const Node& node, const NodePlan& plan,
+                                                                  std::vector<codegen::Kernel>& kernels) {
+  absl::StatusOr<std::unique_ptr<Step>> made = MakeConvStep(ctx_, node, plan.conv);
+  if (made.ok() || !absl::IsUnimplemented(made.status()) || !plan.conv.fused) return made;
+  const std::string name = codegen::Identifier("n" + std::to_string(index) + "_" + node.op_type + "_plain");
+  ASSIGN_OR_RETURN(NodePlan plain, PlanNode(node, name, {.fuse_activations = false}));
+  if (plain.kind != NodeKind::kConv) return made;
+  // The refused attempt left its slot (-1) in the cached algorithm list; the retry takes it.
+  if (!ctx_.chosen_algos.empty() && ctx_.chosen_algos.back() == -1) ctx_.chosen_algos.pop_back();
+  absl::StatusOr<std::unique_ptr<Step>> unfused = MakeConvStep(ctx_, node, plain.conv);
+  if (!unfused.ok()) return unfused;
+  info_.slow_ops.push_back(node.op_type + " (unfused: " + std::string(made.status().message()) + ")");
+  kernels = std::move(plain.kernels);
+  return unfused;
+}
+
+// A library call's step, or, when the library refuses the node at build (no cuDNN algorithm
+// it takes, an empty cuBLASLt heuristic, NOT_SUPPORTED: all UNIMPLEMENTED), the whole node on
+// the host fallback, reported in slow_ops: a slower engine, never a failed model. False when
+// the node fell back (its epilogue kernels are then not needed).
+absl::StatusOr<bool> CudaEngine::AddLibraryStep(const Node& node, absl::StatusOr<std::unique_ptr<Step>> made) {
+  if (made.ok()) {
+    steps_.push_back(std::move(*made));
+    return true;
+  }
+  if (!absl::IsUnimplemented(made.status())) return made.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<Step> fallback, MakeFallbackStep(ctx_, node));
+  steps_.push_back(std::move(fallback));
+  ++info_.fallback_ops;
+  const std::string type = node.domain.empty() ? node.op_type : node.domain + "." + node.op_type;
+  if (std::find(info_.fallback_op_types.begin(), info_.fallback_op_types.end(), type) == info_.fallback_op_types.end()) {
+    info_.fallback_op_types.push_back(type);
+  }
+  info_.slow_ops.push_back(node.op_type + " (host: " + std::string(made.status().message()) + ")");
+  return false;
 }
 
 // The run: inputs from pinned staging, the nodes' steps, outputs to pinned staging.
@@ -179,13 +226,16 @@ absl::Status CudaEngine::MakeSteps() {
     steps_.push_back(MakeCopyStep(mem_.in_device[i], mem_.in_host[i], mem_.in_bytes[i], cudaMemcpyHostToDevice));
   }
   const auto& nodes = graph_->nodes();
+  step_names_.assign(steps_.size(), "input copy");
   for (size_t i = 0; i < nodes.size(); ++i) {
-    absl::Status st = AddNodeSteps(*nodes[i], plans_[i]);
+    absl::Status st = AddNodeSteps(i, *nodes[i], plans_[i]);
     if (!st.ok()) return absl::Status(st.code(), nodes[i]->Describe() + ": " + std::string(st.message()));
+    step_names_.resize(steps_.size(), nodes[i]->Describe());
   }
   for (size_t k = 0; k < mem_.out_device.size(); ++k) {
     steps_.push_back(MakeCopyStep(mem_.out_host[k], mem_.out_device[k], mem_.out_bytes[k], cudaMemcpyDeviceToHost));
   }
+  step_names_.resize(steps_.size(), "output copy");
   find_workspace_ = DeviceBuffer();  // measuring is over
   ctx_.find_workspace = nullptr;
   ASSIGN_OR_RETURN(workspace_, DeviceBuffer::Allocate(ctx_.workspace_bytes));
@@ -211,7 +261,14 @@ absl::Status CudaEngine::LoadKernels() {
 }
 
 absl::Status CudaEngine::Enqueue() {
-  for (auto& s : steps_) RETURN_IF_ERROR(s->Enqueue(stream_));
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    absl::Status st = steps_[i]->Enqueue(stream_);
+    // Debugging: a fault surfaces at the step that caused it, not at the run's one sync.
+    if (st.ok() && options_.debug_sync) st = CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (!st.ok()) {
+      return absl::Status(st.code(), "step " + std::to_string(i) + " (" + step_names_[i] + "): " + std::string(st.message()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -230,6 +287,9 @@ std::vector<const Value*> DeviceConstants(const Graph& graph, const std::vector<
 absl::Status CudaEngine::Build(const CompiledGraph& compiled, const CudaEngineOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   options_ = options;
+  const char* debug = std::getenv("KILN_CUDA_DEBUG");
+  if (debug && std::string(debug) == "1") options_.debug_sync = true;
+  if (options_.debug_sync) options_.cuda_graph = false;
   graph_ = compiled.graph->Clone();
   for (const Value* v : graph_->inputs) {
     if (!v->shape || !IsStatic(*v->shape)) return absl::InvalidArgumentError("input '" + v->name + "' is not static");
@@ -270,7 +330,7 @@ absl::Status CudaEngine::WarmUpAndCapture() {
     host_errors_.TakeFirst().IgnoreError();
   }
   if (!options_.cuda_graph) {
-    info_.isa += ", eager launches";
+    info_.isa += options_.debug_sync ? ", eager launches, synchronised per step (debug)" : ", eager launches";
     return absl::OkStatus();
   }
   const absl::Status st = captured_.Capture(stream_, [this] { return Enqueue(); });

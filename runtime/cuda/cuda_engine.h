@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "compiler/compile.h"
@@ -35,6 +36,9 @@ struct CudaEngineOptions {
   // Let cuDNN's fused call / cuBLASLt's epilogue apply ReLU (and cuBLASLt GELU-tanh); off
   // runs every activation in the generated epilogue kernels.
   bool fuse_activations = true;
+  // Debugging a device fault: no graph, a synchronisation after every step, and an error
+  // that names the failing step's node. Also on when the environment has KILN_CUDA_DEBUG=1.
+  bool debug_sync = false;
   // Convolution algorithms chosen by an earlier build of this engine (EngineInfo::layout,
   // "cudnn-algos:..."), reused instead of measured; "" or anything else measures.
   std::string tuning;
@@ -45,6 +49,11 @@ bool CudaCompiledIn();
 
 // "cuda" -> 0, "cuda:N" -> N; nullopt for anything else (the server's device names).
 std::optional<int> ParseCudaDevice(const std::string& device);
+
+// Whether an error message (a CudaStatus message names the error) reports a sticky CUDA
+// error: an illegal address, a kernel fault, a trap. The process's context is then lost and
+// every later CUDA call fails, so a tool running many tests should stop and say so.
+bool IsStickyCudaError(std::string_view message);
 
 // The engine keeps its own clone of the graph (constants shared). FAILED_PRECONDITION when
 // the device is not usable (no driver, no such GPU), with the reason; UNIMPLEMENTED in a

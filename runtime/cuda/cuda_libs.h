@@ -12,6 +12,7 @@
 #include <nvrtc.h>
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -55,13 +56,26 @@ struct NvrtcApi {
 #undef KILN_API_MEMBER
 
 // Each library is opened once per process: its soname (libcudnn.so.9, libcublasLt.so.13,
-// libnvrtc.so.13: the majors this build compiled against) on the loader's search path, then
-// the copy in the toolkit the build used. FAILED_PRECONDITION with the loader's message when
-// it is missing or lacks a function.
+// libnvrtc.so.13: the majors this build compiled against) from the first place of
+// library_search.h that has one (KILN_CUDA_LIBRARY_PATH, the loader's path, pip wheels and
+// PyTorch, the toolkit, the driver's folder). FAILED_PRECONDITION with the loader's
+// messages (dlerror) when it is missing, will not load or lacks a function.
 absl::StatusOr<const CudnnApi*> LoadCudnn();
 absl::StatusOr<const CublasLtApi*> LoadCublasLt();
 absl::StatusOr<const NvrtcApi*> LoadNvrtc();
 absl::Status LoadCudaLibraries();  // all three
+
+// Which file each library came from ("" when it did not open), and its companions that would
+// not load (cuDNN's parts, NVRTC's builtins), with the loader's message: `kiln devices`.
+struct LibraryOrigin {
+  std::string name, file;
+  std::vector<std::string> notes;
+};
+std::vector<LibraryOrigin> CudaLibraryOrigins();
+
+// The search the loaders above use, for any soname: the file it opened, else
+// FAILED_PRECONDITION carrying every loader message (tests; the handle stays open).
+absl::StatusOr<std::string> OpenLibraryFile(const std::string& soname);
 
 // The loaded tables. Precondition: the matching Load* succeeded (an engine loads all three
 // before anything else; NVRTC's users load it first).

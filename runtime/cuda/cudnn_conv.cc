@@ -1,13 +1,14 @@
 // Convolutions on cuDNN's legacy API: cudnnConvolutionBiasActivationForward when the plan
 // fuses ReLU (with the bias, and the first residual as z), else cudnnConvolutionForward.
 // Math is FMA-only (strict fp32) unless the engine was asked for TF32. The algorithm is the
-// fastest that cudnnFindConvolutionForwardAlgorithmEx measures at build (or the one an
-// earlier build of the same engine chose, from the engine cache).
+// fastest that cudnnFindConvolutionForwardAlgorithmEx measures at build and cudnn_algo.h
+// accepts (or the one an earlier build of the same engine chose, from the engine cache).
 #include <algorithm>
 #include <climits>
 #include <vector>
 
 #include "runtime/cuda/cuda_libs.h"
+#include "runtime/cuda/cudnn_algo.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/steps.h"
 
@@ -63,8 +64,8 @@ absl::Status Describe(const ConvPlan& p, bool tf32, Descriptors& d) {
                                              dil.data(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   KILN_CUDNN(Dnn().cudnnSetConvolutionGroupCount(d.conv, static_cast<int>(p.groups)));
   // FMA-only kernels unless TF32 was asked for: cuDNN's default math lets fp32 convolutions
-  // run on TF32 tensor cores, which moves results by ~1e-3.
-  KILN_CUDNN(Dnn().cudnnSetConvolutionMathType(d.conv, tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH));
+  // run on TF32 tensor cores, which moves results by ~1e-3 (cudnn_algo.h).
+  KILN_CUDNN(Dnn().cudnnSetConvolutionMathType(d.conv, RequestedMathType(tf32)));
   KILN_CUDNN(Dnn().cudnnCreateActivationDescriptor(&d.act));
   // ONNX's Relu keeps NaN.
   KILN_CUDNN(Dnn().cudnnSetActivationDescriptor(d.act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
@@ -97,35 +98,63 @@ class ConvStep : public Step {
   bool fused_ = false;
 };
 
-// The fastest algorithm cuDNN measures that fits the scratch (FMA-only unless TF32).
-absl::StatusOr<cudnnConvolutionFwdAlgo_t> Measure(BuildContext& ctx, ConvStep& s) {
+// Sets `algo` (with `math`) on the step and sizes its workspace; whether cuDNN takes it for
+// this call. The fused call is tried once here, on the build's scratch: Find timed the plain
+// convolution, and cudnnConvolutionBiasActivationForward may answer NOT_SUPPORTED for an
+// algorithm the plain call takes. Any other error is the build's.
+absl::StatusOr<bool> Try(BuildContext& ctx, ConvStep& s, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math) {
+  if (!KeepsNonFiniteLocal(algo)) return false;
+  KILN_CUDNN(Dnn().cudnnSetConvolutionMathType(s.d_.conv, math));
+  s.algo_ = algo;
+  if (Dnn().cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, algo,
+                                                    &s.workspace_bytes_) != CUDNN_STATUS_SUCCESS ||
+      s.workspace_bytes_ > ctx.find_workspace_bytes) {
+    return false;
+  }
+  if (!s.fused_) return true;
+  void* const scratch = ctx.find_workspace;
+  void* const* kept = s.workspace_;
+  s.workspace_ = &scratch;
+  const absl::Status st = s.Enqueue(nullptr);
+  s.workspace_ = kept;
+  if (absl::IsUnimplemented(st)) return false;  // CUDNN_STATUS_NOT_SUPPORTED
+  RETURN_IF_ERROR(st);
+  return true;
+}
+
+// The fastest algorithm cuDNN measures that cudnn_algo.h accepts and the call takes, with
+// the math type Find timed it with.
+absl::Status Measure(BuildContext& ctx, ConvStep& s) {
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
   KILN_CUDNN(Dnn().cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, s.d_.x, s.x_, s.d_.w, s.w_, s.d_.conv, s.d_.y, s.y_,
                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
                                                      ctx.find_workspace, ctx.find_workspace_bytes));
-  for (int i = 0; i < returned; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > ctx.find_workspace_bytes) continue;
-    if (!ctx.tf32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
-    return perf[i].algo;
+  for (int i = PickAlgorithm(perf, returned, ctx.tf32, ctx.find_workspace_bytes); i >= 0;
+       i = PickAlgorithm(perf, returned, ctx.tf32, ctx.find_workspace_bytes, i + 1)) {
+    ASSIGN_OR_RETURN(const bool taken, Try(ctx, s, perf[i].algo, perf[i].mathType));
+    if (taken) return absl::OkStatus();
   }
-  return absl::UnimplementedError("cuDNN has no algorithm for this convolution");
+  return absl::UnimplementedError(std::string("cuDNN has no algorithm for this ") +
+                                  (s.fused_ ? "fused convolution" : "convolution"));
 }
 
+// The algorithm an earlier build chose (the engine cache), if this build takes it, else the
+// fastest measured. The chosen list keeps one entry per convolution (-1: none) so that the
+// next build's indices still match.
 absl::Status ChooseAlgorithm(BuildContext& ctx, ConvStep& s) {
   const size_t i = ctx.chosen_algos.size();
-  bool given = i < ctx.given_algos.size() && ctx.given_algos[i] >= 0 &&
-               ctx.given_algos[i] < CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  if (given) {
-    // An algorithm chosen for another build (another batch size) may not support this one.
-    s.algo_ = static_cast<cudnnConvolutionFwdAlgo_t>(ctx.given_algos[i]);
-    given = Dnn().cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
-                                                    &s.workspace_bytes_) == CUDNN_STATUS_SUCCESS;
+  bool taken = false;
+  if (i < ctx.given_algos.size() && ctx.given_algos[i] >= 0 && ctx.given_algos[i] < CUDNN_CONVOLUTION_FWD_ALGO_COUNT) {
+    ASSIGN_OR_RETURN(taken, Try(ctx, s, static_cast<cudnnConvolutionFwdAlgo_t>(ctx.given_algos[i]),
+                                RequestedMathType(ctx.tf32)));
   }
-  if (!given) {
-    ASSIGN_OR_RETURN(s.algo_, Measure(ctx, s));
-    KILN_CUDNN(Dnn().cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, s.d_.x, s.d_.w, s.d_.conv, s.d_.y, s.algo_,
-                                                       &s.workspace_bytes_));
+  if (!taken) {
+    const absl::Status st = Measure(ctx, s);
+    if (!st.ok()) {
+      ctx.chosen_algos.push_back(-1);
+      return st;
+    }
   }
   ctx.workspace_bytes = std::max(ctx.workspace_bytes, s.workspace_bytes_);
   ctx.chosen_algos.push_back(static_cast<int>(s.algo_));

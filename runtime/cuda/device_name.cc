@@ -17,4 +17,15 @@ std::optional<int> ParseCudaDevice(const std::string& device) {
   return n;
 }
 
+bool IsStickyCudaError(std::string_view message) {
+  // cudaError_t's documentation: these leave the context unusable until the process exits.
+  for (const char* name : {"cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorIllegalInstruction",
+                           "cudaErrorMisalignedAddress", "cudaErrorInvalidAddressSpace", "cudaErrorInvalidPc",
+                           "cudaErrorHardwareStackError", "cudaErrorAssert", "cudaErrorLaunchTimeout",
+                           "cudaErrorECCUncorrectable", "cudaErrorTensorMemoryLeak"}) {
+    if (message.find(std::string("(") + name + ")") != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace kiln::cuda

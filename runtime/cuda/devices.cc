@@ -61,6 +61,10 @@ CudaReport Probe() {
   } else {
     missing(lt.status());
   }
+  for (const LibraryOrigin& o : CudaLibraryOrigins()) {
+    if (!o.file.empty()) r.library_files.emplace_back(o.name, o.file);
+    for (const std::string& n : o.notes) r.library_notes.push_back(o.name + ": " + n);
+  }
   ProbeGpus(r);
   return r;
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::cuda {
@@ -24,6 +25,10 @@ struct CudaReport {
   std::string driver;        // CUDA version the driver supports ("13.0"), or "" without a driver
   std::string nvrtc, cudnn, cublas;  // versions of the loaded libraries ("" when missing)
   std::vector<std::string> missing;  // libraries that could not be opened, with the reason
+  // Which file each opened library came from ({"cudnn", "/usr/local/cuda/lib64/libcudnn.so.9"}),
+  // and its companions that would not load (cuDNN's parts), with the loader's message.
+  std::vector<std::pair<std::string, std::string>> library_files;
+  std::vector<std::string> library_notes;
   std::vector<GpuInfo> gpus;
   std::string why_none;      // when gpus is empty: the reason, from the failing call
 };

@@ -20,6 +20,10 @@ absl::Status CapturedRun::Capture(cudaStream_t stream, const std::function<absl:
   const absl::Status ended = CudaStatus(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   if (!enqueued.ok() || !ended.ok()) {
     if (graph) cudaGraphDestroy(graph);
+    // A failed capture leaves its error (cudaErrorStreamCaptureInvalidated, ...) as the
+    // thread's last error; cleared here so that the next, unrelated CUDA call's check does
+    // not report it.
+    (void)cudaGetLastError();
     return enqueued.ok() ? ended : enqueued;
   }
   graph_ = graph;

@@ -87,6 +87,9 @@ void PlaceC(const Node& node, MatmulPlan& p) {
   if (row && p.beta == 1.f) {
     p.bias_input = 2;
     p.epilogue = MatmulPlan::Epilogue::kBias;
+    // The bias epilogue replaces beta * C: cuBLASLt adds beta * C whenever beta is not 0, and
+    // with no C of our own, C is D, so beta 1 would add the stale output to every result.
+    p.beta = 0.f;
   } else if (cd == yd && p.batch == 1) {
     p.c_input = 2;
   } else {
@@ -108,6 +111,15 @@ size_t FuseActivation(const std::vector<kiln_ops::EpilogueStep>& steps, MatmulPl
 }
 
 }  // namespace
+
+uint32_t LtAlignment(uintptr_t address, int64_t batch_stride_elements, int64_t batch) {
+  uint32_t align = kLtMaxAlignment;
+  while (align > 4 && (address % align != 0 ||
+                       (batch > 1 && (static_cast<uint64_t>(batch_stride_elements) * 4) % align != 0))) {
+    align /= 2;
+  }
+  return align;
+}
 
 absl::StatusOr<MatmulPlan> PlanMatmul(const Node& node, const MatmulPlanOptions& options) {
   const bool fused = node.domain == kKilnDomain && node.op_type == kiln_ops::kFusedMatMul;

@@ -6,9 +6,13 @@
 // broadcast has stride 0, other partial broadcasts are not a strided batch (UNIMPLEMENTED).
 //
 // Gemm's C: a [n] (or [1, n]) row vector with beta == 1 is cuBLASLt's bias epilogue (which
-// then also takes a leading Relu, or GeluTanh: cuBLASLt's GELU is the tanh form); a C with
-// Y's exact shape is cuBLASLt's C with beta; any other C, and every remaining epilogue step,
-// runs in a generated epilogue kernel.
+// then also takes a leading Relu, or GeluTanh: cuBLASLt's GELU is the tanh form) and the
+// call's beta is 0; a C with Y's exact shape is cuBLASLt's C with beta; any other C, and
+// every remaining epilogue step, runs in a generated epilogue kernel.
+//
+// cuBLASLt computes D = epilogue(alpha * op(A) op(B) + beta * C) and reads C whenever beta is
+// not 0. A plan without a C of its own (c_input == -1) passes D as C (C may alias D), so its
+// beta must be 0, or D's previous contents would be added: MakeMatmulStep refuses such a plan.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,14 @@ struct MatmulPlan {
   bool has_epilogue = false;
   codegen::EpilogueSpec tail;   // what the generated kernel does after the call
 };
+
+// The alignment cuBLASLt may assume of an operand (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES):
+// the largest power of two, at most 256 and at least 4 (a float), that divides its address
+// and, for a batch, the byte stride between its matrices (every matrix starts there too).
+// Arena offsets are only 64-byte aligned (compiler/plan/memory_plan.h), so the heuristic must
+// be told, or it may choose a kernel that assumes 256.
+inline constexpr uint32_t kLtMaxAlignment = 256;
+uint32_t LtAlignment(uintptr_t address, int64_t batch_stride_elements, int64_t batch);
 
 absl::StatusOr<MatmulPlan> PlanMatmul(const Node& node, const MatmulPlanOptions& options = {});
 

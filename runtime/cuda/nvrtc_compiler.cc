@@ -44,10 +44,10 @@ absl::StatusOr<CompiledModule> Compile(const std::string& source, const std::str
   nvrtcProgram raw = nullptr;
   KILN_NVRTC(Rtc().nvrtcCreateProgram(&raw, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr));
   std::unique_ptr<_nvrtcProgram, ProgramDeleter> prog(raw);
-  const std::string arch_flag = "--gpu-architecture=" + arch;
-  // No fast-math: expf, erff, division and sqrt stay IEEE-accurate, as the reference is.
-  const char* opts[] = {arch_flag.c_str(), "-std=c++17", "--device-as-default-execution-space"};
-  const nvrtcResult r = Rtc().nvrtcCompileProgram(raw, 3, opts);
+  const std::vector<std::string> options = NvrtcOptions(arch);
+  std::vector<const char*> opts;
+  for (const std::string& o : options) opts.push_back(o.c_str());
+  const nvrtcResult r = Rtc().nvrtcCompileProgram(raw, static_cast<int>(opts.size()), opts.data());
   CompiledModule m;
   m.log = Log(raw);
   if (r != NVRTC_SUCCESS) {
@@ -61,6 +61,14 @@ absl::StatusOr<CompiledModule> Compile(const std::string& source, const std::str
 }
 
 }  // namespace
+
+std::vector<std::string> NvrtcOptions(const std::string& arch) {
+  // No fast-math: expf, erff, division and sqrt stay IEEE-accurate, as the reference is.
+  // --fmad=false: NVRTC contracts a * b + c into one rounding by default, while the host
+  // shim that checks these kernels compiles them with -ffp-contract=off; both now round
+  // every operation, so what the host tests proved is what the GPU computes.
+  return {"--gpu-architecture=" + arch, "-std=c++17", "--device-as-default-execution-space", "--fmad=false"};
+}
 
 absl::StatusOr<std::shared_ptr<const CompiledModule>> CompileModule(const std::string& source,
                                                                     const std::string& arch,

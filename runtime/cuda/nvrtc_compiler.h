@@ -25,6 +25,10 @@ absl::StatusOr<std::shared_ptr<const CompiledModule>> CompileModule(const std::s
                                                                     const std::string& arch,
                                                                     const std::string& name);
 
+// The options every module is compiled with: IEEE math (no fast-math) and no contraction of
+// multiply-adds, the rounding of the host shim that tests the kernels.
+std::vector<std::string> NvrtcOptions(const std::string& arch);
+
 // The architectures this NVRTC can target (e.g. 75 80 86 89 90 100 120).
 std::vector<int> SupportedArchs();
 // The best target for a GPU of compute capability major.minor: its own SM when NVRTC knows

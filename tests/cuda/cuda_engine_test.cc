@@ -6,8 +6,13 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
+
+#include <unistd.h>
 
 #include "compiler/compile.h"
 #include "compiler/ir/builder.h"
@@ -17,6 +22,7 @@
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/devices.h"
 #include "runtime/reference/interpreter.h"
+#include "tests/cuda/kernel_corpus.h"
 
 namespace kiln::cuda {
 namespace {
@@ -115,6 +121,25 @@ TEST(KilnDevices, ReportsCudaAsJson) {
   }
 }
 
+// gpu_check.sh reads kiln check's JSON after a shard is killed at its time limit: the file
+// exists from the first test on, with how many tests the run had and why it stopped early.
+TEST(KilnCheck, WritesItsJsonWithTheRunsProgress) {
+  const std::string node = testing::ConformanceDir();
+  if (node.empty()) GTEST_SKIP() << "no conformance tests";
+  const char* env = std::getenv("KILN_BIN");
+  const std::string kiln = env && *env ? env : KILN_DEFAULT_BIN;
+  const std::string json = ::testing::TempDir() + "/kiln_check_" + std::to_string(getpid()) + ".json";
+  const std::string cmd = kiln + " check --backend reference -q --json " + json + " " + node + "/test_abs " + node +
+                          "/test_relu > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(json);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("\"stopped\":\"\",\"tests\":2,\"not_run\":0"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"pass\":2"), std::string::npos) << out;
+  EXPECT_FALSE(std::ifstream(json + ".tmp").good());  // renamed into place, not left behind
+  std::remove(json.c_str());
+}
+
 // --- on a GPU ----------------------------------------------------------------------------
 
 class CudaEngineOnGpu : public ::testing::Test {
@@ -154,6 +179,13 @@ TEST_F(CudaEngineOnGpu, EagerLaunchesMatchToo) {
   CudaEngineOptions o;
   o.cuda_graph = false;
   o.fuse_activations = false;
+  ExpectMatchesReference(o, {1e-4, 1e-5});
+}
+
+// The debug mode gpu_check.sh reruns a failed smoke stage in: same numbers, per-step syncs.
+TEST_F(CudaEngineOnGpu, DebugModeSynchronisesEveryStep) {
+  CudaEngineOptions o;
+  o.debug_sync = true;
   ExpectMatchesReference(o, {1e-4, 1e-5});
 }
 

@@ -3,6 +3,7 @@
 // model, to a CUBIN for the H200's sm_90, on a machine without a GPU. Prints the count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -84,6 +85,24 @@ TEST(Nvrtc, ReportsCompileErrorsWithTheLog) {
       CompileModule("extern \"C\" __global__ void broken(float* p0) { p0[0] = undeclared; }", "sm_90", "broken");
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("undeclared"), std::string::npos) << m.status();
+}
+
+TEST(Nvrtc, RoundsEveryMultiplyAndAddLikeTheHostShim) {
+  if (!CudaCompiledIn()) GTEST_SKIP() << "this build has no CUDA toolkit (NVRTC)";
+  const std::vector<std::string> opts = NvrtcOptions("compute_90");
+  EXPECT_NE(std::find(opts.begin(), opts.end(), "--fmad=false"), opts.end());
+  EXPECT_EQ(std::find(opts.begin(), opts.end(), "--use_fast_math"), opts.end());
+  // The PTX of a * b + c: a rounded multiply and a rounded add, never one fused rounding
+  // (which NVRTC emits by default, and which the host shim's -ffp-contract=off never does).
+  absl::StatusOr<std::shared_ptr<const CompiledModule>> m = CompileModule(
+      "extern \"C\" __global__ void mad(const float* a, const float* b, const float* c, float* y) {\n"
+      "  y[threadIdx.x] = a[threadIdx.x] * b[threadIdx.x] + c[threadIdx.x];\n}\n",
+      "compute_90", "mad");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string& ptx = (*m)->image;
+  EXPECT_EQ(ptx.find("fma.rn.f32"), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find("mul.rn.f32"), std::string::npos) << ptx;
+  EXPECT_NE(ptx.find("add.rn.f32"), std::string::npos) << ptx;
 }
 
 TEST(Nvrtc, PicksTheGpusOwnArchitectureOrPtxForNewerOnes) {

@@ -177,7 +177,33 @@ TEST(MatmulPlan, MapsRowMajorGemmToColumnMajorCublasLt) {
   EXPECT_EQ(p->lt_d.ld, 5);
   EXPECT_EQ(p->epilogue, MatmulPlan::Epilogue::kBias);
   EXPECT_EQ(p->bias_input, 2);
+  EXPECT_EQ(p->c_input, -1);
+  EXPECT_EQ(p->beta, 0.f);  // C is D here: a non-zero beta would add the previous output
   EXPECT_FALSE(p->has_epilogue);
+}
+
+// cuBLASLt reads C whenever beta is not 0, and a plan without a C passes D as C: every plan
+// must then have beta 0, whatever its C became (bias epilogue, tail, none).
+TEST(MatmulPlan, NeverLeavesBetaOnAnAliasedC) {
+  const std::vector<std::pair<std::optional<V>, float>> cs = {
+      {V{5}, 1.f}, {V{1, 5}, 1.f}, {V{5}, 0.5f}, {V{3, 1}, 1.f}, {V{3, 5}, 2.f}, {std::nullopt, 1.f}};
+  for (const auto& [c, beta] : cs) {
+    absl::StatusOr<MatmulPlan> p = MatmulCase("Gemm", {3, 4}, {4, 5}, c, {{"beta", Attribute::Float(beta)}}).Plan();
+    ASSERT_TRUE(p.ok()) << p.status();
+    if (p->c_input < 0) {
+      EXPECT_EQ(p->beta, 0.f) << "C " << (c ? c->size() : 0) << " beta " << beta;
+    } else {
+      EXPECT_EQ(p->beta, beta);  // a full-shape C of its own keeps Gemm's beta
+    }
+  }
+}
+
+TEST(MatmulPlan, StatesTheAlignmentCublasLtMayAssume) {
+  EXPECT_EQ(LtAlignment(0x7f0000000000, 0, 1), 256u);  // cudaMalloc's own alignment
+  EXPECT_EQ(LtAlignment(0x7f0000000040, 0, 1), 64u);   // an arena offset: not 256, cuBLASLt's default
+  EXPECT_EQ(LtAlignment(0x7f0000000100, 20, 6), 16u);   // batch matrices 80 bytes apart
+  EXPECT_EQ(LtAlignment(0x7f0000000100, 20, 1), 256u);  // one matrix: the stride is never used
+  EXPECT_EQ(LtAlignment(0x7f0000000004, 64, 2), 4u);    // a float, never less
 }
 
 TEST(MatmulPlan, PlacesCAsBiasAsCublasCOrInTheTail) {
@@ -256,6 +282,21 @@ TEST(NodePlan, ChoosesViewsLibrariesKernelsAndFallbacks) {
     }
   }
   EXPECT_EQ(kinds, (std::vector<NodeKind>{NodeKind::kView, NodeKind::kGenerated, NodeKind::kMatmul, NodeKind::kFallback}));
+}
+
+// When cuDNN refuses the fused call, the engine runs the node's plain alternative: the
+// convolution unfused plus one generated kernel for bias and activation, under its own names.
+TEST(NodePlan, AFusedConvHasAPlainAlternativeWithItsEpilogueKernel) {
+  ConvCase relu({"Relu"}, {});
+  absl::StatusOr<NodePlan> fused = PlanNode(relu.node(), "n0_FusedConv");
+  absl::StatusOr<NodePlan> plain = PlanNode(relu.node(), "n0_FusedConv_plain", {.fuse_activations = false});
+  ASSERT_TRUE(fused.ok() && plain.ok());
+  EXPECT_TRUE(fused->conv.fused);
+  EXPECT_TRUE(fused->kernels.empty());  // negative case: the fused call needs no kernel
+  ASSERT_EQ(plain->kind, NodeKind::kConv);
+  EXPECT_FALSE(plain->conv.fused);
+  ASSERT_EQ(plain->kernels.size(), 1u);
+  EXPECT_EQ(plain->kernels[0].name.rfind("n0_FusedConv_plain", 0), 0u) << plain->kernels[0].name;
 }
 
 TEST(ArenaLayout, PlacesPlannedValuesIoWeightsAndViews) {
@@ -367,18 +408,23 @@ TEST(ConvPlan, SplitsComputeWhatFusedConvComputes) {
   }
 }
 
-// What cuBLASLt computes for a 2-D plan: act(alpha * op(A) op(B) + beta * C + bias).
-Tensor CublasLtOnHost(const MatmulPlan& p, const Node& node, const std::vector<const Tensor*>& ins) {
+// What cuBLASLt computes for a 2-D plan, as its documentation states it (not as our plan
+// assumes): D = act(alpha * op(A) op(B) + beta * C + bias). C is the node's full-shape C, or,
+// when the plan has none (c_input < 0), D itself: MakeMatmulStep passes D as C, and C may
+// alias D. So beta * C adds D's previous contents (`stale`, the last run's output) whenever
+// beta is not 0; C is not read when beta is 0. The bias epilogue adds bias[row of D], our column.
+Tensor CublasLtOnHost(const MatmulPlan& p, const Node& node, const std::vector<const Tensor*>& ins, const Tensor& stale) {
   Tensor y(DType::kFloat32, {p.m, p.n});
   const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   const float* a = ins[0]->data<float>();
   const float* b = ins[1]->data<float>();
+  const float* c = p.c_input >= 0 ? ins[p.c_input]->data<float>() : stale.data<float>();
   for (int64_t i = 0; i < p.m; ++i) {
     for (int64_t j = 0; j < p.n; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < p.k; ++k) acc += double(a[ta ? k * p.m + i : i * p.k + k]) * b[tb ? j * p.k + k : k * p.n + j];
       float v = p.alpha * static_cast<float>(acc);
-      if (p.c_input >= 0) v += p.beta * ins[p.c_input]->data<float>()[i * p.n + j];
+      if (p.beta != 0.f) v += p.beta * c[i * p.n + j];
       if (p.bias_input >= 0) v += ins[p.bias_input]->data<float>()[j];
       if (p.epilogue == MatmulPlan::Epilogue::kRelu || p.epilogue == MatmulPlan::Epilogue::kReluBias) v = v < 0.f ? 0.f : v;
       if (p.epilogue == MatmulPlan::Epilogue::kGelu || p.epilogue == MatmulPlan::Epilogue::kGeluBias) {
@@ -428,7 +474,8 @@ TEST(MatmulPlan, SplitsComputeWhatFusedMatMulComputes) {
     ASSERT_TRUE(p.ok()) << p.status();
     std::vector<const Tensor*> args = {&feeds["a"], &feeds["b"], &feeds["c"]};
     if (feeds.count("r")) args.push_back(&feeds["r"]);
-    std::vector<Tensor> out = {CublasLtOnHost(*p, node, args)};
+    // The output buffer still holds an earlier run's result when cuBLASLt runs.
+    std::vector<Tensor> out = {CublasLtOnHost(*p, node, args, Random({4, 6}, 24))};
     if (p->has_epilogue) {
       absl::StatusOr<codegen::Kernel> k = codegen::EmitEpilogue(p->tail, "mm_tail");
       ASSERT_TRUE(k.ok()) << k.status();

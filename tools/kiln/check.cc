@@ -269,10 +269,15 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
   return o;
 }
 
+// Rewritten after every test (to a temporary file, then renamed), so a run killed at a time
+// limit still leaves every result it had. `stopped`: why the run ended early ("" if not).
 void WriteJson(const std::string& path, const std::vector<CheckResult>& results,
-               const std::map<std::string, int>& counts) {
+               const std::map<std::string, int>& counts, size_t total, const std::string& stopped) {
   JsonWriter w;
   w.BeginObject();
+  w.Field("stopped", stopped);
+  w.Field("tests", static_cast<int64_t>(total));
+  w.Field("not_run", static_cast<int64_t>(total - results.size()));
   w.Key("results");
   w.BeginArray();
   for (const auto& r : results) {
@@ -292,7 +297,9 @@ void WriteJson(const std::string& path, const std::vector<CheckResult>& results,
   }
   w.EndObject();
   w.EndObject();
-  std::ofstream(path) << w.str() << "\n";
+  const std::string tmp = path + ".tmp";
+  { std::ofstream(tmp) << w.str() << "\n"; }
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 }  // namespace
@@ -311,6 +318,7 @@ int CheckCommand(const std::vector<std::string>& args) {
   }
   std::vector<CheckResult> results;
   std::map<std::string, int> counts;
+  std::string stopped;
   for (const auto& tc : cases) {
     auto t0 = std::chrono::steady_clock::now();
     CheckResult r = RunTest(tc, *opt);
@@ -322,11 +330,20 @@ int CheckCommand(const std::vector<std::string>& args) {
                   r.max_abs_err, r.max_rel_err, ms, r.message.c_str());
       std::fflush(stdout);
     }
+    // A sticky CUDA error (an illegal address...) loses this process's context: every later
+    // test would fail with it, so the run stops here and says so.
+    const bool sticky = opt->backend == "cuda" && r.status == "error" && cuda::IsStickyCudaError(r.message);
+    if (sticky) stopped = "sticky CUDA error in " + r.test + ": " + r.message;
     results.push_back(std::move(r));
+    if (!opt->json_path.empty()) WriteJson(opt->json_path, results, counts, cases.size(), stopped);
+    if (sticky) {
+      std::printf("stopped: %s (%zu tests not run)\n", stopped.c_str(), cases.size() - results.size());
+      break;
+    }
   }
   std::printf("summary: %d pass, %d fail, %d unsupported, %d error (%zu tests)\n", counts["pass"],
               counts["fail"], counts["unsupported"], counts["error"], cases.size());
-  if (!opt->json_path.empty()) WriteJson(opt->json_path, results, counts);
+  if (!opt->json_path.empty()) WriteJson(opt->json_path, results, counts, cases.size(), stopped);
   return (counts["fail"] + counts["error"]) > 0 ? 1 : 0;
 }
 

@@ -27,7 +27,9 @@ void PrintText(const cpu::IsaReport& isa, const cuda::CudaReport& c) {
   std::printf("cuda: compiled in (toolkit %s; runtime %s, driver %s; NVRTC %s, cuDNN %s, cuBLAS %s)\n",
               c.toolkit.c_str(), Or(c.runtime, "?").c_str(), Or(c.driver, "none").c_str(), Or(c.nvrtc, "?").c_str(),
               Or(c.cudnn, "?").c_str(), Or(c.cublas, "?").c_str());
+  for (const auto& [name, file] : c.library_files) std::printf("  %s: %s\n", name.c_str(), file.c_str());
   for (const std::string& m : c.missing) std::printf("  missing library: %s\n", m.c_str());
+  for (const std::string& n : c.library_notes) std::printf("  library part not loaded: %s\n", n.c_str());
   for (const cuda::GpuInfo& g : c.gpus) {
     std::printf("  cuda:%d  %s  sm_%d%d  %.1f GiB  %d SMs\n", g.index, g.name.c_str(), g.cc_major, g.cc_minor,
                 static_cast<double>(g.memory_bytes) / (1 << 30), g.multiprocessors);
@@ -74,6 +76,14 @@ void PrintJson(const cpu::IsaReport& isa, const cuda::CudaReport& c) {
   w.Key("missing");
   w.BeginArray();
   for (const std::string& m : c.missing) w.String(m);
+  w.EndArray();
+  w.Key("library_files");
+  w.BeginObject();
+  for (const auto& [name, file] : c.library_files) w.Field(name, file);
+  w.EndObject();
+  w.Key("library_notes");
+  w.BeginArray();
+  for (const std::string& n : c.library_notes) w.String(n);
   w.EndArray();
   WriteGpus(w, c);
   w.Field("why_none", c.gpus.empty() ? c.why_none : "");
