@@ -1,13 +1,17 @@
 #include "compiler/ir/graph_edit.h"
 
 #include <algorithm>
-#include <unordered_set>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 namespace kiln {
 
 void RemoveNodes(Graph& graph, const std::vector<Node*>& nodes) {
   if (nodes.empty()) return;
-  std::unordered_set<const Node*> gone(nodes.begin(), nodes.end());
+  // Flat: a fusion may remove most of a 200k-node graph at once, and a node-based set
+  // allocates per entry.
+  const absl::flat_hash_set<const Node*> gone(nodes.begin(), nodes.end());
   for (Node* node : nodes) {
     for (Value* out : node->outputs) {
       if (out && out->producer == node) out->producer = nullptr;
@@ -21,7 +25,7 @@ void RemoveNodes(Graph& graph, const std::vector<Node*>& nodes) {
 
 void InsertNodes(Graph& graph, std::vector<std::pair<Node*, std::unique_ptr<Node>>> inserts) {
   if (inserts.empty()) return;
-  std::unordered_map<const Node*, std::vector<size_t>> before;  // node -> inserts, in order
+  absl::flat_hash_map<const Node*, std::vector<size_t>> before;  // node -> inserts, in order
   for (size_t i = 0; i < inserts.size(); ++i) {
     for (Value* out : inserts[i].second->outputs) {
       if (out) out->producer = inserts[i].second.get();

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -136,9 +134,9 @@ Group GrowGroup(const GraphIndex& index, Node* last, absl::flat_hash_set<Node*>&
 
 // Builds the FusedElementwise node for a group (inputs deduplicated, in first-use order).
 std::unique_ptr<Node> BuildFused(const Group& group) {
-  std::unordered_map<const Value*, int64_t> slot;  // value -> operand index
+  absl::flat_hash_map<const Value*, int64_t> slot;  // value -> operand index
   std::vector<Value*> inputs;
-  std::unordered_map<const Value*, size_t> produced;  // value -> instruction index
+  absl::flat_hash_map<const Value*, size_t> produced;  // value -> instruction index
   for (size_t i = 0; i < group.size(); ++i) produced[group[i]->output(0)] = i;
   for (Node* n : group) {
     for (Value* in : n->inputs) {
