@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Writes a generated chain model for compile-time scaling measurements.
 
-    chain_model.py N OUT.onnx [--op Add]
+    chain_model.py N OUT.onnx [--op Add|Max|...|ConvRelu]
 
 N nodes in one dependency chain over a [batch, 16] float input: y_i = OP(y_{i-1}, c) with one
 shared [16] constant c (so no node is foldable or a duplicate of another, and every value has
-one reader). A benchmark input, not a test model: bench/compile_time.sh times `kiln compile`
+one reader). Max keeps the values exact, so kilnd's warm-up check passes on any length (a long
+Add chain's float32 rounding drifts past its tolerance). ConvRelu is N/2 pairs of a 1x1 Conv
+(16 channels, one shared weight) and a Relu over [batch, 16, 1, 1]: every pair is one
+epilogue fusion. A benchmark input, not a test model: bench/compile_time.sh times `kiln compile`
 on it, and tests/unit/compile_scaling_test.cc builds the same graph in C++.
 """
 import argparse
@@ -21,17 +24,27 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--op", default="Add")
     args = ap.parse_args()
-    c = numpy_helper.from_array(np.linspace(-1, 1, 16, dtype=np.float32), "c")
+    conv = args.op == "ConvRelu"
+    shape = ["batch", 16, 1, 1] if conv else ["batch", 16]
+    if conv:
+        w = np.eye(16, dtype=np.float32).reshape(16, 16, 1, 1) * 0.5
+        c = numpy_helper.from_array(w, "c")
+    else:
+        c = numpy_helper.from_array(np.linspace(-1, 1, 16, dtype=np.float32), "c")
     nodes = []
     prev = "x"
     for i in range(args.n):
         out = "y" if i == args.n - 1 else f"v{i}"
-        nodes.append(helper.make_node(args.op, [prev, "c"], [out], name=f"n{i}"))
+        if conv:
+            op, ins = ("Conv", [prev, "c"]) if i % 2 == 0 else ("Relu", [prev])
+        else:
+            op, ins = args.op, [prev, "c"]
+        nodes.append(helper.make_node(op, ins, [out], name=f"n{i}"))
         prev = out
     graph = helper.make_graph(
         nodes, f"chain{args.n}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], [c])
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [c])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, args.out)
 
