@@ -18,9 +18,10 @@ void RemoveNodes(Graph& graph, const std::vector<Node*>& nodes) {
     }
   }
   auto& list = graph.mutable_nodes();
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [&gone](const std::unique_ptr<Node>& n) { return gone.count(n.get()); }),
-             list.end());
+  list.erase(
+      std::remove_if(list.begin(), list.end(),
+                     [&gone](const std::unique_ptr<Node>& n) { return gone.count(n.get()); }),
+      list.end());
 }
 
 void InsertNodes(Graph& graph, std::vector<std::pair<Node*, std::unique_ptr<Node>>> inserts) {

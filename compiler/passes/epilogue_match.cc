@@ -190,9 +190,8 @@ void EpilogueFuser::Replace(Node* first, const EpilogueMatch& m, std::unique_ptr
   position_[raw] = at;
   for (const Value* in : IndexedInputs(*raw)) {
     std::vector<Node*>& users = readers_[in];
-    auto pos = std::lower_bound(users.begin(), users.end(), at, [this](Node* u, size_t p) {
-      return position_.at(u) < p;
-    });
+    auto pos = std::lower_bound(users.begin(), users.end(), at,
+                                [this](Node* u, size_t p) { return position_.at(u) < p; });
     users.insert(pos, raw);
   }
   m.output->producer = raw;

@@ -234,8 +234,8 @@ bool FoldOne(FoldContext& ctx, Node& bn) {
   Value* x = bn.input(0);
   Node* producer = x->producer;
   auto readers = ctx.readers.find(x);
-  const bool exclusive = producer && readers != ctx.readers.end() && readers->second == 1 &&
-                         !ctx.outputs.count(x);
+  const bool exclusive =
+      producer && readers != ctx.readers.end() && readers->second == 1 && !ctx.outputs.count(x);
   if (exclusive && producer->domain.empty()) {
     bool folded = false;
     if (producer->op_type == "Conv" || producer->op_type == "ConvTranspose") {
@@ -263,8 +263,8 @@ size_t FoldableWeightBytes(const std::vector<Node*>& bns) {
   for (const Node* bn : bns) {
     const Node* p = bn->input(0) ? bn->input(0)->producer : nullptr;
     const Value* w = p ? p->input(1) : nullptr;
-    const bool layer = p && (p->op_type == "Conv" || p->op_type == "ConvTranspose" ||
-                             p->op_type == "Gemm");
+    const bool layer =
+        p && (p->op_type == "Conv" || p->op_type == "ConvTranspose" || p->op_type == "Gemm");
     if (layer && IsConstFloat(w)) bytes += WeightArena::Footprint(w->constant->nbytes());
   }
   return bytes;

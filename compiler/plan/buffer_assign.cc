@@ -205,9 +205,8 @@ class OverlapIndex {
 // The offset for `it` among the placed items that are live with it (`live`, sorted by
 // offset): the gap between neighbours that fits with the least slack (best fit) or the lowest
 // gap that fits (first fit); on top of every live neighbour when no gap fits.
-int64_t FindOffset(const Item& it, const std::vector<Item>& items,
-                   const std::vector<size_t>& live, const std::vector<int64_t>& offsets,
-                   GapRule rule) {
+int64_t FindOffset(const Item& it, const std::vector<Item>& items, const std::vector<size_t>& live,
+                   const std::vector<int64_t>& offsets, GapRule rule) {
   int64_t prev_end = 0;
   int64_t best = -1;
   int64_t best_slack = std::numeric_limits<int64_t>::max();
@@ -235,7 +234,8 @@ int64_t PlaceInOrder(const std::vector<Item>& items, const OverlapIndex& index,
   int64_t arena = 0;
   for (size_t i : order) {
     if (items[i].size == 0) continue;  // occupies nothing; offset 0 is as good as any
-    index.Overlapping(items[i], [&](size_t j) { return placed[j] != 0; }, live);
+    index.Overlapping(
+        items[i], [&](size_t j) { return placed[j] != 0; }, live);
     std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
       return offsets[a] != offsets[b] ? offsets[a] < offsets[b] : a < b;
     });

@@ -351,12 +351,11 @@ TEST(FoldBatchNorm, LargeWeightsFoldToTheSameBits) {
     Value* conv = b.Op("Conv", {h, b.Constant("w" + std::to_string(layer), w)},
                        {{"pads", Attribute::Ints({1, 1, 1, 1})}});
     const Tensor zeros(DType::kFloat32, {256});
-    h = b.Op("BatchNormalization", {conv, b.Constant("g" + std::to_string(layer),
-                                                     Tensor::FromFloat(gamma, {256})),
-                                    b.Constant("be" + std::to_string(layer), zeros),
-                                    b.Constant("m" + std::to_string(layer), zeros),
-                                    b.Constant("v" + std::to_string(layer),
-                                               Tensor::FromFloat(var, {256}))});
+    h = b.Op("BatchNormalization",
+             {conv, b.Constant("g" + std::to_string(layer), Tensor::FromFloat(gamma, {256})),
+              b.Constant("be" + std::to_string(layer), zeros),
+              b.Constant("m" + std::to_string(layer), zeros),
+              b.Constant("v" + std::to_string(layer), Tensor::FromFloat(var, {256}))});
   }
   b.Output(h);
   auto g = b.Build();
