@@ -5,6 +5,8 @@
 #include <deque>
 #include <unordered_set>
 
+#include "absl/container/flat_hash_set.h"
+
 namespace kiln {
 
 std::string ShapeToString(const Shape& shape) {
@@ -229,7 +231,9 @@ void Graph::ReplaceAllUses(Value* from, Value* to) {
 }
 
 void Graph::PruneUnusedValues() {
-  std::unordered_set<const Value*> used(inputs.begin(), inputs.end());
+  // A flat set: every pass that changed the graph calls this over all of its values.
+  absl::flat_hash_set<const Value*> used(inputs.begin(), inputs.end());
+  used.reserve(values_.size());
   used.insert(outputs.begin(), outputs.end());
   for (const auto& n : nodes_) {
     used.insert(n->inputs.begin(), n->inputs.end());

@@ -75,9 +75,12 @@ absl::StatusOr<Program> ReadProgram(const Node& node) {
       }
       ins.operands.push_back(operands[pos]);
     }
+    // The names with this prefix are adjacent in the sorted attribute map: a range lookup,
+    // not a walk over every instruction's attributes per instruction.
     const std::string prefix = "i" + std::to_string(i) + ".";
-    for (const auto& [name, a] : node.attrs) {
-      if (name.rfind(prefix, 0) == 0) ins.attrs[name.substr(prefix.size())] = a;
+    for (auto it = node.attrs.lower_bound(prefix);
+         it != node.attrs.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      ins.attrs[it->first.substr(prefix.size())] = it->second;
     }
     p.instructions.push_back(std::move(ins));
   }

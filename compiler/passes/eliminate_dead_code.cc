@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include "compiler/ir/graph_edit.h"
+
 namespace kiln::passes {
 
 absl::StatusOr<bool> EliminateDeadCode(Graph& graph) {
@@ -21,7 +23,7 @@ absl::StatusOr<bool> EliminateDeadCode(Graph& graph) {
       if (in) needed.insert(in);
     }
   }
-  for (Node* n : dead) graph.RemoveNode(n);
+  RemoveNodes(graph, dead);
   const size_t values_before = graph.values().size();
   graph.PruneUnusedValues();
   return !dead.empty() || graph.values().size() != values_before;

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <set>
+#include <unordered_map>
+
+#include "compiler/ir/graph_edit.h"
 
 namespace kiln::passes {
 namespace {
@@ -81,15 +84,24 @@ Value* PassThroughInput(const Graph& graph, const Node& n) {
 }
 
 absl::StatusOr<bool> EliminateIdentity(Graph& graph) {
+  // One walk in schedule order: a node's inputs take the replacements of the pass-throughs
+  // before it as it is reached (what a ReplaceAllUses per removed node gave, without its
+  // walk over the whole graph each time), and the removals happen at once at the end.
+  std::unordered_map<const Value*, Value*> replaced;
   std::vector<Node*> removed;
   for (const auto& node : graph.nodes()) {
+    for (Value*& in : node->inputs) {
+      auto it = in ? replaced.find(in) : replaced.end();
+      if (it != replaced.end()) in = it->second;
+    }
     Value* out = node->output(0);
     Value* in = PassThroughInput(graph, *node);
     if (!in || graph.IsGraphOutput(out)) continue;
-    graph.ReplaceAllUses(out, in);
+    replaced[out] = in;
     removed.push_back(node.get());
   }
-  for (Node* n : removed) graph.RemoveNode(n);
+  ReplaceAllUses(graph, replaced);
+  RemoveNodes(graph, removed);
   if (!removed.empty()) graph.PruneUnusedValues();
   return !removed.empty();
 }

@@ -2,12 +2,42 @@
 
 #include <cmath>
 #include <functional>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include "compiler/ir/graph_edit.h"
 #include "compiler/passes/node_key.h"
+#include "compiler/passes/weight_arena.h"
 
 namespace kiln::passes {
 namespace {
+
+// What the folds of one pass run share. The readers of each value are counted once: a fold
+// never changes the count of a value another BatchNorm asks about (it removes a BatchNorm
+// that was its input's only reader, or puts a Mul in its place as that input's reader), and
+// counting per BatchNorm walked the whole graph each time. Insertions and removals are
+// applied in one edit at the end.
+struct FoldContext {
+  Graph& graph;
+  FoldCache* cache;
+  WeightArena arena;
+  std::unordered_map<const Value*, size_t> readers;  // distinct reader nodes
+  std::unordered_set<const Value*> outputs;
+  std::vector<std::pair<Node*, std::unique_ptr<Node>>> inserted;
+  std::vector<Node*> removed;
+
+  FoldContext(Graph& g, FoldCache* c, size_t arena_bytes)
+      : graph(g), cache(c), arena(arena_bytes), outputs(g.outputs.begin(), g.outputs.end()) {
+    for (const auto& n : g.nodes()) {
+      std::unordered_set<const Value*> seen;
+      for (const Value* in : n->inputs) {
+        if (in && seen.insert(in).second) ++readers[in];
+      }
+    }
+  }
+  bool Unread(const Value* v) const { return !readers.count(v) && !outputs.count(v); }
+};
 
 struct Affine {
   std::vector<double> scale, shift;  // per channel
@@ -18,12 +48,12 @@ bool IsConstFloat(const Value* v) {
 }
 
 // The per-channel affine map of an inference-mode BatchNormalization, if it is one.
-std::optional<Affine> BatchNormAffine(const Graph& graph, const Node& bn) {
+std::optional<Affine> BatchNormAffine(const FoldContext& ctx, const Node& bn) {
   if (bn.op_type != "BatchNormalization" || !bn.domain.empty()) return std::nullopt;
   if (bn.GetInt("training_mode", 0) != 0) return std::nullopt;
   for (size_t i = 1; i < bn.outputs.size(); ++i) {
     Value* o = bn.outputs[i];
-    if (o && (!graph.Consumers(o).empty() || graph.IsGraphOutput(o))) return std::nullopt;
+    if (o && !ctx.Unread(o)) return std::nullopt;
   }
   for (size_t i = 1; i <= 4; ++i) {
     if (!IsConstFloat(bn.input(i))) return std::nullopt;
@@ -42,11 +72,11 @@ std::optional<Affine> BatchNormAffine(const Graph& graph, const Node& bn) {
   return a;
 }
 
-// Scales a weight tensor along its output-channel axis. `channel_of(flat index)` maps an
-// element to its channel.
+// Scales a weight tensor along its output-channel axis into uninitialized arena memory, one
+// write per element. `channel_of(flat index)` maps an element to its channel.
 template <class ChannelOf>
-Tensor ScaleWeights(const Tensor& w, const Affine& a, ChannelOf channel_of) {
-  Tensor out(w.dtype(), w.shape());
+Tensor ScaleWeights(const Tensor& w, const Affine& a, WeightArena& arena, ChannelOf channel_of) {
+  Tensor out = arena.Take(w.dtype(), w.shape());
   if (w.dtype() == DType::kFloat32) {  // the common case, without per-element dispatch
     const float* src = w.data<float>();
     float* dst = out.mutable_data<float>();
@@ -56,6 +86,21 @@ Tensor ScaleWeights(const Tensor& w, const Affine& a, ChannelOf channel_of) {
     return out;
   }
   for (int64_t i = 0; i < w.numel(); ++i) out.SetDouble(i, w.GetDouble(i) * a.scale[channel_of(i)]);
+  return out;
+}
+
+// The same when each channel is one run of `per_channel` elements (Conv: W is [M, ...]).
+Tensor ScaleRows(const Tensor& w, const Affine& a, WeightArena& arena, int64_t per_channel) {
+  if (w.dtype() != DType::kFloat32) {
+    return ScaleWeights(w, a, arena, [per_channel](int64_t i) { return i / per_channel; });
+  }
+  Tensor out = arena.Take(w.dtype(), w.shape());
+  const float* src = w.data<float>();
+  float* dst = out.mutable_data<float>();
+  for (size_t c = 0; c < a.scale.size(); ++c) {
+    const double s = a.scale[c];
+    for (int64_t j = 0; j < per_channel; ++j, ++src, ++dst) *dst = static_cast<float>(*src * s);
+  }
   return out;
 }
 
@@ -70,20 +115,20 @@ Tensor FoldBias(const Tensor* bias, const Affine& a, DType dtype, double bias_sc
 }
 
 // Output channels of a Conv (W: [M, C/g, k...]) or ConvTranspose (W: [C, M/g, k...]).
-std::optional<Tensor> ConvWeights(const Node& conv, const Tensor& w, const Affine& a) {
+std::optional<Tensor> ConvWeights(const Node& conv, const Tensor& w, const Affine& a,
+                                  WeightArena& arena) {
   const int64_t c = static_cast<int64_t>(a.scale.size());
   if (w.rank() < 3) return std::nullopt;
   const int64_t inner = NumElements(std::vector<int64_t>(w.shape().begin() + 2, w.shape().end()));
   if (conv.op_type == "Conv") {
     if (w.dim(0) != c) return std::nullopt;
-    const int64_t per_oc = w.numel() / c;
-    return ScaleWeights(w, a, [per_oc](int64_t i) { return i / per_oc; });
+    return ScaleRows(w, a, arena, c == 0 ? 0 : w.numel() / c);
   }
   const int64_t group = conv.GetInt("group", 1);
   const int64_t m_per_g = w.dim(1);
   if (m_per_g * group != c || w.dim(0) % group != 0) return std::nullopt;
   const int64_t c_per_g = w.dim(0) / group;
-  return ScaleWeights(w, a, [=](int64_t i) {
+  return ScaleWeights(w, a, arena, [=](int64_t i) {
     int64_t j = (i / inner) % m_per_g, ic = i / (inner * m_per_g);
     return (ic / c_per_g) * m_per_g + j;
   });
@@ -104,27 +149,27 @@ std::vector<Tensor> Derived(const Node& producer, const Node& bn, FoldCache* cac
   return cache->Derive("bnfold|" + OpAndAttrsKey(producer) + "|" + OpAndAttrsKey(bn), inputs, make);
 }
 
-bool FoldIntoConv(Graph& graph, Node& conv, const Node& bn, const Affine& a, FoldCache* cache) {
+bool FoldIntoConv(FoldContext& ctx, Node& conv, const Node& bn, const Affine& a) {
   if (!IsConstFloat(conv.input(1)) || (conv.input(2) && !IsConstFloat(conv.input(2)))) {
     return false;
   }
   const Tensor* bias = conv.input(2) ? &*conv.input(2)->constant : nullptr;
-  std::vector<Tensor> folded = Derived(conv, bn, cache, [&]() -> std::vector<Tensor> {
-    std::optional<Tensor> w = ConvWeights(conv, *conv.input(1)->constant, a);
+  std::vector<Tensor> folded = Derived(conv, bn, ctx.cache, [&]() -> std::vector<Tensor> {
+    std::optional<Tensor> w = ConvWeights(conv, *conv.input(1)->constant, a, ctx.arena);
     if (!w) return {};
     Tensor b = FoldBias(bias, a, w->dtype());
     return {std::move(*w), std::move(b)};
   });
   if (folded.size() != 2) return false;
-  Value* new_w = graph.AddConstant(conv.input(1)->name + "_bnfold", std::move(folded[0]));
-  Value* new_b = graph.AddConstant(conv.name + "_bias_bnfold", std::move(folded[1]));
+  Value* new_w = ctx.graph.AddConstant(conv.input(1)->name + "_bnfold", std::move(folded[0]));
+  Value* new_b = ctx.graph.AddConstant(conv.name + "_bias_bnfold", std::move(folded[1]));
   conv.inputs.resize(3);
   conv.inputs[1] = new_w;
   conv.inputs[2] = new_b;
   return true;
 }
 
-bool FoldIntoGemm(Graph& graph, Node& gemm, const Node& bn, const Affine& a, FoldCache* cache) {
+bool FoldIntoGemm(FoldContext& ctx, Node& gemm, const Node& bn, const Affine& a) {
   const Value* bv = gemm.input(1);
   if (!IsConstFloat(bv) || bv->constant->rank() != 2) return false;
   if (gemm.input(2) && !IsConstFloat(gemm.input(2))) return false;
@@ -136,13 +181,14 @@ bool FoldIntoGemm(Graph& graph, Node& gemm, const Node& bn, const Affine& a, Fol
   if (c && c->numel() != 1 && c->numel() != n) return false;  // a [M, N] C is not per-channel
   const int64_t cols = b.dim(1);
   const double beta = gemm.GetFloat("beta", 1.0f);
-  std::vector<Tensor> folded = Derived(gemm, bn, cache, [&]() -> std::vector<Tensor> {
-    Tensor nb = ScaleWeights(b, a, [=](int64_t i) { return trans_b ? i / cols : i % cols; });
+  std::vector<Tensor> folded = Derived(gemm, bn, ctx.cache, [&]() -> std::vector<Tensor> {
+    Tensor nb = trans_b ? ScaleRows(b, a, ctx.arena, cols)
+                        : ScaleWeights(b, a, ctx.arena, [=](int64_t i) { return i % cols; });
     Tensor nc = FoldBias(c, a, nb.dtype(), beta);
     return {std::move(nb), std::move(nc)};
   });
-  Value* new_b = graph.AddConstant(bv->name + "_bnfold", std::move(folded[0]));
-  Value* new_c = graph.AddConstant(gemm.name + "_c_bnfold", std::move(folded[1]));
+  Value* new_b = ctx.graph.AddConstant(bv->name + "_bnfold", std::move(folded[0]));
+  Value* new_c = ctx.graph.AddConstant(gemm.name + "_c_bnfold", std::move(folded[1]));
   gemm.inputs.resize(3);
   gemm.inputs[1] = new_b;
   gemm.inputs[2] = new_c;
@@ -150,8 +196,9 @@ bool FoldIntoGemm(Graph& graph, Node& gemm, const Node& bn, const Affine& a, Fol
   return true;
 }
 
-// Replaces a standalone BatchNormalization by Mul + Add with [C, 1, ..., 1] parameters.
-bool LowerToScaleShift(Graph& graph, Node& bn, const Affine& a) {
+// Replaces a standalone BatchNormalization by Mul + Add with [C, 1, ..., 1] parameters (the
+// Mul goes in before it with the pass's other insertions).
+bool LowerToScaleShift(FoldContext& ctx, Node& bn, const Affine& a) {
   const Value* x = bn.input(0);
   if (!x->shape || x->shape->size() < 2) return false;
   std::vector<int64_t> pshape(x->shape->size() - 1, 1);
@@ -161,9 +208,9 @@ bool LowerToScaleShift(Graph& graph, Node& bn, const Affine& a) {
     s.SetDouble(static_cast<int64_t>(i), a.scale[i]);
     t.SetDouble(static_cast<int64_t>(i), a.shift[i]);
   }
-  Value* sv = graph.AddConstant(bn.name + "_scale", std::move(s));
-  Value* tv = graph.AddConstant(bn.name + "_shift", std::move(t));
-  Value* mid = graph.NewValue(bn.name + "_scaled");
+  Value* sv = ctx.graph.AddConstant(bn.name + "_scale", std::move(s));
+  Value* tv = ctx.graph.AddConstant(bn.name + "_shift", std::move(t));
+  Value* mid = ctx.graph.NewValue(bn.name + "_scaled");
   mid->dtype = x->dtype;
   mid->shape = x->shape;
   auto mul = std::make_unique<Node>();
@@ -172,7 +219,8 @@ bool LowerToScaleShift(Graph& graph, Node& bn, const Affine& a) {
   mul->opset = bn.opset;
   mul->inputs = {bn.inputs[0], sv};
   mul->outputs = {mid};
-  graph.InsertNode(&bn, std::move(mul));
+  mid->producer = mul.get();
+  ctx.inserted.emplace_back(&bn, std::move(mul));
   bn.op_type = "Add";
   bn.attrs.clear();
   bn.inputs = {mid, tv};
@@ -180,18 +228,20 @@ bool LowerToScaleShift(Graph& graph, Node& bn, const Affine& a) {
   return true;
 }
 
-bool FoldOne(Graph& graph, Node& bn, FoldCache* cache) {
-  std::optional<Affine> a = BatchNormAffine(graph, bn);
+bool FoldOne(FoldContext& ctx, Node& bn) {
+  std::optional<Affine> a = BatchNormAffine(ctx, bn);
   if (!a) return false;
   Value* x = bn.input(0);
   Node* producer = x->producer;
-  const bool exclusive = producer && graph.Consumers(x).size() == 1 && !graph.IsGraphOutput(x);
+  auto readers = ctx.readers.find(x);
+  const bool exclusive =
+      producer && readers != ctx.readers.end() && readers->second == 1 && !ctx.outputs.count(x);
   if (exclusive && producer->domain.empty()) {
     bool folded = false;
     if (producer->op_type == "Conv" || producer->op_type == "ConvTranspose") {
-      folded = FoldIntoConv(graph, *producer, bn, *a, cache);
+      folded = FoldIntoConv(ctx, *producer, bn, *a);
     } else if (producer->op_type == "Gemm") {
-      folded = FoldIntoGemm(graph, *producer, bn, *a, cache);
+      folded = FoldIntoGemm(ctx, *producer, bn, *a);
     }
     if (folded) {
       Value* y = bn.outputs[0];
@@ -200,11 +250,24 @@ bool FoldOne(Graph& graph, Node& bn, FoldCache* cache) {
       producer->outputs[0] = y;
       y->producer = producer;
       bn.outputs[0] = nullptr;
-      graph.RemoveNode(&bn);
+      ctx.removed.push_back(&bn);
       return true;
     }
   }
-  return LowerToScaleShift(graph, bn, *a);
+  return LowerToScaleShift(ctx, bn, *a);
+}
+
+// Bytes of the weights the pass may rescale: the arena is sized for all of them at once.
+size_t FoldableWeightBytes(const std::vector<Node*>& bns) {
+  size_t bytes = 0;
+  for (const Node* bn : bns) {
+    const Node* p = bn->input(0) ? bn->input(0)->producer : nullptr;
+    const Value* w = p ? p->input(1) : nullptr;
+    const bool layer =
+        p && (p->op_type == "Conv" || p->op_type == "ConvTranspose" || p->op_type == "Gemm");
+    if (layer && IsConstFloat(w)) bytes += WeightArena::Footprint(w->constant->nbytes());
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -216,8 +279,12 @@ absl::StatusOr<bool> FoldBatchNormWithCache(Graph& graph, FoldCache* cache) {
   for (const auto& n : graph.nodes()) {
     if (n->op_type == "BatchNormalization" && n->domain.empty()) bns.push_back(n.get());
   }
+  if (bns.empty()) return false;
+  FoldContext ctx(graph, cache, FoldableWeightBytes(bns));
   bool changed = false;
-  for (Node* bn : bns) changed = FoldOne(graph, *bn, cache) || changed;
+  for (Node* bn : bns) changed = FoldOne(ctx, *bn) || changed;
+  InsertNodes(graph, std::move(ctx.inserted));
+  RemoveNodes(graph, ctx.removed);
   if (changed) graph.PruneUnusedValues();
   return changed;
 }

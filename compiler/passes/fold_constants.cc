@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "compiler/ir/graph_edit.h"
 #include "runtime/reference/interpreter.h"
 
 namespace kiln::passes {
@@ -78,7 +79,7 @@ absl::StatusOr<bool> FoldConstants(Graph& graph, const FoldConstantsOptions& opt
     }
     folded.push_back(&n);
   }
-  for (Node* n : folded) graph.RemoveNode(n);
+  RemoveNodes(graph, folded);
   if (!folded.empty()) graph.PruneUnusedValues();
   return !folded.empty();
 }

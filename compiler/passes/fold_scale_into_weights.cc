@@ -2,6 +2,10 @@
 
 #include <cmath>
 #include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "compiler/ir/graph_edit.h"
 
 namespace kiln::passes {
 namespace {
@@ -82,10 +86,30 @@ std::optional<std::vector<double>> ChannelValues(const Value* c, const Value* y,
   return v;
 }
 
-std::optional<Step> MatchStep(const Graph& graph, const Layer& l) {
+// Each value's distinct readers in schedule order, indexed once per pass run (Consumers walks
+// the graph per call). A fold never changes the readers of a value the pass asks about: it
+// only asks about a layer's output, and a fold hands the layer its step's output, whose
+// readers stay, and removes the step, which read nothing else but constants.
+using Readers = absl::flat_hash_map<const Value*, std::vector<Node*>>;
+
+Readers IndexReaders(const Graph& graph) {
+  Readers readers;
+  for (const auto& n : graph.nodes()) {
+    for (const Value* in : n->inputs) {
+      if (!in) continue;
+      std::vector<Node*>& users = readers[in];
+      // A node reads a value once, however many of its inputs name it (it was pushed last).
+      if (users.empty() || users.back() != n.get()) users.push_back(n.get());
+    }
+  }
+  return readers;
+}
+
+std::optional<Step> MatchStep(const Graph& graph, const Readers& readers, const Layer& l) {
   Value* y = l.node->output(0);
-  std::vector<Node*> users = graph.Consumers(y);
-  if (graph.IsGraphOutput(y) || users.size() != 1) return std::nullopt;
+  auto it = readers.find(y);
+  if (graph.IsGraphOutput(y) || it == readers.end() || it->second.size() != 1) return std::nullopt;
+  const std::vector<Node*>& users = it->second;
   Node* e = users[0];
   if (!e->domain.empty() || e->inputs.size() != 2 || !e->output(0)) return std::nullopt;
   const bool y_first = e->input(0) == y;
@@ -135,7 +159,7 @@ std::vector<double> BiasValues(const Layer& l) {
   return b;
 }
 
-void ApplyStep(Graph& graph, const Layer& l, const Step& s) {
+void ApplyStep(Graph& graph, const Layer& l, const Step& s, std::vector<Node*>& removed) {
   Node& n = *l.node;
   const Tensor& w = *n.input(1)->constant;
   const DType dtype = w.dtype();
@@ -159,7 +183,7 @@ void ApplyStep(Graph& graph, const Layer& l, const Step& s) {
   // be a graph output) and drop the step.
   Value* out = s.node->output(0);
   s.node->outputs[0] = nullptr;
-  graph.RemoveNode(s.node);
+  removed.push_back(s.node);  // removed with the others at the end of the pass
   n.outputs[0] = out;
   out->producer = &n;
 }
@@ -175,16 +199,19 @@ absl::StatusOr<bool> FoldScaleIntoWeights(Graph& graph) {
     }
   }
   bool changed = false;
+  const Readers readers = IndexReaders(graph);
+  std::vector<Node*> removed;
   for (Node* n : layers) {
     // Each fold removes one step node, so this ends; it lets Conv -> Mul -> Add fold fully.
     for (;;) {
       std::optional<Layer> l = AsLayer(*n);
-      std::optional<Step> s = l ? MatchStep(graph, *l) : std::nullopt;
+      std::optional<Step> s = l ? MatchStep(graph, readers, *l) : std::nullopt;
       if (!s) break;
-      ApplyStep(graph, *l, *s);
+      ApplyStep(graph, *l, *s, removed);
       changed = true;
     }
   }
+  RemoveNodes(graph, removed);
   if (changed) graph.PruneUnusedValues();
   return changed;
 }

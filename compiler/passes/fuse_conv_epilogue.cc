@@ -15,7 +15,7 @@ Tensor MergeBias(const Value* existing, const Tensor& add) {
   return b;
 }
 
-bool FuseOne(Graph& graph, Node& conv) {
+bool FuseOne(EpilogueFuser& fuser, Node& conv) {
   Value* y = conv.output(0);
   if (!y || !y->shape || y->shape->size() < 3) return false;
   EpilogueOptions o;
@@ -23,7 +23,7 @@ bool FuseOne(Graph& graph, Node& conv) {
   o.channels = (*y->shape)[1].known() ? (*y->shape)[1].value : -1;
   Value* bias = conv.input(2);
   o.allow_bias = !bias || bias->constant;
-  EpilogueMatch m = MatchEpilogue(graph, y, o);
+  EpilogueMatch m = fuser.Match(y, o);
   if (m.swallowed.empty()) return false;
   auto fused = std::make_unique<Node>();
   fused->name = conv.name;
@@ -31,11 +31,11 @@ bool FuseOne(Graph& graph, Node& conv) {
   fused->domain = kKilnDomain;
   fused->opset = 1;
   fused->attrs = conv.attrs;
-  if (m.bias) bias = graph.AddConstant(conv.name + "_bias", MergeBias(bias, *m.bias));
+  if (m.bias) bias = fuser.graph().AddConstant(conv.name + "_bias", MergeBias(bias, *m.bias));
   fused->inputs = {conv.input(0), conv.input(1), bias};
   fused->inputs.insert(fused->inputs.end(), m.residuals.begin(), m.residuals.end());
   kiln_ops::WriteEpilogue(*fused, m.steps);
-  ReplaceWithFused(graph, &conv, m, std::move(fused));
+  fuser.Replace(&conv, m, std::move(fused));
   return true;
 }
 
@@ -46,8 +46,9 @@ absl::StatusOr<bool> FuseConvEpilogue(Graph& graph) {
   for (const auto& n : graph.nodes()) {
     if (n->domain.empty() && n->op_type == "Conv") convs.push_back(n.get());
   }
-  bool changed = false;
-  for (Node* c : convs) changed = FuseOne(graph, *c) || changed;
+  EpilogueFuser fuser(graph);
+  for (Node* c : convs) FuseOne(fuser, *c);
+  const bool changed = fuser.Finish();
   if (changed) graph.PruneUnusedValues();
   return changed;
 }

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <unordered_map>
-#include <unordered_set>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "compiler/ir/graph_edit.h"
 #include "compiler/ir/kiln_ops.h"
 
 namespace kiln::passes {
@@ -62,43 +63,80 @@ bool IsDequantize(const Node& node) {
   return node.domain.empty() && node.op_type == "DequantizeLinear";
 }
 
-// Grows a group backwards from `last`; `taken` marks nodes already in some group.
-Group GrowGroup(const Graph& graph, Node* last, std::unordered_set<Node*>& taken) {
-  std::unordered_set<Node*> members = {last};
-  bool grew = true;
-  while (grew) {
-    grew = false;
-    for (Node* m : std::vector<Node*>(members.begin(), members.end())) {
-      for (size_t k = 0; k < m->inputs.size(); ++k) {
-        Value* in = m->inputs[k];
-        Node* p = in ? in->producer : nullptr;
-        if (!p || members.count(p) || taken.count(p) || !IsFusibleElementwise(*p)) continue;
-        // A QuantizeLinear only ends a program (its integer result is the output), and a
-        // DequantizeLinear reads its integer data from a program input.
-        if (IsQuantize(*p) || (IsDequantize(*m) && k == 0)) continue;
-        if (graph.IsGraphOutput(in)) continue;
-        std::vector<Node*> users = graph.Consumers(in);
-        bool inside = std::all_of(users.begin(), users.end(),
-                                  [&](Node* u) { return members.count(u) > 0; });
-        if (!inside) continue;
-        members.insert(p);
-        grew = true;
-      }
+// A node's inputs without repeats (Add(x, x) reads x once).
+std::vector<const Value*> DistinctInputs(const Node& n) {
+  std::vector<const Value*> ins;
+  ins.reserve(n.inputs.size());
+  if (n.inputs.size() <= 16) {  // the usual case: a scan beats a set
+    for (const Value* in : n.inputs) {
+      if (in && std::find(ins.begin(), ins.end(), in) == ins.end()) ins.push_back(in);
+    }
+    return ins;
+  }
+  absl::flat_hash_set<const Value*> seen;
+  for (const Value* in : n.inputs) {
+    if (in && seen.insert(in).second) ins.push_back(in);
+  }
+  return ins;
+}
+
+// What GrowGroup asks of the graph, indexed once per pass (the graph does not change while
+// groups are found): how many nodes read each value, the graph outputs, node positions.
+struct GraphIndex {
+  absl::flat_hash_map<const Value*, size_t> readers;
+  absl::flat_hash_set<const Value*> outputs;
+  absl::flat_hash_map<const Node*, size_t> position;
+
+  explicit GraphIndex(const Graph& graph) : outputs(graph.outputs.begin(), graph.outputs.end()) {
+    const auto& nodes = graph.nodes();
+    position.reserve(nodes.size());
+    readers.reserve(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      position[nodes[i].get()] = i;
+      for (const Value* in : DistinctInputs(*nodes[i])) ++readers[in];
     }
   }
-  Group g;
-  for (const auto& n : graph.nodes()) {
-    if (members.count(n.get())) g.push_back(n.get());
+};
+
+// Grows a group backwards from `last`; `taken` marks nodes already in some group. A producer
+// joins when all readers of the value it gives the group are members. Joining only makes
+// that easier, so the group is the closure whatever the order: a worklist finds it, checking
+// a member's inputs when it joins (a producer refused then is checked again when the reader
+// that kept it out joins, since that reader's inputs are checked in turn).
+Group GrowGroup(const GraphIndex& index, Node* last, absl::flat_hash_set<Node*>& taken) {
+  absl::flat_hash_set<Node*> members = {last};
+  absl::flat_hash_map<const Value*, size_t> inside;  // value -> members reading it
+  std::vector<Node*> work = {last};
+  while (!work.empty()) {
+    Node* m = work.back();
+    work.pop_back();
+    for (const Value* in : DistinctInputs(*m)) ++inside[in];
+    for (size_t k = 0; k < m->inputs.size(); ++k) {
+      Value* in = m->inputs[k];
+      Node* p = in ? in->producer : nullptr;
+      if (!p || members.count(p) || taken.count(p) || !IsFusibleElementwise(*p)) continue;
+      // A QuantizeLinear only ends a program (its integer result is the output), and a
+      // DequantizeLinear reads its integer data from a program input.
+      if (IsQuantize(*p) || (IsDequantize(*m) && k == 0)) continue;
+      if (index.outputs.count(in)) continue;
+      if (inside[in] != index.readers.at(in)) continue;
+      members.insert(p);
+      work.push_back(p);
+    }
   }
+  Group g(members.begin(), members.end());
+  std::sort(g.begin(), g.end(), [&index](const Node* a, const Node* b) {
+    return index.position.at(a) < index.position.at(b);
+  });
   for (Node* n : g) taken.insert(n);
   return g;
 }
 
 // Builds the FusedElementwise node for a group (inputs deduplicated, in first-use order).
 std::unique_ptr<Node> BuildFused(const Group& group) {
-  std::unordered_map<const Value*, int64_t> slot;  // value -> operand index
+  absl::flat_hash_map<const Value*, int64_t> slot;  // value -> operand index
   std::vector<Value*> inputs;
-  std::unordered_map<const Value*, size_t> produced;  // value -> instruction index
+  absl::flat_hash_map<const Value*, size_t> produced;  // value -> instruction index
   for (size_t i = 0; i < group.size(); ++i) produced[group[i]->output(0)] = i;
   for (Node* n : group) {
     for (Value* in : n->inputs) {
@@ -148,22 +186,30 @@ bool IsFusibleElementwise(const Node& node) {
 }
 
 absl::StatusOr<bool> FuseElementwise(Graph& graph) {
-  std::unordered_set<Node*> taken;
+  absl::flat_hash_set<Node*> taken;
   std::vector<Group> groups;
-  const auto& nodes = graph.nodes();
-  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-    Node* n = it->get();
-    if (taken.count(n) || !IsFusibleElementwise(*n)) continue;
-    Group g = GrowGroup(graph, n, taken);
-    if (g.size() >= 2) groups.push_back(std::move(g));
+  {
+    const GraphIndex index(graph);
+    const auto& nodes = graph.nodes();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node* n = it->get();
+      if (taken.count(n) || !IsFusibleElementwise(*n)) continue;
+      Group g = GrowGroup(index, n, taken);
+      if (g.size() >= 2) groups.push_back(std::move(g));
+    }
   }
+  // Each program takes its group's last place; all groups in one edit of the node list.
+  std::vector<std::pair<Node*, std::unique_ptr<Node>>> fused;
+  std::vector<Node*> swallowed;
   for (const Group& g : groups) {
-    std::unique_ptr<Node> fused = BuildFused(g);
-    Node* last = g.back();
-    Node* raw = graph.InsertNode(last, std::move(fused));
-    for (Node* n : g) graph.RemoveNode(n);
-    raw->outputs[0]->producer = raw;
+    fused.emplace_back(g.back(), BuildFused(g));
+    swallowed.insert(swallowed.end(), g.begin(), g.end());
   }
+  std::vector<Node*> programs;
+  for (const auto& f : fused) programs.push_back(f.second.get());
+  InsertNodes(graph, std::move(fused));
+  RemoveNodes(graph, swallowed);
+  for (Node* p : programs) p->outputs[0]->producer = p;
   if (!groups.empty()) graph.PruneUnusedValues();
   return !groups.empty();
 }

@@ -22,7 +22,7 @@ std::optional<Tensor> MergeIntoC(const Value* c, float beta, const Tensor& bias)
   return out;
 }
 
-bool FuseOne(Graph& graph, Node& mm) {
+bool FuseOne(EpilogueFuser& fuser, Node& mm) {
   Value* y = mm.output(0);
   if (!y || !y->shape || y->shape->empty() || !y->shape->back().known()) return false;
   const bool gemm = mm.op_type == "Gemm";
@@ -31,7 +31,7 @@ bool FuseOne(Graph& graph, Node& mm) {
   o.channel_axis = -1;
   o.channels = y->shape->back().value;
   o.allow_bias = !c || c->constant;
-  EpilogueMatch m = MatchEpilogue(graph, y, o);
+  EpilogueMatch m = fuser.Match(y, o);
   if (m.swallowed.empty()) return false;
   auto fused = std::make_unique<Node>();
   fused->name = mm.name;
@@ -42,13 +42,13 @@ bool FuseOne(Graph& graph, Node& mm) {
   if (m.bias) {
     std::optional<Tensor> merged = MergeIntoC(c, mm.GetFloat("beta", 1.0f), *m.bias);
     if (!merged) return false;
-    c = graph.AddConstant(mm.name + "_bias", std::move(*merged));
+    c = fuser.graph().AddConstant(mm.name + "_bias", std::move(*merged));
     fused->attrs["beta"] = Attribute::Float(1.0f);
   }
   fused->inputs = {mm.input(0), mm.input(1), c};
   fused->inputs.insert(fused->inputs.end(), m.residuals.begin(), m.residuals.end());
   kiln_ops::WriteEpilogue(*fused, m.steps);
-  ReplaceWithFused(graph, &mm, m, std::move(fused));
+  fuser.Replace(&mm, m, std::move(fused));
   return true;
 }
 
@@ -61,8 +61,9 @@ absl::StatusOr<bool> FuseMatMulEpilogue(Graph& graph) {
       mms.push_back(n.get());
     }
   }
-  bool changed = false;
-  for (Node* n : mms) changed = FuseOne(graph, *n) || changed;
+  EpilogueFuser fuser(graph);
+  for (Node* n : mms) FuseOne(fuser, *n);
+  const bool changed = fuser.Finish();
   if (changed) graph.PruneUnusedValues();
   return changed;
 }

@@ -17,10 +17,6 @@ struct Item {
   int64_t last = 0;
 };
 
-bool LifetimesOverlap(const Item& a, const Item& b) {
-  return a.first <= b.last && b.first <= a.last;
-}
-
 enum class Order { kSize, kArea, kBreadth, kLongest, kFirstUse };
 enum class GapRule { kBestFit, kFirstFit };
 
@@ -144,17 +140,77 @@ std::vector<size_t> MakeOrder(const std::vector<Item>& items, Order order) {
   return idx;
 }
 
-// The offset for `it` among `placed` (indices sorted by offset): the gap between live
-// neighbours that fits with the least slack (best fit) or the lowest gap that fits (first fit);
-// on top of every live neighbour when no gap fits.
-int64_t FindOffset(const Item& it, const std::vector<Item>& items,
-                   const std::vector<size_t>& placed, const std::vector<int64_t>& offsets,
-                   GapRule rule) {
+// Which items' lifetimes overlap a given one, without a walk over every item: an item
+// overlaps [a, b] when it is live at step a or first used in (a, b]. A segment tree over the
+// steps holds each item in the O(log steps) nodes that cover its lifetime, so the items live
+// at a lie on one root-to-leaf path; the others are a range of the items sorted by first use.
+// Built once per assignment; a query costs the log plus the items live there.
+class OverlapIndex {
+ public:
+  explicit OverlapIndex(const std::vector<Item>& items) : items_(items) {
+    for (const Item& it : items) steps_ = std::max(steps_, it.last + 1);
+    tree_.resize(4 * static_cast<size_t>(std::max<int64_t>(steps_, 1)));
+    for (size_t i = 0; i < items.size(); ++i) Add(1, 0, steps_ - 1, i);
+    by_first_.resize(items.size());
+    std::iota(by_first_.begin(), by_first_.end(), 0);
+    std::stable_sort(by_first_.begin(), by_first_.end(),
+                     [&](size_t x, size_t y) { return items[x].first < items[y].first; });
+  }
+
+  // The items whose lifetimes overlap `it`'s and for which keep(index) holds.
+  template <class Keep>
+  void Overlapping(const Item& it, Keep keep, std::vector<size_t>& out) const {
+    out.clear();
+    size_t node = 1;  // the path to leaf it.first: the items live there
+    for (int64_t lo = 0, hi = steps_ - 1;;) {
+      for (size_t j : tree_[node]) {
+        if (keep(j)) out.push_back(j);
+      }
+      if (lo == hi) break;
+      const int64_t mid = (lo + hi) / 2;
+      if (it.first <= mid) {
+        node = 2 * node;
+        hi = mid;
+      } else {
+        node = 2 * node + 1;
+        lo = mid + 1;
+      }
+    }
+    auto after = std::upper_bound(by_first_.begin(), by_first_.end(), it.first,
+                                  [&](int64_t s, size_t j) { return s < items_[j].first; });
+    for (; after != by_first_.end() && items_[*after].first <= it.last; ++after) {
+      if (keep(*after)) out.push_back(*after);
+    }
+  }
+
+ private:
+  void Add(size_t node, int64_t lo, int64_t hi, size_t i) {
+    const Item& it = items_[i];
+    if (it.last < lo || hi < it.first) return;
+    if (it.first <= lo && hi <= it.last) {
+      tree_[node].push_back(i);
+      return;
+    }
+    const int64_t mid = (lo + hi) / 2;
+    Add(2 * node, lo, mid, i);
+    Add(2 * node + 1, mid + 1, hi, i);
+  }
+
+  const std::vector<Item>& items_;
+  int64_t steps_ = 0;
+  std::vector<std::vector<size_t>> tree_;
+  std::vector<size_t> by_first_;
+};
+
+// The offset for `it` among the placed items that are live with it (`live`, sorted by
+// offset): the gap between neighbours that fits with the least slack (best fit) or the lowest
+// gap that fits (first fit); on top of every live neighbour when no gap fits.
+int64_t FindOffset(const Item& it, const std::vector<Item>& items, const std::vector<size_t>& live,
+                   const std::vector<int64_t>& offsets, GapRule rule) {
   int64_t prev_end = 0;
   int64_t best = -1;
   int64_t best_slack = std::numeric_limits<int64_t>::max();
-  for (size_t j : placed) {
-    if (!LifetimesOverlap(items[j], it)) continue;
+  for (size_t j : live) {
     const int64_t gap = offsets[j] - prev_end;
     if (gap >= it.size && gap - it.size < best_slack) {
       best = prev_end;
@@ -166,19 +222,26 @@ int64_t FindOffset(const Item& it, const std::vector<Item>& items,
   return best >= 0 ? best : prev_end;
 }
 
-// One greedy run; returns the arena size and fills `offsets` (indexed like `items`).
-int64_t PlaceInOrder(const std::vector<Item>& items, const std::vector<size_t>& order, GapRule rule,
+// One greedy run; returns the arena size and fills `offsets` (indexed like `items`). Placed
+// items of equal offset may come in any order: each has a size, so the second one's gap is
+// negative and prev_end ends the same.
+int64_t PlaceInOrder(const std::vector<Item>& items, const OverlapIndex& index,
+                     const std::vector<size_t>& order, GapRule rule,
                      std::vector<int64_t>& offsets) {
   offsets.assign(items.size(), 0);
-  std::vector<size_t> placed;  // sorted by offset
+  std::vector<char> placed(items.size(), 0);
+  std::vector<size_t> live;
   int64_t arena = 0;
   for (size_t i : order) {
     if (items[i].size == 0) continue;  // occupies nothing; offset 0 is as good as any
-    const int64_t off = FindOffset(items[i], items, placed, offsets, rule);
+    index.Overlapping(
+        items[i], [&](size_t j) { return placed[j] != 0; }, live);
+    std::sort(live.begin(), live.end(), [&](size_t a, size_t b) {
+      return offsets[a] != offsets[b] ? offsets[a] < offsets[b] : a < b;
+    });
+    const int64_t off = FindOffset(items[i], items, live, offsets, rule);
     offsets[i] = off;
-    auto pos = std::upper_bound(placed.begin(), placed.end(), off,
-                                [&](int64_t o, size_t j) { return o < offsets[j]; });
-    placed.insert(pos, i);
+    placed[i] = 1;
     arena = std::max(arena, off + items[i].size);
   }
   return arena;
@@ -226,10 +289,11 @@ absl::StatusOr<BufferAssignment> AssignBuffers(const std::vector<BufferRequest>&
   }
   out.arena_bytes = std::numeric_limits<int64_t>::max();
   std::vector<int64_t> offsets;
+  const OverlapIndex index(items);
   for (Order order : orders) {
     const std::vector<size_t> idx = MakeOrder(items, order);
     for (GapRule rule : rules) {
-      const int64_t arena = PlaceInOrder(items, idx, rule, offsets);
+      const int64_t arena = PlaceInOrder(items, index, idx, rule, offsets);
       if (arena >= out.arena_bytes) continue;
       out.arena_bytes = arena;
       out.offsets = offsets;

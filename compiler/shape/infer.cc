@@ -1,5 +1,6 @@
 #include "compiler/shape/infer.h"
 
+#include "compiler/ir/graph_edit.h"
 #include "runtime/reference/interpreter.h"
 
 namespace kiln::shape {
@@ -157,7 +158,7 @@ absl::Status InferShapes(Graph& graph, const InferOptions& options) {
     }
     if (AllOutputsConstant(node)) folded.push_back(&node);
   }
-  for (Node* n : folded) graph.RemoveNode(n);
+  RemoveNodes(graph, folded);
   return absl::OkStatus();
 }
 

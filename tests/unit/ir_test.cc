@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/builder.h"
+#include "compiler/ir/graph_edit.h"
 #include "compiler/ir/verifier.h"
 
 namespace kiln {
@@ -38,6 +39,68 @@ TEST(Graph, CloneSharesConstantsAndVerifies) {
   ASSERT_TRUE(VerifyGraph(*c).ok());
   EXPECT_TRUE(c->FindValue("w")->constant->SharesBufferWith(*g->FindValue("w")->constant));
   EXPECT_EQ(c->nodes().size(), 1u);
+}
+
+// The batch edits leave the graph as the one-at-a-time calls do.
+TEST(GraphEdit, BatchEditsMatchOneAtATime) {
+  auto build = [] {
+    GraphBuilder b;
+    Value* h = b.Input("x", DType::kFloat32, {4});
+    for (int i = 0; i < 6; ++i) h = b.Op("Relu", {h});
+    b.Output(h);
+    return b.Build();
+  };
+  auto names = [](const Graph& g) {
+    std::string s;
+    for (const auto& n : g.nodes()) s += n->name + ",";
+    return s;
+  };
+  auto make = [](Graph& g, const std::string& name) {
+    auto n = std::make_unique<Node>();
+    n->op_type = "Neg";
+    n->name = name;
+    n->outputs = {g.NewValue(name)};
+    return n;
+  };
+  auto one = build(), batch = build();
+  std::vector<std::pair<Node*, std::unique_ptr<Node>>> inserts;
+  for (Graph* g : {one.get(), batch.get()}) {
+    const auto& n = g->nodes();
+    Node *n1 = n[1].get(), *n3 = n[3].get(), *n4 = n[4].get();
+    if (g == one.get()) {
+      one->InsertNode(n3, make(*one, "a"));
+      one->InsertNode(n3, make(*one, "b"));
+      one->InsertNode(nullptr, make(*one, "c"));
+      one->RemoveNode(n1);
+      one->RemoveNode(n4);
+    } else {
+      inserts.emplace_back(n3, make(*batch, "a"));
+      inserts.emplace_back(n3, make(*batch, "b"));
+      inserts.emplace_back(nullptr, make(*batch, "c"));
+      Value* out1 = n1->output(0);
+      InsertNodes(*batch, std::move(inserts));
+      RemoveNodes(*batch, {n1, n4});
+      EXPECT_EQ(out1->producer, nullptr);
+    }
+  }
+  EXPECT_EQ(names(*batch), names(*one));
+  for (const auto& n : batch->nodes()) EXPECT_EQ(n->output(0)->producer, n.get()) << n->name;
+}
+
+TEST(GraphEdit, ReplaceAllUsesFollowsChainsIntoOutputs) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {4});
+  Value* r1 = b.Op("Relu", {x});
+  Value* r2 = b.Op("Relu", {r1});
+  Value* r3 = b.Op("Relu", {r2});
+  b.Output(r3);
+  b.Output(r2);
+  auto g = b.Build();
+  ReplaceAllUses(*g, {{r2, r1}, {r1, x}});
+  EXPECT_EQ(g->nodes()[1]->input(0), x);
+  EXPECT_EQ(g->nodes()[2]->input(0), x);
+  EXPECT_EQ(g->outputs[1], x);
+  EXPECT_EQ(g->outputs[0], r3);
 }
 
 TEST(Verifier, RejectsUseBeforeDefinition) {

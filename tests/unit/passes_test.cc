@@ -317,6 +317,60 @@ TEST(FoldBatchNorm, DoesNotFoldWhenConvOutputHasSecondConsumer) {
   EXPECT_EQ(g->FindValue("w")->constant->GetDouble(0), 0.5);  // weights untouched
 }
 
+// Constants of 1 MiB: a copy in another buffer merges, one that differs in a single byte
+// (which no sample of the hash lands on) stays.
+TEST(EliminateCommonSubexpressions, MergesEqualLargeConstantsOnlyWhenEveryByteMatches) {
+  Tensor w(DType::kFloat32, {512, 512});
+  for (int64_t i = 0; i < w.numel(); ++i) w.SetDouble(i, static_cast<double>(i % 97) / 13);
+  Tensor near = w.Clone();
+  near.mutable_data<float>()[w.numel() / 2 + 5] += 1.0f;
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {512, 512});
+  Value* s1 = b.Op("Add", {x, b.Constant("w1", w)});
+  Value* s2 = b.Op("Add", {s1, b.Constant("w2", w.Clone())});
+  b.Output(b.Op("Add", {s2, b.Constant("w3", near)}));
+  auto g = b.Build();
+  ASSERT_TRUE(*EliminateCommonSubexpressions(*g));
+  const auto& nodes = g->nodes();
+  EXPECT_EQ(nodes[0]->input(1), nodes[1]->input(1));
+  EXPECT_NE(nodes[2]->input(1), nodes[0]->input(1));
+  EXPECT_EQ(nodes[2]->input(1)->name, "w3");
+  EXPECT_TRUE(VerifyGraph(*g).ok());
+}
+
+// Weights large enough for the pass's huge-page block: every element is float(w * scale) of
+// its channel (the same bits as before the block), and both Convs fold.
+TEST(FoldBatchNorm, LargeWeightsFoldToTheSameBits) {
+  Tensor w(DType::kFloat32, {256, 256, 3, 3});  // 2.25 MiB
+  for (int64_t i = 0; i < w.numel(); ++i) w.SetDouble(i, static_cast<double>(i % 29) / 7 - 2);
+  std::vector<float> gamma(256), var(256);
+  for (int c = 0; c < 256; ++c) gamma[c] = 0.5f + c / 100.0f, var[c] = 0.25f + c / 300.0f;
+  GraphBuilder b;
+  Value* h = b.Input("x", DType::kFloat32, {1, 256, 4, 4});
+  for (int layer = 0; layer < 2; ++layer) {
+    Value* conv = b.Op("Conv", {h, b.Constant("w" + std::to_string(layer), w)},
+                       {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+    const Tensor zeros(DType::kFloat32, {256});
+    h = b.Op("BatchNormalization",
+             {conv, b.Constant("g" + std::to_string(layer), Tensor::FromFloat(gamma, {256})),
+              b.Constant("be" + std::to_string(layer), zeros),
+              b.Constant("m" + std::to_string(layer), zeros),
+              b.Constant("v" + std::to_string(layer), Tensor::FromFloat(var, {256}))});
+  }
+  b.Output(h);
+  auto g = b.Build();
+  ASSERT_TRUE(*FoldBatchNorm(*g));
+  EXPECT_EQ(CountOps(*g, "BatchNormalization"), 0);
+  for (const auto& n : g->nodes()) {
+    const Tensor& folded = *n->input(1)->constant;
+    for (int64_t i = 0; i < w.numel(); i += 997) {
+      const int64_t c = i / (w.numel() / 256);
+      const double s = gamma[c] / std::sqrt(static_cast<double>(var[c]) + 1e-5f);
+      ASSERT_EQ(folded.data<float>()[i], static_cast<float>(w.data<float>()[i] * s)) << i;
+    }
+  }
+}
+
 TEST(Pipeline, RejectsUnknownPassAndO0DoesNothing) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 2});
