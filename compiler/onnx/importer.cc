@@ -52,14 +52,19 @@ absl::StatusOr<Attribute> ConvertAttribute(const onnx::NodeProto& node,
 // ONNX's operators take a few attributes each (the most, in ai.onnx.ml, about twenty). A node
 // with a million costs every later copy of the graph (the reference, each bucket's compile,
 // the engine cache's export) a million map entries: 2 GB and 18 s for an 18 MB model.
-constexpr int kMaxAttributesPerNode = 256;
+constexpr size_t kMaxAttributesPerNode = 256;
 
-absl::Status CheckAttributeCount(const onnx::NodeProto& node) {
-  if (node.attribute_size() <= kMaxAttributesPerNode) return absl::OkStatus();
-  return absl::InvalidArgumentError(NodeLabel(node) + " has " +
-                                    std::to_string(node.attribute_size()) +
+absl::Status CheckAttributeCount(const std::string& op_type, const std::string& name,
+                                 size_t count) {
+  if (count <= kMaxAttributesPerNode) return absl::OkStatus();
+  return absl::InvalidArgumentError(op_type + " '" + name + "' has " + std::to_string(count) +
                                     " attributes; at most " +
                                     std::to_string(kMaxAttributesPerNode) + " are allowed");
+}
+
+absl::Status CheckAttributeCount(const onnx::NodeProto& node) {
+  return CheckAttributeCount(node.op_type(), node.name(),
+                             static_cast<size_t>(node.attribute_size()));
 }
 
 absl::StatusOr<Shape> ConvertShape(const std::string& name, const onnx::TensorShapeProto& s) {
@@ -406,6 +411,10 @@ absl::StatusOr<std::unique_ptr<Graph>> ImportModel(const onnx::ModelProto& model
 
 absl::StatusOr<std::unique_ptr<Graph>> ImportModelBytes(std::string_view bytes,
                                                         const ImportOptions& options) {
+  // Before the parse, which would build every attribute's message (ImportNode checks again
+  // what this walk cannot see: a model it stops early on).
+  const WidestNode widest = FindWidestNode(bytes);
+  RETURN_IF_ERROR(CheckAttributeCount(widest.op_type, widest.name, widest.attributes));
   // Large raw_data is copied once, from `bytes` (raw_slices.h). Not where the caller brings
   // its own external store (the engine cache's graphs, whose weights are there already).
   if (!options.external) {
