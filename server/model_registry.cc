@@ -264,7 +264,9 @@ absl::StatusOr<int64_t> ModelRegistry::ChooseVersion(const std::string& name,
 absl::StatusOr<ModelConfig> ModelRegistry::UploadConfig(const std::string& name,
                                                         const std::string& yaml) const {
   if (!yaml.empty()) return ParseModelConfig(yaml, defaults_, "config_yaml");
-  ASSIGN_OR_RETURN(std::string stored, repository_.ReadConfig(name));
+  auto read = repository_.ReadConfig(name);
+  if (!read.ok()) return repository_.RelativePaths(read.status());
+  const std::string& stored = *read;
   if (!stored.empty()) return ParseModelConfig(stored, defaults_, name + "/config.yaml");
   ModelConfig config = defaults_;
   RETURN_IF_ERROR(FinalizeModelConfig(config));
@@ -391,7 +393,9 @@ absl::Status ModelRegistry::Unload(const std::string& name, std::optional<int64_
       if (!version || it->second.empty()) models_.erase(it);
       NotifyLocked(name);
     }
-    if (delete_files) RETURN_IF_ERROR(repository_.Remove(name, version));
+    if (delete_files) {
+      RETURN_IF_ERROR(repository_.RelativePaths(repository_.Remove(name, version)));
+    }
   }
   WaitUntilReleased(gone);
   spdlog::info("model {}: unloaded{}", name, version ? absl::StrCat(" version ", *version) : "");

@@ -169,7 +169,13 @@ absl::StatusOr<std::string> ModelRepository::ReadConfig(const std::string& name)
   RETURN_IF_ERROR(ValidateModelName(name));
   const fs::path p = fs::path(root_) / name / "config.yaml";
   std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::string();
+  const fs::file_status st = fs::status(p, ec);
+  if (st.type() == fs::file_type::not_found) return std::string();
+  // A FIFO or folder named config.yaml is not "no config": the model would load with the
+  // defaults instead of what its operator meant.
+  if (!fs::is_regular_file(st)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "/config.yaml is not a regular file"));
+  }
   return ReadText(p);
 }
 

@@ -147,6 +147,10 @@ TEST_F(RepositoryFilesTest, StartUpReachesEveryModelAndReportsRelativePaths) {
   Write(root_ / "c_not_onnx" / "1" / "model.onnx", "not onnx");
   Write(root_ / "d_ok" / "1" / "model.onnx", AddModel("w.bin"));
   Write(root_ / "d_ok" / "1" / "w.bin", std::string(8, '\0'));
+  // A config that is not a file is not "no config" (the defaults): the model is skipped.
+  Write(root_ / "e_fifo_config" / "1" / "model.onnx", AddModel("w.bin"));
+  Write(root_ / "e_fifo_config" / "1" / "w.bin", std::string(8, '\0'));
+  MakeFifo(root_ / "e_fifo_config" / "config.yaml");
   auto repo = ModelRepository::Open(root_.string());
   ASSERT_TRUE(repo.ok()) << repo.status();
   ModelRegistry registry(std::move(*repo), Defaults());
@@ -161,6 +165,9 @@ TEST_F(RepositoryFilesTest, StartUpReachesEveryModelAndReportsRelativePaths) {
     EXPECT_EQ((*mv)->state(), ModelState::kFailed) << name;
     EXPECT_EQ((*mv)->reason().find(root_.string()), std::string::npos) << (*mv)->reason();
   }
+  auto skipped = registry.Find("e_fifo_config", std::nullopt);
+  EXPECT_FALSE(skipped.ok() && (*skipped)->state() == ModelState::kReady)
+      << "loaded with the defaults instead of its config.yaml";
   const Readiness r = CheckReadiness(registry);
   EXPECT_EQ(r.body.find(root_.string()), std::string::npos) << r.body;
   // A path the server opened itself (a model file) comes back relative to the repository.
