@@ -52,8 +52,8 @@ inline std::optional<std::string> ReadWholeFile(const std::string& path) {
   char more[16 << 10];
   while (true) {
     const bool sized = got < out.size();
-    const ssize_t n = sized ? ::read(fd, out.data() + got, out.size() - got)
-                            : ::read(fd, more, sizeof more);
+    const ssize_t n =
+        sized ? ::read(fd, out.data() + got, out.size() - got) : ::read(fd, more, sizeof more);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       ::close(fd);

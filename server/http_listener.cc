@@ -285,7 +285,8 @@ bool HttpListener::BodyArrived(Pending& p) {
   }
   // A body must keep coming: one that stalls is dropped after body_idle_timeout, whatever
   // is left of body_timeout, so a client cannot hold its charge by sending nothing.
-  p.deadline = std::min(p.accepted + limits_.body_timeout, Clock::now() + limits_.body_idle_timeout);
+  p.deadline =
+      std::min(p.accepted + limits_.body_timeout, Clock::now() + limits_.body_idle_timeout);
   return true;
 }
 

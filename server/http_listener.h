@@ -11,8 +11,9 @@
 // bytes such requests hold, from their arrival to the end of their handler, are bounded
 // together by max_buffered_bytes: charged as they arrive (not as a head announces them, so
 // idle connections announcing large bodies hold nothing), and a request whose bytes do not
-// fit is answered 503 at once. A body that sends nothing for body_idle_timeout gets 408. Probes are never charged against that budget, so large or slow uploads can fill it
-// without touching them.
+// fit is answered 503 at once. A body that sends nothing for body_idle_timeout gets 408.
+// Probes are never charged against that budget, so large or slow uploads can fill it without
+// touching them.
 #pragma once
 
 #include <atomic>

@@ -14,7 +14,6 @@
 #include <system_error>
 
 #include "absl/strings/str_replace.h"
-
 #include "base/file.h"
 #include "server/crash_point.h"
 #include "server/echo.h"

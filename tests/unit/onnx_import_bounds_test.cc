@@ -62,8 +62,8 @@ TEST(ImportBounds, ANodeWithAMillionAttributesIsRefusedCheaply) {
   ASSERT_FALSE(g.ok()) << "imported a node with 1,000,000 attributes";
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(g.status().message().find("1000000 attributes"), std::string::npos) << g.status();
-  std::printf("%.1f MB model: refused in %.2f s, peak RSS +%.0f MB\n", bytes.size() / 1e6,
-              seconds, PeakMb() - before);
+  std::printf("%.1f MB model: refused in %.2f s, peak RSS +%.0f MB\n", bytes.size() / 1e6, seconds,
+              PeakMb() - before);
   // A walk of the wire format, before protobuf builds a message per attribute (that parse
   // alone took 3.5-8 s on a loaded 2-core machine).
   EXPECT_LT(seconds, 1.0);

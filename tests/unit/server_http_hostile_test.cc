@@ -55,7 +55,8 @@ std::vector<Row> Rows() {
        400},
       {"duplicate JSON member", Post(infer, "", R"({"inputs":[],"inputs":[]})"), 400},
       {"duplicate nested JSON member",
-       Post(infer, "", R"({"inputs":[{"name":"x","name":"y","shape":[1],"datatype":"FP32","data":[1]}]})"),
+       Post(infer, "",
+            R"({"inputs":[{"name":"x","name":"y","shape":[1],"datatype":"FP32","data":[1]}]})"),
        400},
       {"well-formed infer for a model that is not there", Post(infer, "", json), 404},
       // Auth schemes are case-insensitive (RFC 9110, 11.1): these reach the unload (404).

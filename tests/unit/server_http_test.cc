@@ -50,12 +50,12 @@ TEST(ParseRequestState, RefusesWhatAProbeNeverSends) {
   EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", max),
             RequestState::kBad);
   // Two lengths that differ (RFC 9112, 6.3); the same length twice is one length.
-  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 9\r\n\r\nab",
-                              max),
-            RequestState::kBad);
-  EXPECT_EQ(ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab",
-                              max),
-            RequestState::kComplete);
+  EXPECT_EQ(
+      ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 9\r\n\r\nab", max),
+      RequestState::kBad);
+  EXPECT_EQ(
+      ParseRequestState("POST / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab", max),
+      RequestState::kComplete);
 }
 
 int Connect(int port) {
@@ -221,8 +221,8 @@ TEST_F(ListenerTest, IdleBodiesHoldNoBudget) {
   limits.max_body_bytes = 1 << 20;
   limits.max_buffered_bytes = 2 << 20;
   Start(limits);
-  const std::string head = "POST /v2/x HTTP/1.1\r\nContent-Length: " + std::to_string(1 << 20) +
-                           "\r\n\r\n";
+  const std::string head =
+      "POST /v2/x HTTP/1.1\r\nContent-Length: " + std::to_string(1 << 20) + "\r\n\r\n";
   std::vector<int> idle;
   for (int i = 0; i < 4; ++i) {
     idle.push_back(Connect(port_));
@@ -244,8 +244,8 @@ TEST_F(ListenerTest, ArrivedBodiesAreChargedAndOverflowIs503) {
   limits.max_body_bytes = 1 << 20;
   limits.max_buffered_bytes = 2 << 20;
   Start(limits);
-  const std::string head = "POST /v2/x HTTP/1.1\r\nContent-Length: " + std::to_string(1 << 20) +
-                           "\r\n\r\n";
+  const std::string head =
+      "POST /v2/x HTTP/1.1\r\nContent-Length: " + std::to_string(1 << 20) + "\r\n\r\n";
   std::vector<int> held;
   for (int i = 0; i < 2; ++i) {  // 2 x 1000 KB of the 2 MiB budget, each waiting for the rest
     held.push_back(Connect(port_));

@@ -3,13 +3,13 @@
 // start-up forever); a start-up over broken models reaches the good ones and reports the
 // broken ones without the server's own paths; and an upload loads exactly when its files
 // would load after a restart.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include <chrono>
 #include <filesystem>
@@ -119,7 +119,8 @@ TEST_F(RepositoryFilesTest, EveryReaderRefusesWhatIsNotARegularFileAtOnce) {
   const std::vector<std::pair<const char*, std::function<bool(const fs::path&)>>> readers = {
       {"ReadWholeFile", [](const fs::path& p) { return ReadWholeFile(p.string()).has_value(); }},
       {"MappedFile::Open", [](const fs::path& p) { return MappedFile::Open(p.string()).ok(); }},
-      {"ImportModelFile", [](const fs::path& p) { return onnx_io::ImportModelFile(p.string()).ok(); }},
+      {"ImportModelFile",
+       [](const fs::path& p) { return onnx_io::ImportModelFile(p.string()).ok(); }},
       {"external data",
        [](const fs::path& p) {
          onnx_io::ImportOptions options;
@@ -132,7 +133,8 @@ TEST_F(RepositoryFilesTest, EveryReaderRefusesWhatIsNotARegularFileAtOnce) {
       const fs::path p = root_ / (std::string(kind) + "." + reader);
       make(p);
       bool ok = true;
-      EXPECT_TRUE(ReturnsWithin([&] { ok = read(p); }, seconds(1), p)) << reader << " on a " << kind;
+      EXPECT_TRUE(ReturnsWithin([&] { ok = read(p); }, seconds(1), p))
+          << reader << " on a " << kind;
       EXPECT_FALSE(ok) << reader << " read a " << kind;
     }
   }

@@ -126,8 +126,7 @@ TEST_F(RepositoryTest, AStagedModelsFolderHoldsWhatItsVersionFolderWill) {
     ASSERT_TRUE(staged.ok()) << staged.status();
     ASSERT_TRUE((*staged)->Append("bytes").ok());
     ASSERT_TRUE((*staged)->Finish(config).ok());
-    const std::set<std::string> building =
-        FilesIn(fs::path((*staged)->model_path()).parent_path());
+    const std::set<std::string> building = FilesIn(fs::path((*staged)->model_path()).parent_path());
     ASSERT_TRUE(repo->Commit(**staged, "m", 1).ok());
     EXPECT_EQ(building, FilesIn(fs::path(repo->ModelPath("m", 1)).parent_path()))
         << "config: '" << config << "'";

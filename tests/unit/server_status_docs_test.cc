@@ -79,8 +79,8 @@ TEST(StatusDocs, EveryCodeTheServerCreatesIsDocumented) {
   };
   for (const auto& [code, file] : CreatedCodes(source)) {
     if (internal.count(code)) continue;
-    EXPECT_TRUE(documented.count(code)) << code << " (created in " << file
-                                        << ") has no row in docs/server.md's status table";
+    EXPECT_TRUE(documented.count(code))
+        << code << " (created in " << file << ") has no row in docs/server.md's status table";
   }
 }
 
