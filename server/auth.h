@@ -12,7 +12,8 @@
 
 namespace kiln::server {
 
-// OK when `token` is empty (no authentication) or `authorization` is "Bearer <token>";
+// OK when `token` is empty (no authentication) or `authorization` is "Bearer <token>" (the
+// scheme in any case, as HTTP's are);
 // UNAUTHENTICATED when the header is absent, PERMISSION_DENIED when it is wrong. The token is
 // compared in constant time.
 absl::Status CheckBearer(const std::string& token, std::optional<std::string_view> authorization);

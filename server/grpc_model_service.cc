@@ -194,7 +194,8 @@ grpc::Status ModelServiceImpl::LoadModel(grpc::ServerContext* ctx,
     FillModelInfo(*mv, true, resp->mutable_model());
     return absl::OkStatus();
   };
-  return ToGrpcStatus(run());
+  // Staging and streaming errors (a full disk) name files; the client sees them relative.
+  return ToGrpcStatus(registry_.repository().RelativePaths(run()));
 }
 
 grpc::Status ModelServiceImpl::UnloadModel(grpc::ServerContext* ctx,

@@ -1,6 +1,5 @@
 #include "server/http_kserve.h"
 
-#include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 
 #include <charconv>
@@ -10,14 +9,13 @@
 #include "server/echo.h"
 #include "server/http.h"
 #include "server/json.h"
+#include "server/json_message.h"
 #include "server/kserve_model.h"
 
 namespace kiln::server {
 namespace {
 
-using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
-using google::protobuf::Reflection;
 
 constexpr char kJson[] = "application/json";
 
@@ -35,85 +33,9 @@ void SendError(httplib::Response& res, const absl::Status& s) {
   res.set_content(w.Take(), kJson);
 }
 
-// --- Protocol messages as JSON: proto field names, numbers as numbers (int64 included, as
-// the REST binding writes them), enums by name, maps as objects, unset messages left out.
-
-void WriteMessage(const Message& m, json::Writer& w);
-
-void WriteScalar(const Message& m, const FieldDescriptor* f, int index, json::Writer& w) {
-  const Reflection* r = m.GetReflection();
-  const bool rep = index >= 0;
-  switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      w.Int(rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_INT64:
-      w.Int(rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT32:
-      w.UInt(rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT64:
-      w.UInt(rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      w.Double(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      w.Float(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_BOOL:
-      w.Bool(rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_ENUM:
-      w.String((rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name());
-      break;
-    case FieldDescriptor::CPPTYPE_STRING:
-      w.String(rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f));
-      break;
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      WriteMessage(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f), w);
-      break;
-  }
-}
-
-void WriteMap(const Message& m, const FieldDescriptor* f, json::Writer& w) {
-  const Reflection* r = m.GetReflection();
-  w.BeginObject();
-  for (int i = 0; i < r->FieldSize(m, f); ++i) {
-    const Message& entry = r->GetRepeatedMessage(m, f, i);
-    const FieldDescriptor* key = entry.GetDescriptor()->map_key();
-    w.Key(entry.GetReflection()->GetString(entry, key));
-    WriteScalar(entry, entry.GetDescriptor()->map_value(), -1, w);
-  }
-  w.EndObject();
-}
-
-void WriteMessage(const Message& m, json::Writer& w) {
-  const Reflection* r = m.GetReflection();
-  w.BeginObject();
-  for (int i = 0; i < m.GetDescriptor()->field_count(); ++i) {
-    const FieldDescriptor* f = m.GetDescriptor()->field(i);
-    const bool unset_message = f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
-                               !f->is_repeated() && !r->HasField(m, f);
-    if (unset_message || (f->containing_oneof() && !r->HasField(m, f))) continue;
-    w.Key(f->name());
-    if (f->is_map()) {
-      WriteMap(m, f, w);
-    } else if (f->is_repeated()) {
-      w.BeginArray();
-      for (int j = 0; j < r->FieldSize(m, f); ++j) WriteScalar(m, f, j, w);
-      w.EndArray();
-    } else {
-      WriteScalar(m, f, -1, w);
-    }
-  }
-  w.EndObject();
-}
-
 void SendMessage(httplib::Response& res, const Message& m) {
   json::Writer w;
-  WriteMessage(m, w);
+  WriteMessageJson(m, w);
   res.set_content(w.Take(), kJson);
 }
 
@@ -306,6 +228,10 @@ absl::StatusOr<kserve::InferCall> ParseInfer(std::string model, std::string vers
 // The JSON header's length: the Inference-Header-Content-Length header, else the whole body.
 absl::StatusOr<size_t> JsonBytes(const httplib::Request& req, size_t body_bytes) {
   if (!req.has_header("Inference-Header-Content-Length")) return body_bytes;
+  // Two values would be read differently by different readers (cpp-httplib takes the first).
+  if (req.get_header_value_count("Inference-Header-Content-Length") > 1) {
+    return absl::InvalidArgumentError("Inference-Header-Content-Length is given more than once");
+  }
   const std::string v = req.get_header_value("Inference-Header-Content-Length");
   size_t n = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
@@ -403,7 +329,7 @@ void IndexRoute(ModelRegistry& registry, const json::Limits& limits, const httpl
       kserve::GetRepositoryIndex(registry, *ready_only);
   json::Writer w;
   w.BeginArray();
-  for (const auto& m : index.models()) WriteMessage(m, w);
+  for (const auto& m : index.models()) WriteMessageJson(m, w);
   w.EndArray();
   res.set_content(w.Take(), kJson);
 }

@@ -92,6 +92,7 @@ RequestHead ParseRequestHead(std::string_view bytes, const HttpLimits& limits) {
   h.lane = LaneOf(bytes);
   std::string_view head = bytes.substr(0, head_len);
   head.remove_prefix(std::min(head.size(), head.find('\n') + 1));  // the request line
+  bool length_seen = false;
   while (!head.empty()) {
     const size_t nl = head.find('\n');
     const std::string_view line = head.substr(0, nl);
@@ -109,11 +110,16 @@ RequestHead ParseRequestHead(std::string_view bytes, const HttpLimits& limits) {
     }
     if (!NameIs(line, "content-length")) continue;
     const std::string_view v = Trim(line.substr(15));
-    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), h.body_bytes);
-    if (ec != std::errc() || ptr != v.data() + v.size()) {
+    size_t n = 0;
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    // Two Content-Lengths that differ are a 400 (RFC 9112, 6.3): cpp-httplib reads the first,
+    // and a listener reading another would wait for a body the handler never sees.
+    if (ec != std::errc() || ptr != v.data() + v.size() || (length_seen && n != h.body_bytes)) {
       h.state = RequestState::kBad;
       return h;
     }
+    h.body_bytes = n;
+    length_seen = true;
   }
   const bool too_large = h.lane == Lane::kApi
                              ? h.body_bytes > limits.max_body_bytes
@@ -255,18 +261,32 @@ bool HttpListener::HeadArrived(Pending& p, const RequestHead& head) {
   p.head = head;
   const size_t total = head.head_bytes + head.body_bytes;
   if (head.lane == Lane::kApi && head.body_bytes > 0) {
-    if (!TryCharge(total)) {
-      WriteStatusAndClose(p.fd, 503, "Service Unavailable");
-      return false;
-    }
-    p.charged = total;
+    // Address space only: pages become resident (and are charged) as the body arrives.
     p.bytes.reserve(total);
-    p.deadline = p.accepted + limits_.body_timeout;
+    if (!BodyArrived(p)) return false;
   }
   if (head.expect_continue && p.bytes.size() < total) {
     static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
     (void)!send(p.fd, kContinue, sizeof kContinue - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
+  return true;
+}
+
+bool HttpListener::BodyArrived(Pending& p) {
+  const size_t total = p.head->head_bytes + p.head->body_bytes;
+  const size_t held = std::min(p.bytes.size(), total);
+  if (held > p.charged) {
+    if (!TryCharge(held - p.charged)) {
+      WriteStatusAndClose(p.fd, 503, "Service Unavailable");
+      Release(p.charged);
+      return false;
+    }
+    p.charged = held;
+  }
+  // A body must keep coming: one that stalls is dropped after body_idle_timeout, whatever
+  // is left of body_timeout, so a client cannot hold its charge by sending nothing.
+  p.deadline =
+      std::min(p.accepted + limits_.body_timeout, Clock::now() + limits_.body_idle_timeout);
   return true;
 }
 
@@ -291,6 +311,8 @@ bool HttpListener::ReadSome(Pending& p) {
       }
       if (!h.head_done) continue;
       if (!HeadArrived(p, h)) return false;
+    } else if (p.head->lane == Lane::kApi && p.head->body_bytes > 0 && !BodyArrived(p)) {
+      return false;
     }
     if (p.bytes.size() >= p.head->head_bytes + p.head->body_bytes) {
       Admit(p);

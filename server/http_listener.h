@@ -8,10 +8,12 @@
 // Requests under /v2 (the KServe v2 REST API) form a second lane: their bodies carry tensors,
 // so they may be up to max_body_bytes and take up to body_timeout to arrive, and they run on
 // their own workers (an inference waits for its model; a probe must not wait behind it). The
-// bytes such requests may hold, from their head's arrival to the end of their handler, are
-// bounded together by max_buffered_bytes: a request that does not fit is answered 503 at
-// once. Probes are never charged against that budget, so large or slow uploads can fill it
-// without touching them.
+// bytes such requests hold, from their arrival to the end of their handler, are bounded
+// together by max_buffered_bytes: charged as they arrive (not as a head announces them, so
+// idle connections announcing large bodies hold nothing), and a request whose bytes do not
+// fit is answered 503 at once. A body that sends nothing for body_idle_timeout gets 408.
+// Probes are never charged against that budget, so large or slow uploads can fill it without
+// touching them.
 #pragma once
 
 #include <atomic>
@@ -43,6 +45,7 @@ struct HttpLimits {
   // the bytes all its requests may hold at once, and its workers.
   size_t max_body_bytes = 64 << 20;
   std::chrono::milliseconds body_timeout{30000};
+  std::chrono::milliseconds body_idle_timeout{5000};  // longest a body may send nothing
   size_t max_buffered_bytes = 256 << 20;
   int api_workers = 8;
 };
@@ -110,9 +113,12 @@ class HttpListener {
   void AcceptAll();
   // Reads what `p` has sent; false when it is done waiting (admitted or closed).
   bool ReadSome(Pending& p);
-  // `p`'s head has arrived: charge an API body to the budget, extend its deadline, answer
+  // `p`'s head has arrived: start charging an API body, extend its deadline, answer
   // "100 Continue". False when it was refused (and closed).
   bool HeadArrived(Pending& p, const RequestHead& head);
+  // More of an API request's body has arrived: charges it to the budget (503 and closed when
+  // it does not fit: false) and moves the deadline by body_idle_timeout.
+  bool BodyArrived(Pending& p);
   void Admit(Pending& p);
   void Close(Pending& p);  // closes and releases its charge
   bool TryCharge(size_t bytes);

@@ -1,5 +1,6 @@
 #include "server/json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -112,10 +113,26 @@ class Parser {
       }
       if (pos_ < s_.size() && s_[pos_] == '}') {
         ++pos_;
-        return absl::OkStatus();
+        return CheckUniqueNames(v.members_);
       }
       return Error("expected ',' or '}'");
     }
+  }
+
+  // RFC 8259 leaves a repeated member name to the reader, and readers differ (first, last,
+  // both): a proxy and kilnd could then act on different requests. So it is refused. Sorted
+  // names, not pairs, so that an object with many members costs n log n.
+  absl::Status CheckUniqueNames(const std::vector<std::pair<std::string, Value>>& members) const {
+    if (members.size() < 2) return absl::OkStatus();
+    std::vector<std::string_view> names;
+    names.reserve(members.size());
+    for (const auto& m : members) names.push_back(m.first);
+    std::sort(names.begin(), names.end());
+    const auto twice = std::adjacent_find(names.begin(), names.end());
+    if (twice == names.end()) return absl::OkStatus();
+    const absl::string_view name(twice->data(), std::min<size_t>(twice->size(), 64));
+    return Error(absl::StrCat("member '", name, twice->size() > 64 ? "...'" : "'",
+                              " appears twice in an object"));
   }
 
   absl::Status ParseArray(Value& v, int depth) {

@@ -50,7 +50,8 @@ struct Limits {
   int max_depth = 32;  // arrays and objects nested in each other
 };
 
-// The whole of `text` must be one JSON value (surrounding whitespace allowed).
+// The whole of `text` must be one JSON value (surrounding whitespace allowed). An object that
+// names a member twice is INVALID_ARGUMENT.
 absl::StatusOr<Value> Parse(std::string_view text, const Limits& limits = {});
 
 // Exact conversions of a number; INVALID_ARGUMENT naming `what` when the value is not a

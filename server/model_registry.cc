@@ -186,7 +186,9 @@ absl::Status ModelRegistry::LoadVersion(const std::string& name, int64_t version
   }
   spdlog::info("model {} version {}: loading on {}", name, version, mv->config().device);
   absl::Status status = config.status();
-  if (status.ok()) status = Build(*mv, repository_.ModelPath(name, version));
+  if (status.ok()) {
+    status = repository_.RelativePaths(Build(*mv, repository_.ModelPath(name, version)));
+  }
   if (!status.ok()) mv->Fail(std::string(status.message()));
   spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::err, "model {} version {}: {}{}",
               name, version, ModelStateName(mv->state()),
@@ -274,7 +276,9 @@ absl::StatusOr<int64_t> ModelRegistry::ChooseVersion(const std::string& name,
 absl::StatusOr<ModelConfig> ModelRegistry::UploadConfig(const std::string& name,
                                                         const std::string& yaml) const {
   if (!yaml.empty()) return ParseModelConfig(yaml, defaults_, "config_yaml");
-  ASSIGN_OR_RETURN(std::string stored, repository_.ReadConfig(name));
+  auto read = repository_.ReadConfig(name);
+  if (!read.ok()) return repository_.RelativePaths(read.status());
+  const std::string& stored = *read;
   if (!stored.empty()) return ParseModelConfig(stored, defaults_, name + "/config.yaml");
   ModelConfig config = defaults_;
   RETURN_IF_ERROR(FinalizeModelConfig(config));
@@ -292,7 +296,7 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::LoadUpload(
     ASSIGN_OR_RETURN(ModelConfig config, UploadConfig(name, staged->config_yaml()));
     mv = std::make_shared<ModelVersion>(name, v, std::move(config));
     spdlog::info("model {} version {}: loading an upload on {}", name, v, mv->config().device);
-    if (absl::Status s = Build(*mv, staged->model_path()); !s.ok()) {
+    if (absl::Status s = repository_.RelativePaths(Build(*mv, staged->model_path())); !s.ok()) {
       spdlog::error("model {} version {}: upload rejected ({})", name, v, std::string(s.message()));
       return s;
     }
@@ -302,7 +306,7 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> ModelRegistry::LoadUpload(
       spdlog::warn("model {} version {}: upload abandoned ({})", name, v, std::string(s.message()));
       return s;
     }
-    RETURN_IF_ERROR(repository_.Commit(*staged, name, v));
+    RETURN_IF_ERROR(repository_.RelativePaths(repository_.Commit(*staged, name, v)));
     CrashPoint("upload-committed");
     replaced = Publish(mv);
     spdlog::info("model {} version {}: READY{}", name, v, replaced ? " (replaced)" : "");
@@ -323,14 +327,17 @@ absl::Status ModelRegistry::LoadFromRepository(const std::string& name) {
   {
     const KeyedMutex::Lock name_lock = name_locks_.Acquire(name);
     if (stopping_) return absl::UnavailableError("the server is stopping");
-    ASSIGN_OR_RETURN(const RepositoryModel stored, repository_.Find(name));
+    auto found = repository_.Find(name);
+    if (!found.ok()) return repository_.RelativePaths(found.status());
+    const RepositoryModel& stored = *found;
     ASSIGN_OR_RETURN(const ModelConfig config, UploadConfig(name, ""));
     std::vector<std::shared_ptr<ModelVersion>> built;
     for (const int64_t v : stored.versions) {
       auto mv = std::make_shared<ModelVersion>(name, v, config);
       spdlog::info("model {} version {}: loading from the repository on {}", name, v,
                    config.device);
-      if (absl::Status s = Build(*mv, repository_.ModelPath(name, v)); !s.ok()) {
+      if (absl::Status s = repository_.RelativePaths(Build(*mv, repository_.ModelPath(name, v)));
+          !s.ok()) {
         spdlog::error("model {} version {}: load rejected ({})", name, v, std::string(s.message()));
         return absl::Status(s.code(), absl::StrCat("model '", name, "' version ", v, ": ",
                                                    s.message()));
@@ -403,7 +410,9 @@ absl::Status ModelRegistry::Unload(const std::string& name, std::optional<int64_
       if (!version || it->second.empty()) models_.erase(it);
       NotifyLocked(name);
     }
-    if (delete_files) RETURN_IF_ERROR(repository_.Remove(name, version));
+    if (delete_files) {
+      RETURN_IF_ERROR(repository_.RelativePaths(repository_.Remove(name, version)));
+    }
   }
   WaitUntilReleased(gone);
   spdlog::info("model {}: unloaded{}", name, version ? absl::StrCat(" version ", *version) : "");

@@ -13,6 +13,7 @@
 #include <limits>
 #include <system_error>
 
+#include "absl/strings/str_replace.h"
 #include "base/file.h"
 #include "server/crash_point.h"
 #include "server/echo.h"
@@ -103,7 +104,9 @@ absl::Status StagedModel::Finish(const std::string& config_yaml) {
   absl::Status closed = writer_->Close();
   writer_.reset();
   RETURN_IF_ERROR(closed);
-  if (!config_yaml.empty()) RETURN_IF_ERROR(WriteFileAtomically(dir_ / "config.yaml", config_yaml));
+  // config.yaml is written by Commit, not here: while the upload is built its folder must
+  // hold exactly what the version folder will (model.onnx), so that external data the build
+  // finds beside the model is found there after a restart too.
   config_yaml_ = config_yaml;
   return absl::OkStatus();
 }
@@ -122,6 +125,22 @@ fs::path ModelRepository::staging_root() const { return fs::path(root_) / kStagi
 
 std::string ModelRepository::ModelPath(const std::string& name, int64_t version) const {
   return (fs::path(root_) / name / std::to_string(version) / "model.onnx").string();
+}
+
+absl::Status ModelRepository::RelativePaths(const absl::Status& s) const {
+  if (s.ok()) return s;
+  std::string message(s.message());
+  std::error_code ec;
+  // The root as configured and as the system spells it (absolute, links resolved), each
+  // with its separator so that what is left reads as a relative path.
+  for (fs::path root : {fs::path(root_), fs::weakly_canonical(fs::absolute(root_, ec), ec)}) {
+    std::string prefix = root.string();
+    while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+    if (prefix.empty() || prefix == ".") continue;
+    prefix += '/';
+    message = absl::StrReplaceAll(message, {{prefix, ""}});
+  }
+  return absl::Status(s.code(), message);
 }
 
 absl::StatusOr<RepositoryModel> ModelRepository::Find(const std::string& name) const {
@@ -149,7 +168,13 @@ absl::StatusOr<std::string> ModelRepository::ReadConfig(const std::string& name)
   RETURN_IF_ERROR(ValidateModelName(name));
   const fs::path p = fs::path(root_) / name / "config.yaml";
   std::error_code ec;
-  if (!fs::is_regular_file(p, ec)) return std::string();
+  const fs::file_status st = fs::status(p, ec);
+  if (st.type() == fs::file_type::not_found) return std::string();
+  // A FIFO or folder named config.yaml is not "no config": the model would load with the
+  // defaults instead of what its operator meant.
+  if (!fs::is_regular_file(st)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "/config.yaml is not a regular file"));
+  }
   return ReadText(p);
 }
 
@@ -212,6 +237,11 @@ absl::Status ModelRepository::Commit(StagedModel& staged, const std::string& nam
     fs::remove(dest.parent_path(), ec);
     return s;
   };
+  if (!staged.config_yaml_.empty()) {
+    // Before the record: without one, Recover deletes it with the rest of the folder.
+    absl::Status config = WriteFileAtomically(staged.dir_ / "config.yaml", staged.config_yaml_);
+    if (!config.ok()) return undo(config);
+  }
   absl::Status recorded =
       WriteFileAtomically(staged.dir_ / kCommitRecord, absl::StrCat(name, "\n", version, "\n"));
   if (!recorded.ok()) return undo(recorded);

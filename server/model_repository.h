@@ -2,7 +2,8 @@
 //   <root>/<name>/config.yaml          optional, the model's config (keys of model_defaults)
 //   <root>/<name>/<version>/model.onnx  version: a positive integer; the newest serves by default
 //   <root>/.staging/<id>/               uploads on their way in (never read as models)
-// An upload is written to its own staging folder (model.onnx, config.yaml), and only a
+// An upload is written to its own staging folder (model.onnx, then config.yaml at commit:
+// while it is built the folder holds only what its version folder will), and only a
 // successful load commits it: a commit record is written in the folder, then the files are
 // renamed into place. A crash before the record leaves a folder that Recover() deletes; a
 // crash after it, one that Recover() finishes. So a restart finds each model either as it
@@ -47,7 +48,7 @@ class StagedModel {
   StagedModel& operator=(const StagedModel&) = delete;
 
   absl::Status Append(std::string_view bytes);  // to model.onnx
-  // Closes model.onnx and writes config.yaml when `config_yaml` is non-empty.
+  // Closes model.onnx and keeps `config_yaml` for Commit (which writes it when non-empty).
   absl::Status Finish(const std::string& config_yaml);
   std::string model_path() const { return (dir_ / "model.onnx").string(); }
   const std::string& config_yaml() const { return config_yaml_; }
@@ -81,6 +82,10 @@ class ModelRepository {
   // The model's config.yaml, empty when there is none (or no such model).
   absl::StatusOr<std::string> ReadConfig(const std::string& name) const;
   std::string ModelPath(const std::string& name, int64_t version) const;
+  // `s` with the repository's own path cut from its message ("<root>/m/1/model.onnx" reads
+  // "m/1/model.onnx"): errors and /readyz reach clients, who have no business knowing where
+  // the server keeps its files.
+  absl::Status RelativePaths(const absl::Status& s) const;
 
   // Opens a new staging folder for an upload.
   absl::StatusOr<std::unique_ptr<StagedModel>> Stage() const;

@@ -172,6 +172,61 @@ std::optional<SplitModel> SplitRawData(std::string_view bytes, size_t min_bytes)
   return split;
 }
 
+namespace {
+
+constexpr uint32_t kGraphNode = 1;
+constexpr uint32_t kNodeName = 3, kNodeOpType = 4, kNodeAttribute = 5;
+constexpr uint32_t kAttributeGraph = 6, kAttributeGraphs = 11;
+constexpr int kMaxBodyDepth = 16;  // bodies nested deeper are left to the parse (its limit)
+
+void ScanGraph(std::string_view graph, int depth, WidestNode& widest);
+
+void ScanNode(std::string_view node, int depth, WidestNode& widest) {
+  Fields fields(node, 0);
+  Field f;
+  size_t count = 0;
+  std::string_view name, op_type;
+  while (!fields.done() && fields.Next(f)) {
+    if (f.wire_type != kLen) continue;
+    if (f.number == kNodeName) name = f.payload;
+    if (f.number == kNodeOpType) op_type = f.payload;
+    if (f.number != kNodeAttribute) continue;
+    ++count;
+    if (depth >= kMaxBodyDepth) continue;
+    Fields attr(f.payload, 0);
+    Field a;
+    while (!attr.done() && attr.Next(a)) {
+      if (a.wire_type == kLen && (a.number == kAttributeGraph || a.number == kAttributeGraphs)) {
+        ScanGraph(a.payload, depth + 1, widest);
+      }
+    }
+  }
+  // Cut short: these name the node in an error message, and a client wrote them.
+  if (count > widest.attributes) {
+    widest = {count, std::string(op_type.substr(0, 64)), std::string(name.substr(0, 64))};
+  }
+}
+
+void ScanGraph(std::string_view graph, int depth, WidestNode& widest) {
+  Fields fields(graph, 0);
+  Field f;
+  while (!fields.done() && fields.Next(f)) {
+    if (f.number == kGraphNode && f.wire_type == kLen) ScanNode(f.payload, depth, widest);
+  }
+}
+
+}  // namespace
+
+WidestNode FindWidestNode(std::string_view model) {
+  WidestNode widest;
+  Fields fields(model, 0);
+  Field f;
+  while (!fields.done() && fields.Next(f)) {
+    if (f.number == kModelGraph && f.wire_type == kLen) ScanGraph(f.payload, 0, widest);
+  }
+  return widest;
+}
+
 std::optional<std::pair<size_t, size_t>> ParseRawSlice(const std::string& location) {
   const std::string_view scheme = kRawSliceScheme;
   if (location.rfind(scheme, 0) != 0) return std::nullopt;

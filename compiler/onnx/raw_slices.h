@@ -35,6 +35,16 @@ struct SplitModel {
 // An initializer that already has external data is copied as written.
 std::optional<SplitModel> SplitRawData(std::string_view bytes, size_t min_bytes);
 
+// The node with the most attributes, found by the same walk of the wire format (the model's
+// graph and the bodies in its nodes' attributes): a node of a million attributes is refused
+// before protobuf builds a million messages for it (seconds and hundreds of MB). Malformed
+// bytes end the walk where they start; the parse reports them.
+struct WidestNode {
+  size_t attributes = 0;
+  std::string op_type, name;
+};
+WidestNode FindWidestNode(std::string_view model);
+
 // "kiln-raw:<offset>:<length>" -> (offset, length); nullopt for anything else.
 std::optional<std::pair<size_t, size_t>> ParseRawSlice(const std::string& location);
 

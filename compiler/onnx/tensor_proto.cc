@@ -1,9 +1,15 @@
 #include "compiler/onnx/tensor_proto.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+
+#include "base/file.h"
 
 namespace kiln::onnx_io {
 namespace {
@@ -95,6 +101,17 @@ absl::StatusOr<fs::path> ResolveExternal(const std::string& name, const std::str
   return full;
 }
 
+bool PreadAll(int fd, char* dst, size_t n, int64_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, dst + done, n - done, offset + static_cast<int64_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
 // Reads external data; the file's size is checked before the tensor is allocated, so a model
 // that promises gigabytes the file does not hold costs nothing.
 absl::StatusOr<Tensor> ReadExternal(const onnx::TensorProto& proto,
@@ -117,25 +134,28 @@ absl::StatusOr<Tensor> ReadExternal(const onnx::TensorProto& proto,
     return absl::InvalidArgumentError("tensor '" + proto.name() +
                                       "': external data offset/length do not match its size");
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError("external data file not found: " + path.string());
-  f.seekg(0, std::ios::end);
-  const int64_t size = f.tellg();
+  // Errors name the location as the model wrote it, not the server's path to it.
+  const std::string where = "tensor '" + proto.name() + "': external data '" + location + "'";
+  const int fd = OpenRegularFile(path.string());
+  if (fd < 0) {
+    if (errno == EINVAL) return absl::InvalidArgumentError(where + " is not a regular file");
+    return absl::NotFoundError(where + " not found");
+  }
+  struct stat st;
+  const int64_t size = ::fstat(fd, &st) == 0 ? st.st_size : -1;
   // Compared as size - offset so a hostile offset near INT64_MAX cannot overflow.
   if (size < 0 || offset > size || static_cast<uint64_t>(size - offset) < nbytes) {
-    return absl::InvalidArgumentError("tensor '" + proto.name() + "': external data file " +
-                                      path.string() + " is too short");
+    ::close(fd);
+    return absl::InvalidArgumentError(where + " is too short");
   }
   Tensor t(dtype, dims);
-  f.seekg(offset);
-  if (SubByteBits(dtype) == 0) {
-    f.read(static_cast<char*>(t.raw_mutable()), static_cast<std::streamsize>(nbytes));
-  } else {
-    std::string packed(nbytes, '\0');
-    f.read(packed.data(), static_cast<std::streamsize>(nbytes));
-    FillFromStored(packed.data(), t);
-  }
-  if (!f) return absl::DataLossError("failed reading external data " + path.string());
+  std::string packed(SubByteBits(dtype) == 0 ? 0 : nbytes, '\0');
+  char* dst = SubByteBits(dtype) == 0 ? static_cast<char*>(t.raw_mutable()) : packed.data();
+  const bool whole = PreadAll(fd, dst, nbytes, offset);
+  ::close(fd);
+  // The file shrank or failed under the read: what was checked above no longer holds.
+  if (!whole) return absl::DataLossError(where + ": the read failed or ended early");
+  if (!packed.empty()) FillFromStored(packed.data(), t);
   return t;
 }
 

@@ -4,10 +4,12 @@
 //
 // Properties: parsing never crashes and fails only with INVALID_ARGUMENT (however deep or
 // malformed the text); a parsed value written back parses again and writes the same text;
-// as the `data` of every datatype, an array decodes or is refused with INVALID_ARGUMENT.
+// as the `data` of every datatype, an array decodes or is refused with INVALID_ARGUMENT; no
+// parsed object holds a member name twice.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -47,14 +49,17 @@ void Write(const Value& v, Writer& w) {
       for (const Value& item : v.items()) Write(item, w);
       w.EndArray();
       break;
-    case Kind::kObject:
+    case Kind::kObject: {
       w.BeginObject();
+      std::set<std::string_view> names;  // a name given twice is refused by the parser
       for (const auto& [key, value] : v.members()) {
+        if (!names.insert(key).second) Fail("an object kept a member name twice: " + key);
         w.Key(key);
         Write(value, w);
       }
       w.EndObject();
       break;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #   upload    LoadModel's stream handling, staging and commit (fuzz_upload.cc)
 #   config    the server and model YAML configs (fuzz_config.cc)
 #   v2json    the KServe v2 REST bodies' JSON and the tensors read from it (fuzz_v2json.cc)
+#   http      the HTTP port's reading of a request head and the bearer rule (fuzz_http.cc)
 # The server targets compile the server sources under test with the sanitizers and link the
 # rest (generated protos, compiler libraries) from an existing CMake build, --build DIR
 # (default: build): the code under test is instrumented, its dependencies are not. Their seeds
@@ -76,11 +77,14 @@ case "$target" in
   v2json)
     sources=("$src"/server/json.cc "$src"/server/kserve_tensor.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
+  http)
+    sources=("$src"/server/http_listener.cc "$src"/server/auth.cc)
+    libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   config)
     sources=("$src"/server/config.cc "$src"/server/model_config.cc
              "$build"/server/embedded_config.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
-  *) echo "run_fuzz.sh: unknown target $target (importer|predict|upload|config|v2json)" >&2; exit 2 ;;
+  *) echo "run_fuzz.sh: unknown target $target (importer|predict|upload|config|v2json|http)" >&2; exit 2 ;;
 esac
 sources+=("$src/tests/robustness/fuzz_$target.cc")
 if [[ "$target" != importer ]]; then

@@ -262,8 +262,14 @@ TEST(KServe, BearerToken) {
   EXPECT_EQ(CheckBearer("t0k", std::nullopt).code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(CheckBearer("t0k", "Bearer t0").code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(CheckBearer("t0k", "Bearer t0kk").code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(CheckBearer("t0k", "bearer t0k").code(), absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(CheckBearer("t0k", "Bearer t0k").ok());
+  // The scheme is case-insensitive and may be followed by several spaces (RFC 9110, 11.4).
+  EXPECT_TRUE(CheckBearer("t0k", "bearer t0k").ok());
+  EXPECT_TRUE(CheckBearer("t0k", "BEARER   t0k").ok());
+  EXPECT_EQ(CheckBearer("t0k", "Bearert0k").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckBearer("t0k", "Basic t0k").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckBearer("t0k", "Bearer t0k ").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckBearer("t0k", "").code(), absl::StatusCode::kPermissionDenied);
 }
 
 TEST(HttpAdmission, V2RequestsMayCarryLargeBodies) {

@@ -94,7 +94,6 @@ TEST_F(RepositoryTest, AStagedUploadTouchesNothingUntilCommitted) {
     ASSERT_TRUE((*staged)->Finish("new: config\n").ok());
     EXPECT_EQ((*staged)->bytes(), 3);
     staged_dir = fs::path((*staged)->model_path()).parent_path();
-    EXPECT_TRUE(fs::exists(staged_dir / "config.yaml"));
     // Not committed: the repository is as it was.
     EXPECT_EQ(ReadWholeFile(repo->ModelPath("m", 1)), "old");
     EXPECT_EQ(repo->Find("m")->config_yaml, "old: config\n");
@@ -108,6 +107,31 @@ TEST_F(RepositoryTest, AStagedUploadTouchesNothingUntilCommitted) {
   EXPECT_EQ(ReadWholeFile(repo->ModelPath("m", 1)), "new");
   EXPECT_EQ(repo->Find("m")->config_yaml, "new: config\n");
   EXPECT_TRUE(fs::is_empty(root_ / ".staging"));
+}
+
+std::set<std::string> FilesIn(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// An upload is built from its staging folder and served after a restart from its version
+// folder: whatever the build can find beside the model (external data) must be there too.
+// So while it is built the staging folder holds exactly what the commit puts into the version
+// folder (config.yaml, which the commit moves up to the model's folder, is written then).
+TEST_F(RepositoryTest, AStagedModelsFolderHoldsWhatItsVersionFolderWill) {
+  auto repo = ModelRepository::Open(root_.string());
+  for (const std::string config : {"", "instances: 1\n"}) {
+    auto staged = repo->Stage();
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    ASSERT_TRUE((*staged)->Append("bytes").ok());
+    ASSERT_TRUE((*staged)->Finish(config).ok());
+    const std::set<std::string> building = FilesIn(fs::path((*staged)->model_path()).parent_path());
+    ASSERT_TRUE(repo->Commit(**staged, "m", 1).ok());
+    EXPECT_EQ(building, FilesIn(fs::path(repo->ModelPath("m", 1)).parent_path()))
+        << "config: '" << config << "'";
+    EXPECT_EQ(repo->Find("m")->config_yaml, config);
+  }
 }
 
 TEST_F(RepositoryTest, ConcurrentStagesNeverShareAFolder) {
