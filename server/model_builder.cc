@@ -566,21 +566,6 @@ ModelConfig ConfigForBucket(const ModelConfig& config, const BuiltModel& m, int6
 
 using DimSymbols = std::vector<std::vector<std::string>>;
 
-// The model folder's sample inputs when the check runs (their hash joins `config`'s cache
-// key); unreadable samples are logged and left out, never a reason not to serve.
-WarmupSamples ReadSamples(const Graph& model, ModelConfig& config) {
-  if (!config.warmup.enabled) return {};
-  absl::StatusOr<WarmupSamples> s = ReadWarmupSamples(config.warmup.samples_dir, model);
-  if (!s.ok()) {
-    spdlog::warn("warm-up samples in {}: {}; using random inputs", config.warmup.samples_dir,
-                 std::string(s.status().message()));
-    return {};
-  }
-  config.warmup.samples_key = s->key;
-  if (!s->empty()) spdlog::info("warm-up feed: {} sample set(s) from {}", s->sets.size(), config.warmup.samples_dir);
-  return *std::move(s);
-}
-
 // input_shapes first, then the dynamic_dims symbols at their warm-up sizes. `symbols` gets,
 // per input and dim, the dynamic symbol bound there ("" elsewhere): a dim input_shapes fixed
 // is not dynamic, and a dynamic_dims name no open dim carries is a config error.
@@ -768,7 +753,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   // `config` is the given one with every open symbolic dim's profile filled in.
   std::unique_ptr<Graph> bound = model.Clone();
   ModelConfig config = given;
-  WarmupSamples samples = ReadSamples(model, config);
+  WarmupSamples samples = SamplesFor(model, config);
   DimSymbols dynamic;
   RETURN_IF_ERROR(BindConfigDims(*bound, config, samples, dynamic));
   const Graph& imported = *bound;

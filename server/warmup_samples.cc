@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <onnx/onnx_pb.h>
+#include <spdlog/spdlog.h>
 
 #include "compiler/onnx/tensor_proto.h"
 #include "runtime/check/differential.h"
@@ -64,6 +65,22 @@ absl::StatusOr<WarmupSamples> ReadWarmupSamples(const std::string& dir, const Gr
   }
   if (!out.empty()) out.key = ContentHash(bytes);
   return out;
+}
+
+WarmupSamples SamplesFor(const Graph& model, ModelConfig& config) {
+  if (!config.warmup.enabled) return {};
+  absl::StatusOr<WarmupSamples> s = ReadWarmupSamples(config.warmup.samples_dir, model);
+  if (!s.ok()) {
+    spdlog::warn("warm-up samples in {}: {}; using random inputs", config.warmup.samples_dir,
+                 std::string(s.status().message()));
+    return {};
+  }
+  config.warmup.samples_key = s->key;
+  if (!s->empty()) {
+    spdlog::info("warm-up feed: {} sample set(s) from {}", s->sets.size(),
+                 config.warmup.samples_dir);
+  }
+  return *std::move(s);
 }
 
 std::map<std::string, int64_t> SampleDims(const WarmupSamples& samples, const Graph& model) {

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"
+#include "server/model_config.h"
 #include "runtime/reference/interpreter.h"
 
 namespace kiln::server {
@@ -26,6 +27,11 @@ struct WarmupSamples {
 // when that is an input of `model`, else the name of the model's input at its position. A
 // file that is not a tensor, or a set naming too many inputs, is INVALID_ARGUMENT.
 absl::StatusOr<WarmupSamples> ReadWarmupSamples(const std::string& dir, const Graph& model);
+
+// The samples the warm-up check of `model` feeds, from config.warmup.samples_dir when the
+// check runs; their hash becomes config.warmup.samples_key (the engine cache key). Samples
+// that cannot be read are logged and left out: never a reason not to serve.
+WarmupSamples SamplesFor(const Graph& model, ModelConfig& config);
 
 // The sizes the first set gives the symbolic dims past dim 0 of `model`'s inputs.
 std::map<std::string, int64_t> SampleDims(const WarmupSamples& samples, const Graph& model);

@@ -63,6 +63,11 @@ TEST(WarmupSamples, ReadNamedByPositionAndFittedToTheBatch) {
   EXPECT_TRUE(ReadWarmupSamples((dir / "none").string(), *g)->empty());
   std::ofstream(dir / "test_data_set_0/input_0.pb") << "garbage";
   EXPECT_FALSE(ReadWarmupSamples(dir.string(), *g).ok());
+  // ... which the load logs and leaves out: the check falls back to random inputs.
+  ModelConfig c;
+  c.warmup.samples_dir = dir.string();
+  EXPECT_TRUE(SamplesFor(*g, c).empty());
+  EXPECT_TRUE(c.warmup.samples_key.empty());
 }
 
 TEST(WarmupSamples, ASampleSetsTheTypicalSizeAndIsChecked) {
