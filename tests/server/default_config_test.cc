@@ -12,6 +12,7 @@
 #include <random>
 
 #include "compiler/onnx/importer.h"
+#include "compiler/onnx/tensor_proto.h"
 #include "runtime/reference/interpreter.h"
 #include "tests/server/test_server.h"
 
@@ -95,6 +96,28 @@ TEST(DefaultConfig, ASymbolicSequenceEncoderLoadsAndServesItsRange) {
   grpc::Status s = server.Predict(Request(600, 1, &ids, &mask), &out);
   EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_NE(s.error_message().find("[1, 512]"), std::string::npos) << s.error_message();
+}
+
+// Sample inputs shipped beside the model (test_data_set_0/input_*.pb, the ONNX test layout)
+// feed the check, and their sequence length (24) is the one the model is built at.
+TEST(DefaultConfig, ShippedSamplesSetTheWarmupShape) {
+  TestServer server("default_config_samples");
+  const std::string onnx = EncoderOnnx(server.dir());
+  if (onnx.empty()) GTEST_SKIP() << "tests/models/text_model.py --write failed (python3-onnx?)";
+  const fs::path version = server.repo() / "bert/1";
+  fs::create_directories(version / "test_data_set_0");
+  std::ofstream(version / "model.onnx", std::ios::binary) << onnx;
+  Tensor ids, mask;
+  Request(24, 3, &ids, &mask);
+  ASSERT_TRUE(onnx_io::WriteTensorFile(ids, "input_ids", (version / "test_data_set_0/input_0.pb").string()).ok());
+  ASSERT_TRUE(onnx_io::WriteTensorFile(mask, "attention_mask", (version / "test_data_set_0/input_1.pb").string()).ok());
+  server.Start("", "model_defaults: {max_batch_size: 2}\n");
+  ASSERT_TRUE(server.WaitReady(300));
+  v1::ModelInfo info;
+  ASSERT_TRUE(server.GetModel("bert", 0, &info).ok());
+  EXPECT_TRUE(info.check().ok()) << info.check().message();
+  EXPECT_EQ(info.dynamic_dims().at("sequence"), 24);
+  EXPECT_EQ(info.dynamic_dim_ranges().at("sequence").max(), 512);
 }
 
 }  // namespace
