@@ -29,12 +29,20 @@ bool AllOnes(const Value* v) {
   return true;
 }
 
+// A scalar constant 0 or 1: what a mask is compared with (mask == 0).
+bool ZeroOrOne(const Value* v) {
+  if (!v || !v->is_constant() || v->constant->numel() != 1) return false;
+  const double x = v->constant->GetDouble(0);
+  return x == 0.0 || x == 1.0;
+}
+
 // A mask use of input k of `n`, described; "" when it is none.
 std::string MaskUse(const Node& n, size_t k) {
   if (!n.domain.empty()) return "";
   if (n.op_type == "Cast" && n.GetInt("to", 0) == kOnnxBool) return "mask (Cast to bool)";
   if (n.op_type == "Where" && k == 0) return "mask (Where's condition)";
   if (n.op_type == "Sub" && k == 1 && AllOnes(n.input(0))) return "mask (Sub(1, x))";
+  if (n.op_type == "Equal" && k < 2 && ZeroOrOne(n.input(1 - k))) return "mask (Equal(x, 0|1))";
   if (n.op_type == "Not" || n.op_type == "And" || n.op_type == "Or" || n.op_type == "Xor") {
     return "mask (" + n.op_type + ")";
   }

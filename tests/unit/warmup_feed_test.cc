@@ -67,8 +67,17 @@ TEST(InputHints, ASubFromAnythingButOneIsNoMask) {
   GraphBuilder b;
   Value* m = b.Input("m", DType::kFloat32, {Dim(4)});
   b.Output(b.Op("Sub", {b.Constant("two", Tensor::FromFloat({2.f})), m}));
+  // Equal with 0 is a mask (DistilBERT's mask == 0); with 5 it is not.
+  Value* e = b.Input("e", DType::kInt64, {Dim(4)});
+  b.Output(b.Op("Equal", {e, b.Constant("zero", Tensor::FromInt64({0}))}));
+  Value* f = b.Input("f", DType::kInt64, {Dim(4)});
+  b.Output(b.Op("Equal", {f, b.Constant("five", Tensor::FromInt64({5}))}));
   auto g = b.Build();
-  EXPECT_TRUE(InferInputHints(*g).empty());
+  const auto hints = InferInputHints(*g);
+  EXPECT_EQ(hints.count("m"), 0u);
+  ASSERT_EQ(hints.count("e"), 1u);
+  EXPECT_TRUE(hints.at("e").binary);
+  EXPECT_EQ(hints.count("f"), 0u);
 }
 
 TEST(InputHints, FeedFollowsHintsAndTheUsersRangesWin) {
