@@ -42,7 +42,6 @@ std::string MaskUse(const Node& n, size_t k) {
   if (n.op_type == "Cast" && n.GetInt("to", 0) == kOnnxBool) return "mask (Cast to bool)";
   if (n.op_type == "Where" && k == 0) return "mask (Where's condition)";
   if (n.op_type == "Sub" && k == 1 && AllOnes(n.input(0))) return "mask (Sub(1, x))";
-  if (n.op_type == "Equal" && k < 2 && ZeroOrOne(n.input(1 - k))) return "mask (Equal(x, 0|1))";
   if (n.op_type == "Not" || n.op_type == "And" || n.op_type == "Or" || n.op_type == "Xor") {
     return "mask (" + n.op_type + ")";
   }
@@ -78,6 +77,7 @@ void Narrow(std::optional<InputHint>& hint, const InputHint& use) {
 
 std::optional<InputHint> HintFor(const Graph& graph, const Value* input) {
   std::optional<InputHint> hint;
+  bool compared = false;  // with a scalar 0 or 1
   std::deque<const Value*> todo = {input};
   std::set<const Value*> seen = {input};
   while (!todo.empty()) {
@@ -88,6 +88,12 @@ std::optional<InputHint> HintFor(const Graph& graph, const Value* input) {
         if (n->inputs[k] != v) continue;
         if (std::string mask = MaskUse(*n, k); !mask.empty()) {
           Narrow(hint, InputHint{0, 1, true, mask});
+          continue;
+        }
+        // mask == 0 is a mask only when nothing else says more: token ids compared with
+        // the padding id 0 (a mask built from the ids) still index their table.
+        if (n->domain.empty() && n->op_type == "Equal" && k < 2 && ZeroOrOne(n->input(1 - k))) {
+          compared = true;
           continue;
         }
         if (n->domain.empty() && n->op_type == "Gather" && k == 1) {
@@ -105,6 +111,7 @@ std::optional<InputHint> HintFor(const Graph& graph, const Value* input) {
       }
     }
   }
+  if (!hint && compared) hint = InputHint{0, 1, true, "mask (Equal(x, 0|1))"};
   return hint;
 }
 

@@ -10,7 +10,8 @@
 //   - an index into a table: Gather's indices. The input is drawn from [0, n - 1], n the
 //     data's size on the gathered axis (the smallest such table when it indexes several).
 //   - a mask: Sub(1, x) (the additive mask), Where's condition, a Cast to bool, Not/And/Or/
-//     Xor, Equal with a scalar 0 or 1 (mask == 0). The input is drawn from {0, 1}.
+//     Xor, and Equal with a scalar 0 or 1 (mask == 0) unless the input also indexes a
+//     table (ids compared with the padding id). The input is drawn from {0, 1}.
 // Inputs used neither way get no hint (the configured int_range / float_range apply).
 #pragma once
 

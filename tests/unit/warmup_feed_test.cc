@@ -72,12 +72,19 @@ TEST(InputHints, ASubFromAnythingButOneIsNoMask) {
   b.Output(b.Op("Equal", {e, b.Constant("zero", Tensor::FromInt64({0}))}));
   Value* f = b.Input("f", DType::kInt64, {Dim(4)});
   b.Output(b.Op("Equal", {f, b.Constant("five", Tensor::FromInt64({5}))}));
+  // Ids compared with the padding id 0 still index their table.
+  Value* ids = b.Input("ids", DType::kInt64, {Dim(4)});
+  b.Output(b.Op("Equal", {ids, b.Constant("pad", Tensor::FromInt64({0}))}));
+  b.Output(b.Op("Gather", {b.Constant("table", Tensor::FromFloat({1, 2, 3}, {3})), ids}));
   auto g = b.Build();
   const auto hints = InferInputHints(*g);
   EXPECT_EQ(hints.count("m"), 0u);
   ASSERT_EQ(hints.count("e"), 1u);
   EXPECT_TRUE(hints.at("e").binary);
   EXPECT_EQ(hints.count("f"), 0u);
+  ASSERT_EQ(hints.count("ids"), 1u);
+  EXPECT_FALSE(hints.at("ids").binary);
+  EXPECT_EQ(hints.at("ids").hi, 2);
 }
 
 TEST(InputHints, FeedFollowsHintsAndTheUsersRangesWin) {
