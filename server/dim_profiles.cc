@@ -1,10 +1,10 @@
 #include "server/dim_profiles.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <memory>
 #include <set>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/shape/infer.h"
@@ -65,10 +65,10 @@ int64_t SmallestThatInfers(const Graph& model, std::map<std::string, int64_t> di
 }
 
 absl::Status NoProfile(const std::string& name, int64_t size) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "symbolic dim '", name, "': the model's shapes do not infer at size ", size,
-      "; give its sizes in the model config (dynamic_dims: {", name,
-      ": {min: N, max: N, typical: N}}) or fix it (input_shapes)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("symbolic dim '", name, "': the model's shapes do not infer at size ", size,
+                   "; give its sizes in the model config (dynamic_dims: {", name,
+                   ": {min: N, max: N, typical: N}}) or fix it (input_shapes)"));
 }
 
 // One dim's profile; `typicals` holds every open dim's typical size (this one's included,
@@ -99,8 +99,8 @@ absl::Status Resolve(const Graph& model, const std::string& name,
   }
   if (typical < lo || typical > hi) {
     return absl::InvalidArgumentError(absl::StrCat("dynamic_dims.", name, ": typical ", typical,
-                                                   " is outside the model's sizes [", lo, ", ",
-                                                   hi, "]"));
+                                                   " is outside the model's sizes [", lo, ", ", hi,
+                                                   "]"));
   }
   typicals[name] = typical;
   config.dynamic_dims[name] = typical;
@@ -116,9 +116,9 @@ absl::Status ResolveDimProfiles(const Graph& model, ModelConfig& config,
   const std::vector<std::string> open = OpenDims(model);
   for (const auto& kv : config.dynamic_dim_ranges) {
     if (std::find(open.begin(), open.end(), kv.first) == open.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dynamic_dims names '", kv.first,
-          "', which is no symbolic input dim left open by input_shapes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dynamic_dims names '", kv.first,
+                       "', which is no symbolic input dim left open by input_shapes"));
     }
   }
   std::map<std::string, int64_t> typicals;

@@ -64,7 +64,8 @@ void FillDynamicDims(const ModelSignature& sig, inference::ModelConfig& out) {
     dims.push_back(absl::StrCat(name, "=", typical != sig.default_dims.end() ? typical->second : 0,
                                 " [", range.first, ", ", range.second, "]"));
   }
-  if (!dims.empty()) (*out.mutable_parameters())["dynamic_dims"].set_string_value(absl::StrJoin(dims, "; "));
+  if (!dims.empty())
+    (*out.mutable_parameters())["dynamic_dims"].set_string_value(absl::StrJoin(dims, "; "));
 }
 
 void FillDuration(const ModelStats::Count& c, inference::StatisticDuration* out) {

@@ -20,8 +20,8 @@
 #include "runtime/reference/interpreter.h"
 #include "server/dim_profiles.h"
 #include "server/engine_factory.h"
-#include "server/warmup_samples.h"
 #include "server/metrics/kiln_metrics.h"
+#include "server/warmup_samples.h"
 
 namespace kiln::server {
 namespace {
@@ -89,8 +89,7 @@ bool OutputsHaveRows(const Graph& raw, int64_t batch) {
 }
 
 absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bool batchable,
-                                        const ModelConfig& config,
-                                        const WarmupSamples& samples) {
+                                        const ModelConfig& config, const WarmupSamples& samples) {
   CheckRows rows;
   rows.batch = batch;
   rows.raw = imported.Clone();
@@ -99,8 +98,7 @@ absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bo
   if (std::optional<ref::TensorMap> sample = SampleFeed(samples, *rows.raw, batchable)) {
     rows.feed = std::move(*sample);
   } else {
-    ASSIGN_OR_RETURN(rows.feed,
-                     check::RandomInputs(*rows.raw, RangesOf(config.warmup, *rows.raw)));
+    ASSIGN_OR_RETURN(rows.feed, check::RandomInputs(*rows.raw, RangesOf(config.warmup, *rows.raw)));
   }
   rows.nonfinite = check::WithNonFiniteValues(rows.feed, config.warmup.seed);
   check::InputRanges other = RangesOf(config.warmup, *rows.raw);
@@ -283,8 +281,8 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
     if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
     ref::TensorMap want(e.outputs.begin(), e.outputs.end());
     const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<check::Divergence> d = CheckEngine(
-        *r.engine, feed, want, ToleranceFor(raw, want, tol), checked_block);
+    absl::StatusOr<check::Divergence> d =
+        CheckEngine(*r.engine, feed, want, ToleranceFor(raw, want, tol), checked_block);
     times.check_ms += MsSince(t0);
     if (!d.ok()) return d.status();
     if (!d->ok) return absl::DataLossError("re-verification failed: " + d->message);
@@ -769,8 +767,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   m.check.ok = true;
   std::optional<CheckRows> rows;
   if (config.warmup.enabled) {
-    ASSIGN_OR_RETURN(rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable,
-                                         config, samples));
+    ASSIGN_OR_RETURN(
+        rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable, config, samples));
   }
   const std::vector<int64_t> order = BuildOrder(m.buckets);
   for (size_t position = 0; position < order.size(); ++position) {

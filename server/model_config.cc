@@ -134,8 +134,10 @@ absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelCo
   } else {
     return BadKey(key, "expected a size, [min, max] or {min, max, typical}");
   }
-  if (v.IsScalar() && typical < 1) return BadKey(key, absl::StrCat(typical, " is not a size (>= 1)"));
-  if (v.IsSequence() && (lo < 1 || hi < lo)) return BadKey(key, "expected [min, max], 1 <= min <= max");
+  if (v.IsScalar() && typical < 1)
+    return BadKey(key, absl::StrCat(typical, " is not a size (>= 1)"));
+  if (v.IsSequence() && (lo < 1 || hi < lo))
+    return BadKey(key, "expected [min, max], 1 <= min <= max");
   if (hi != 0 && lo > hi) return BadKey(key, absl::StrCat("min ", lo, " is above max ", hi));
   if (typical != 0 && hi != 0 && (typical < lo || typical > hi)) {
     return BadKey(key, absl::StrCat("typical ", typical, " is outside [", lo, ", ", hi, "]"));

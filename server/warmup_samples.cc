@@ -1,12 +1,12 @@
 #include "server/warmup_samples.h"
 
+#include <onnx/onnx_pb.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <onnx/onnx_pb.h>
-#include <spdlog/spdlog.h>
 
 #include "compiler/onnx/tensor_proto.h"
 #include "runtime/check/differential.h"
@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // One set: input_0.pb, input_1.pb, ... until one is missing.
-absl::StatusOr<ref::TensorMap> ReadSet(const fs::path& dir, const Graph& model, std::string& bytes) {
+absl::StatusOr<ref::TensorMap> ReadSet(const fs::path& dir, const Graph& model,
+                                       std::string& bytes) {
   ref::TensorMap set;
   for (size_t k = 0;; ++k) {
     const fs::path p = dir / ("input_" + std::to_string(k) + ".pb");
@@ -88,7 +89,8 @@ std::map<std::string, int64_t> SampleDims(const WarmupSamples& samples, const Gr
   if (samples.empty()) return dims;
   for (const Value* in : model.inputs) {
     auto it = samples.sets[0].find(in->name);
-    if (it == samples.sets[0].end() || !in->shape || in->shape->size() != it->second.shape().size()) {
+    if (it == samples.sets[0].end() || !in->shape ||
+        in->shape->size() != it->second.shape().size()) {
       continue;
     }
     for (size_t i = 1; i < in->shape->size(); ++i) {

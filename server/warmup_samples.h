@@ -12,8 +12,8 @@
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"
-#include "server/model_config.h"
 #include "runtime/reference/interpreter.h"
+#include "server/model_config.h"
 
 namespace kiln::server {
 

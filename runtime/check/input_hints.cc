@@ -15,7 +15,7 @@ constexpr int64_t kOnnxBool = 9;  // TensorProto.BOOL, Cast's `to`
 // Ops whose output holds (some of) the values of input 0 unchanged: an id or a mask keeps
 // its meaning through them.
 bool PassesValues(const Node& n, size_t k) {
-  static const std::set<std::string> kOps = {"Unsqueeze", "Squeeze", "Reshape",  "Flatten",
+  static const std::set<std::string> kOps = {"Unsqueeze", "Squeeze",  "Reshape",   "Flatten",
                                              "Expand",    "Identity", "Transpose", "Slice",
                                              "Tile",      "Gather",   "Cast"};
   return n.domain.empty() && k == 0 && kOps.count(n.op_type) > 0;
@@ -99,9 +99,9 @@ std::optional<InputHint> HintFor(const Graph& graph, const Value* input) {
         if (n->domain.empty() && n->op_type == "Gather" && k == 1) {
           const int64_t rows = TableRows(*n);
           if (rows > 0) {
-            Narrow(hint, InputHint{0, static_cast<double>(rows - 1), false,
-                                   absl::StrCat("indexes '", n->input(0)->name, "' (", rows,
-                                                " rows)")});
+            Narrow(hint,
+                   InputHint{0, static_cast<double>(rows - 1), false,
+                             absl::StrCat("indexes '", n->input(0)->name, "' (", rows, " rows)")});
           }
           continue;
         }

@@ -109,8 +109,12 @@ TEST(DefaultConfig, ShippedSamplesSetTheWarmupShape) {
   std::ofstream(version / "model.onnx", std::ios::binary) << onnx;
   Tensor ids, mask;
   Request(24, 3, &ids, &mask);
-  ASSERT_TRUE(onnx_io::WriteTensorFile(ids, "input_ids", (version / "test_data_set_0/input_0.pb").string()).ok());
-  ASSERT_TRUE(onnx_io::WriteTensorFile(mask, "attention_mask", (version / "test_data_set_0/input_1.pb").string()).ok());
+  ASSERT_TRUE(
+      onnx_io::WriteTensorFile(ids, "input_ids", (version / "test_data_set_0/input_0.pb").string())
+          .ok());
+  ASSERT_TRUE(onnx_io::WriteTensorFile(mask, "attention_mask",
+                                       (version / "test_data_set_0/input_1.pb").string())
+                  .ok());
   server.Start("", "model_defaults: {max_batch_size: 2}\n");
   ASSERT_TRUE(server.WaitReady(300));
   v1::ModelInfo info;

@@ -68,7 +68,8 @@ TEST(DimProfiles, TheConfigWinsAndBadOnesAreRefused) {
   ASSERT_TRUE(t.ok() && ResolveDimProfiles(*Encoder(512), *t).ok());
   EXPECT_EQ(t->dynamic_dims.at("sequence"), 40);
   EXPECT_EQ(RangeOf(*t), (std::pair<int64_t, int64_t>{1, 512}));
-  auto m = ParseModelConfig("dynamic_dims: {sequence: {min: 2, typical: 16}}\n", ModelConfig(), "m");
+  auto m =
+      ParseModelConfig("dynamic_dims: {sequence: {min: 2, typical: 16}}\n", ModelConfig(), "m");
   ASSERT_TRUE(m.ok() && ResolveDimProfiles(*Encoder(512), *m).ok());
   EXPECT_EQ(RangeOf(*m), (std::pair<int64_t, int64_t>{2, 512}));
   // A typical size beyond the table, and a range naming no open dim.

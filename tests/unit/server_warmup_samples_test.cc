@@ -30,7 +30,8 @@ fs::path WriteSample(const std::string& tag, const Tensor& ids, const std::strin
   const fs::path dir = fs::path(::testing::TempDir()) / ("kiln_samples_" + tag);
   fs::remove_all(dir);
   fs::create_directories(dir / "test_data_set_0");
-  EXPECT_TRUE(onnx_io::WriteTensorFile(ids, name, (dir / "test_data_set_0/input_0.pb").string()).ok());
+  EXPECT_TRUE(
+      onnx_io::WriteTensorFile(ids, name, (dir / "test_data_set_0/input_0.pb").string()).ok());
   return dir;
 }
 

@@ -2,8 +2,8 @@
 // [batch, sequence], no config): it passes a correct float32 engine (the feed follows the
 // model's inputs, the comparison each output's scale), and it still catches an engine whose
 // output is off by a percent of the scale in one token's row, or a pass that scales the
-// output's weights by 1.01. KILN_TEXT_MODEL_ARGS="--hidden 768 --layers 12 --heads 12 --ffn 3072 --vocab
-// 30522" runs it at BERT-base size; the error figures are printed.
+// output's weights by 1.01. KILN_TEXT_MODEL_ARGS="--hidden 768 --layers 12 --heads 12 --ffn 3072
+// --vocab 30522" runs it at BERT-base size; the error figures are printed.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,11 +11,11 @@
 #include <filesystem>
 
 #include "compiler/onnx/importer.h"
+#include "compiler/passes/pass.h"
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
 #include "runtime/check/differential.h"
 #include "server/model_builder.h"
-#include "compiler/passes/pass.h"
 
 namespace kiln::server {
 namespace {
@@ -98,7 +98,8 @@ class NudgeOutputWeights : public passes::Pass {
       Node* n = out->producer;
       for (size_t k = 0; n && k < n->inputs.size(); ++k) {
         Value*& in = n->inputs[k];
-        if (!in || !in->is_constant() || in->dtype != DType::kFloat32 || in->constant->numel() < 2) {
+        if (!in || !in->is_constant() || in->dtype != DType::kFloat32 ||
+            in->constant->numel() < 2) {
           continue;
         }
         Tensor t = in->constant->Clone();
@@ -115,9 +116,10 @@ class NudgeOutputWeights : public passes::Pass {
 TEST(WarmupScale, APassOffByAPercentIsCaughtAndDisabled) {
   auto model = Encoder();
   if (!model) GTEST_SKIP() << "tests/models/text_model.py --write failed (python3-onnx?)";
-  ASSERT_TRUE(RegisterTestPass("test_nudge_output_weights",
-                               [] { return std::make_unique<NudgeOutputWeights>(); },
-                               "eliminate_dead_code").ok());
+  ASSERT_TRUE(RegisterTestPass(
+                  "test_nudge_output_weights",
+                  [] { return std::make_unique<NudgeOutputWeights>(); }, "eliminate_dead_code")
+                  .ok());
   auto built = BuildModel(*model, OneBucket(), nullptr);
   ASSERT_TRUE(built.ok()) << built.status();
   EXPECT_EQ(built->check.disabled_passes.count("test_nudge_output_weights"), 1u)

@@ -35,8 +35,9 @@ std::unique_ptr<Graph> TextLike() {
   Value* ids32 = b.Op("Cast", {ids}, {{"to", Attribute::Int(6)}});
   Value* e = b.Op("Add", {b.Op("Gather", {b.Constant("word", Filled({1000, 4}, 0.1f)), ids32}),
                           b.Op("Gather", {b.Constant("pos_emb", Filled({64, 4}, 0.2f)), pos})});
-  Value* m = b.Op("Cast", {b.Op("Unsqueeze", {mask, b.Constant("ax", Tensor::FromInt64({2}, {1}))})},
-                  {{"to", Attribute::Int(1)}});
+  Value* m =
+      b.Op("Cast", {b.Op("Unsqueeze", {mask, b.Constant("ax", Tensor::FromInt64({2}, {1}))})},
+           {{"to", Attribute::Int(1)}});
   Value* add = b.Op("Mul", {b.Op("Sub", {b.Constant("one", Tensor::FromFloat({1.f})), m}),
                             b.Constant("big", Tensor::FromFloat({-10000.f}))});
   Value* h = b.Op("Add", {b.Op("Add", {e, add}), x});
@@ -123,7 +124,7 @@ TEST(ScaledTolerance, RoundingNearZeroPassesAPercentOfTheScaleFails) {
   Tensor rounded = want.Clone(), wrong = want.Clone();
   rounded.mutable_data<float>()[0] += 3e-4f;  // float32 noise through many layers
   for (int64_t i = 0; i < 64; ++i) wrong.mutable_data<float>()[i] *= 1.01f;  // a wrong kernel
-  const Tolerance tol;  // rtol 1e-3, atol 1e-4
+  const Tolerance tol;                                                       // rtol 1e-3, atol 1e-4
   const ref::TensorMap w = {{"y", want}};
   EXPECT_FALSE(CompareOutputs(w, {{"y", rounded}}, tol).ok);  // elementwise alone fails it
   const Tolerance scaled = ScaledToOutputs(w, tol);
