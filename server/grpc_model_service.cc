@@ -57,6 +57,11 @@ void FillShapes(const ModelVersion& mv, v1::ModelInfo* out) {
   for (const auto& [name, size] : mv.built().signature.default_dims) {
     (*out->mutable_dynamic_dims())[name] = size;
   }
+  for (const auto& [name, range] : mv.built().signature.dim_ranges) {
+    v1::DimRange& r = (*out->mutable_dynamic_dim_ranges())[name];
+    r.set_min(range.first);
+    r.set_max(range.second);
+  }
   const ShapeEngines* shapes = mv.shapes();
   if (!shapes) return;
   for (const ShapeSummary& s : shapes->Shapes()) {

@@ -55,6 +55,20 @@ void FillParameters(const server::ModelConfig& c, inference::ModelConfig& out) {
   p["disabled_passes"].set_string_value(absl::StrJoin(c.disabled_passes, ","));
 }
 
+// A dynamic model's dims (ModelSignature::dim_ranges), as the model config's `parameters`
+// (the tensors show -1; the v2 protocol has no field for a range): "sequence=128 [1, 512]",
+// the size warm-up checked at and the sizes served.
+void FillDynamicDims(const ModelSignature& sig, inference::ModelConfig& out) {
+  std::vector<std::string> dims;
+  for (const auto& [name, range] : sig.dim_ranges) {
+    auto typical = sig.default_dims.find(name);
+    dims.push_back(absl::StrCat(name, "=", typical != sig.default_dims.end() ? typical->second : 0,
+                                " [", range.first, ", ", range.second, "]"));
+  }
+  if (!dims.empty())
+    (*out.mutable_parameters())["dynamic_dims"].set_string_value(absl::StrJoin(dims, "; "));
+}
+
 void FillDuration(const ModelStats::Count& c, inference::StatisticDuration* out) {
   out->set_count(c.count);
   out->set_ns(c.ns);
@@ -269,6 +283,7 @@ absl::StatusOr<inference::ModelConfig> GetModelConfig(const ModelRegistry& regis
     b->mutable_default_queue_policy()->set_max_queue_size(static_cast<uint32_t>(c.max_queue_size));
   }
   FillParameters(c, r);
+  FillDynamicDims(sig, r);
   return r;
 }
 

@@ -18,8 +18,10 @@
 #include "compiler/shape/infer.h"
 #include "runtime/check/differential.h"
 #include "runtime/reference/interpreter.h"
+#include "server/dim_profiles.h"
 #include "server/engine_factory.h"
 #include "server/metrics/kiln_metrics.h"
+#include "server/warmup_samples.h"
 
 namespace kiln::server {
 namespace {
@@ -31,7 +33,10 @@ double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }  // each disables one pass; more means something else is wrong
 
-check::InputRanges RangesOf(const WarmupConfig& w) {
+// The warm-up feed's ranges: the config's, plus what the graph's use of its inputs says
+// (table indices within their table, masks 0/1: runtime/check/input_hints.h); the config's
+// per-input ranges win.
+check::InputRanges RangesOf(const WarmupConfig& w, const Graph& graph) {
   check::InputRanges r;
   r.seed = w.seed;
   r.float_lo = w.float_lo;
@@ -39,7 +44,14 @@ check::InputRanges RangesOf(const WarmupConfig& w) {
   r.int_lo = w.int_lo;
   r.int_hi = w.int_hi;
   r.per_input = w.input_ranges;
-  return r;
+  return check::WithInputHints(graph, std::move(r));
+}
+
+// The tolerance one comparison of the check uses: an int8 model's quantization step, and
+// every float output's own scale (differential.h).
+check::Tolerance ToleranceFor(const Graph& raw, const ref::TensorMap& want,
+                              const check::Tolerance& base) {
+  return check::ScaledToOutputs(want, check::ForQuantizedGraph(raw, want, base));
 }
 
 // Runs `engine` on `feed` and compares with `want` (the raw graph's outputs).
@@ -77,14 +89,19 @@ bool OutputsHaveRows(const Graph& raw, int64_t batch) {
 }
 
 absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bool batchable,
-                                        const ModelConfig& config) {
+                                        const ModelConfig& config, const WarmupSamples& samples) {
   CheckRows rows;
   rows.batch = batch;
   rows.raw = imported.Clone();
   RETURN_IF_ERROR(shape::Specialize(*rows.raw, batch));
-  ASSIGN_OR_RETURN(rows.feed, check::RandomInputs(*rows.raw, RangesOf(config.warmup)));
+  // Shipped sample inputs first (warmup_samples.h), when one set fits the shapes.
+  if (std::optional<ref::TensorMap> sample = SampleFeed(samples, *rows.raw, batchable)) {
+    rows.feed = std::move(*sample);
+  } else {
+    ASSIGN_OR_RETURN(rows.feed, check::RandomInputs(*rows.raw, RangesOf(config.warmup, *rows.raw)));
+  }
   rows.nonfinite = check::WithNonFiniteValues(rows.feed, config.warmup.seed);
-  check::InputRanges other = RangesOf(config.warmup);
+  check::InputRanges other = RangesOf(config.warmup, *rows.raw);
   other.seed += 1;
   ASSIGN_OR_RETURN(rows.distractor, check::RandomInputs(*rows.raw, other));
   rows.tileable = batchable && OutputsHaveRows(*rows.raw, batch);
@@ -165,12 +182,14 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
   const WarmupConfig& w = config.warmup;
   std::string warmup = "off";
   if (w.enabled) {
-    // "rows": the larger buckets are verified on batches repeating the smallest one's rows.
-    warmup = absl::StrCat("rows,", w.seed, ",", w.rtol, ",", w.atol, ",", w.float_lo, ",",
+    // "rows": the larger buckets are verified on batches repeating the smallest one's rows;
+    // "hints": the feed follows the model's use of its inputs, compared at each output's scale.
+    warmup = absl::StrCat("rows,hints,", w.seed, ",", w.rtol, ",", w.atol, ",", w.float_lo, ",",
                           w.float_hi, ",", w.int_lo, ",", w.int_hi);
     for (const auto& [name, r] : w.input_ranges) {
       absl::StrAppend(&warmup, ",", name, ":", r.first, ":", r.second);
     }
+    if (!w.samples_key.empty()) absl::StrAppend(&warmup, ",samples:", w.samples_key);
   }
   EngineCacheKey key;
   key.model_hash = cache.model_hash;
@@ -262,8 +281,8 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
     if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
     ref::TensorMap want(e.outputs.begin(), e.outputs.end());
     const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<check::Divergence> d = CheckEngine(
-        *r.engine, feed, want, check::ForQuantizedGraph(raw, want, tol), checked_block);
+    absl::StatusOr<check::Divergence> d =
+        CheckEngine(*r.engine, feed, want, ToleranceFor(raw, want, tol), checked_block);
     times.check_ms += MsSince(t0);
     if (!d.ok()) return d.status();
     if (!d->ok) return absl::DataLossError("re-verification failed: " + d->message);
@@ -303,8 +322,9 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     check::Divergence d;
     check::Tolerance failed_tol = tol;
     for (const CheckCase& c : cases) {
-      // An int8 model is compared within its quantization's own step (differential.h).
-      const check::Tolerance case_tol = check::ForQuantizedGraph(raw, c.want, tol);
+      // An int8 model is compared within its quantization's own step, and every output
+      // within its own scale (differential.h).
+      const check::Tolerance case_tol = ToleranceFor(raw, c.want, tol);
       ASSIGN_OR_RETURN(d, CheckEngine(*r.engine, c.feed, c.want, case_tol, c.checked_block));
       if (c.nonfinite) check.nonfinite_checked = true;
       if (!c.nonfinite) {
@@ -409,7 +429,7 @@ absl::StatusOr<std::vector<CheckCase>> CasesFor(CheckRows& rows, const Graph& ra
   }
   CheckCase own;
   const Clock::time_point t0 = Clock::now();
-  ASSIGN_OR_RETURN(own.feed, check::RandomInputs(raw, RangesOf(config.warmup)));
+  ASSIGN_OR_RETURN(own.feed, check::RandomInputs(raw, RangesOf(config.warmup, raw)));
   ASSIGN_OR_RETURN(own.want, ref::Run(raw, own.feed));
   times.reference_ms += MsSince(t0);
   cases.push_back(std::move(own));
@@ -428,7 +448,7 @@ absl::StatusOr<ref::TensorMap> CachedFeedFor(const CheckRows& rows, const Graph&
     *block = rows.batch;
     return check::TileRows({&rows.feed, &rows.distractor}, batch);
   }
-  return check::RandomInputs(raw, RangesOf(config.warmup));
+  return check::RandomInputs(raw, RangesOf(config.warmup, raw));
 }
 
 // One bucket: from the cache when it holds a verified entry, else compiled and checked (and
@@ -547,10 +567,14 @@ using DimSymbols = std::vector<std::vector<std::string>>;
 // input_shapes first, then the dynamic_dims symbols at their warm-up sizes. `symbols` gets,
 // per input and dim, the dynamic symbol bound there ("" elsewhere): a dim input_shapes fixed
 // is not dynamic, and a dynamic_dims name no open dim carries is a config error.
-absl::Status BindConfigDims(Graph& g, const ModelConfig& config, DimSymbols& symbols) {
+// The symbolic dims input_shapes leaves open get their profiles first (`config` takes them:
+// dim_profiles.h), so every one of them is dynamic.
+absl::Status BindConfigDims(Graph& g, ModelConfig& config, const WarmupSamples& samples,
+                            DimSymbols& symbols) {
   shape::InputDims fixed;
   fixed.shapes = config.input_shapes;
   RETURN_IF_ERROR(shape::BindInputDims(g, fixed));
+  RETURN_IF_ERROR(ResolveDimProfiles(g, config, SampleDims(samples, g)));
   if (config.dynamic_dims.empty()) return absl::OkStatus();
   std::set<std::string> seen;
   for (const Value* in : g.inputs) {
@@ -604,6 +628,7 @@ void MarkDynamicDims(const Graph& model, const ModelConfig& config, DimSymbols s
   }
   sig.dim_symbols = std::move(symbols);
   sig.default_dims = config.dynamic_dims;
+  sig.dim_ranges = config.dynamic_dim_ranges;
 }
 
 }  // namespace
@@ -714,7 +739,7 @@ absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelCon
   return sig;
 }
 
-absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& config,
+absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& given,
                                       const ProgressFn& progress, const CacheContext& cache) {
   // The reference runs and the compiles reuse freed multi-MiB buffers (base/heap_scope.h).
   // Not the import: it copies the weights into buffers that stay, and competes with the
@@ -723,9 +748,12 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
   BuiltModel m;
   // The config's input_shapes fix symbolic dims other than the batch (a sequence length):
   // from here on the model is the one with those sizes.
+  // `config` is the given one with every open symbolic dim's profile filled in.
   std::unique_ptr<Graph> bound = model.Clone();
+  ModelConfig config = given;
+  WarmupSamples samples = SamplesFor(model, config);
   DimSymbols dynamic;
-  RETURN_IF_ERROR(BindConfigDims(*bound, config, dynamic));
+  RETURN_IF_ERROR(BindConfigDims(*bound, config, samples, dynamic));
   const Graph& imported = *bound;
   ASSIGN_OR_RETURN(m.signature, SignatureOf(imported, config));
   m.buckets = m.signature.batchable ? config.batch_buckets : std::vector<int64_t>{1};
@@ -739,8 +767,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& con
   m.check.ok = true;
   std::optional<CheckRows> rows;
   if (config.warmup.enabled) {
-    ASSIGN_OR_RETURN(rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable,
-                                         config));
+    ASSIGN_OR_RETURN(
+        rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable, config, samples));
   }
   const std::vector<int64_t> order = BuildOrder(m.buckets);
   for (size_t position = 0; position < order.size(); ++position) {
@@ -791,6 +819,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
     const std::map<std::string, int64_t>& dims, int64_t bucket) {
   ModelConfig c = config;
   c.dynamic_dims = dims;
+  c.dynamic_dim_ranges = base.signature.dim_ranges;  // known: no probing per shape
   c.batch_buckets = {bucket};
   c.max_batch_size = bucket;
   c.instances = 1;  // a shape's batcher runs one batch at a time

@@ -109,17 +109,52 @@ absl::Status ReadInputShapes(const YAML::Node& v, ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// dynamic_dims: {symbol: warm-up size}, each size >= 1.
+// One dynamic_dims entry: a warm-up size (`64`), a range (`[1, 512]`) or both (`{min: 1,
+// max: 512, typical: 64}`, each key optional: min 1, max and typical from the model).
+absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelConfig& c) {
+  const std::string name = key.substr(key.find('.') + 1);
+  int64_t lo = 0, hi = 0, typical = 0;
+  if (v.IsScalar()) {
+    RETURN_IF_ERROR(Read(v, key, typical));
+  } else if (v.IsSequence()) {
+    std::vector<int64_t> r;
+    RETURN_IF_ERROR(Read(v, key, r));
+    if (r.size() != 2) return BadKey(key, "expected [min, max]");
+    lo = r[0];
+    hi = r[1];
+  } else if (v.IsMap()) {
+    for (const auto& kv : v) {
+      const std::string k = kv.first.as<std::string>();
+      int64_t* out = k == "min" ? &lo : k == "max" ? &hi : k == "typical" ? &typical : nullptr;
+      if (!out) return BadKey(key + "." + k, "unknown key (min, max, typical)");
+      RETURN_IF_ERROR(Read(kv.second, key + "." + k, *out));
+      if (*out < 1) return BadKey(key + "." + k, absl::StrCat(*out, " is not a size (>= 1)"));
+    }
+    if (lo == 0 && hi != 0) lo = 1;
+  } else {
+    return BadKey(key, "expected a size, [min, max] or {min, max, typical}");
+  }
+  if (v.IsScalar() && typical < 1)
+    return BadKey(key, absl::StrCat(typical, " is not a size (>= 1)"));
+  if (v.IsSequence() && (lo < 1 || hi < lo))
+    return BadKey(key, "expected [min, max], 1 <= min <= max");
+  if (hi != 0 && lo > hi) return BadKey(key, absl::StrCat("min ", lo, " is above max ", hi));
+  if (typical != 0 && hi != 0 && (typical < lo || typical > hi)) {
+    return BadKey(key, absl::StrCat("typical ", typical, " is outside [", lo, ", ", hi, "]"));
+  }
+  if (typical != 0) c.dynamic_dims[name] = typical;
+  if (lo != 0 || hi != 0) c.dynamic_dim_ranges[name] = {lo == 0 ? 1 : lo, hi};  // hi 0: the model's
+  return absl::OkStatus();
+}
+
+// dynamic_dims: {symbol: size | [min, max] | {min, max, typical}}.
 absl::Status ReadDynamicDims(const YAML::Node& v, ModelConfig& c) {
   const std::string key = "dynamic_dims";
-  if (!v.IsMap()) return BadKey(key, "expected a map of dim name -> warm-up size");
+  if (!v.IsMap()) return BadKey(key, "expected a map of dim name -> warm-up size or range");
   c.dynamic_dims.clear();
+  c.dynamic_dim_ranges.clear();
   for (const auto& kv : v) {
-    const std::string name = kv.first.as<std::string>();
-    int64_t size = 0;
-    RETURN_IF_ERROR(Read(kv.second, key + "." + name, size));
-    if (size < 1) return BadKey(key + "." + name, absl::StrCat(size, " is not a size (>= 1)"));
-    c.dynamic_dims[name] = size;
+    RETURN_IF_ERROR(ReadDynamicDim(key + "." + kv.first.as<std::string>(), kv.second, c));
   }
   return absl::OkStatus();
 }

@@ -26,6 +26,9 @@ struct WarmupConfig {
   double float_lo = -1.0, float_hi = 1.0;
   int64_t int_lo = 0, int_hi = 10;
   std::map<std::string, std::pair<double, double>> input_ranges;
+  // Not a config key: the model's folder, set at load, where sample inputs may be shipped
+  // (server/warmup_samples.h); and the samples' content hash (engine cache key).
+  std::string samples_dir, samples_key;
 };
 
 struct ModelConfig {
@@ -52,6 +55,11 @@ struct ModelConfig {
   // warm-up checked at). A request with other sizes runs on an engine specialised for them,
   // built on its first request and kept in a per-model LRU (server/shape_engines.h).
   std::map<std::string, int64_t> dynamic_dims;
+  // The sizes each such dim is served at, [min, max] inclusive (a request outside is
+  // INVALID_ARGUMENT). Given as `dynamic_dims: {sequence: [1, 512]}` or `{sequence: {min: 1,
+  // max: 512, typical: 64}}`; otherwise, and for a symbolic dim the config does not name,
+  // taken from the model at load (server/dim_profiles.h).
+  std::map<std::string, std::pair<int64_t, int64_t>> dynamic_dim_ranges;
   // How many such specialised shapes a model keeps (each with the engines of the batch
   // buckets its requests used); the least recently used one is dropped beyond it.
   int max_shape_engines = 8;

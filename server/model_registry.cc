@@ -233,8 +233,10 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
   RETURN_IF_ERROR(CheckOpsets(*graph));
   CrashPoint("build-started");
   const auto build_start = std::chrono::steady_clock::now();
-  auto built = BuildModel(*graph, mv.config(), [&](const std::string& p) { mv.SetReason(p); },
-                          cache);
+  ModelConfig config = mv.config();
+  // Sample inputs shipped beside the model file feed the warm-up check (warmup_samples.h).
+  config.warmup.samples_dir = std::filesystem::path(path).parent_path().string();
+  auto built = BuildModel(*graph, config, [&](const std::string& p) { mv.SetReason(p); }, cache);
   // Whatever a stopped build returned (its step's CANCELLED, or an error the stop caused),
   // the reason is the stop.
   if (stopping_) return stopped();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -22,6 +23,9 @@ struct ModelSignature {
   // The sizes the model's own engines were built at: requests with other sizes run on
   // engines specialised for them (server/shape_engines.h).
   std::map<std::string, int64_t> default_dims;
+  // The sizes served per symbol, [min, max] inclusive (server/dim_profiles.h): a request
+  // outside is INVALID_ARGUMENT.
+  std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
   bool dynamic() const { return !default_dims.empty(); }
 };
 

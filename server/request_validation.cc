@@ -103,6 +103,13 @@ absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(
       const std::string& sym = sig.dim_symbols[k][i];
       if (sym.empty()) continue;
       const int64_t size = inputs[k].shape()[i];
+      if (auto r = sig.dim_ranges.find(sym);
+          r != sig.dim_ranges.end() && (size < r->second.first || size > r->second.second)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", sig.inputs[k].name, "' dim ", i, " ('", sym, "') is ", size,
+            ", outside the sizes the model serves, [", r->second.first, ", ", r->second.second,
+            "] (model config dynamic_dims: {", sym, ": [min, max]})"));
+      }
       auto [it, inserted] = values.emplace(sym, size);
       if (inserted) {
         first[sym] = k;

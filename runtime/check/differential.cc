@@ -8,7 +8,18 @@
 #include <random>
 #include <sstream>
 
+#include "runtime/check/input_hints.h"
+
 namespace kiln::check {
+
+InputRanges WithInputHints(const Graph& graph, InputRanges ranges) {
+  for (const auto& [name, hint] : InferInputHints(graph)) {
+    if (ranges.per_input.count(name)) continue;
+    ranges.per_input[name] = {hint.lo, hint.hi};
+    if (hint.binary) ranges.binary.insert(name);
+  }
+  return ranges;
+}
 
 absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRanges& ranges) {
   std::mt19937_64 rng(ranges.seed);
@@ -24,7 +35,8 @@ absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRange
                                              : (is_float ? ranges.float_lo : ranges.int_lo);
     double hi = it != ranges.per_input.end() ? it->second.second
                                              : (is_float ? ranges.float_hi : ranges.int_hi);
-    if (in->dtype == DType::kBool) lo = 0, hi = 1;
+    const bool binary = in->dtype == DType::kBool || ranges.binary.count(in->name) > 0;
+    if (binary) lo = 0, hi = 1;
     if (!IsSupportedDType(in->dtype)) {
       return absl::UnimplementedError("input '" + in->name + "' has unsupported dtype " +
                                       DTypeName(in->dtype));
@@ -33,7 +45,9 @@ absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRange
     std::uniform_int_distribution<int64_t> integer(static_cast<int64_t>(lo),
                                                    static_cast<int64_t>(hi));
     for (int64_t i = 0; i < t.numel(); ++i) {
-      if (is_float) {
+      if (is_float && binary) {
+        t.SetDouble(i, static_cast<double>(rng() & 1));
+      } else if (is_float) {
         t.SetDouble(i, real(rng));
       } else {
         t.SetInt(i, integer(rng));
@@ -147,6 +161,25 @@ Tolerance ForQuantizedGraph(const Graph& raw, const ref::TensorMap& want, Tolera
       hi = std::max(hi, v);
     }
     if (hi > lo) base.output_atol[name] = (hi - lo) / 255.0;
+  }
+  return base;
+}
+
+Tolerance ScaledToOutputs(const ref::TensorMap& want, Tolerance base) {
+  for (const auto& [name, t] : want) {
+    if (!IsFloatDType(t.dtype()) || t.numel() == 0) continue;
+    double sum = 0;
+    int64_t n = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double v = t.GetDouble(i);
+      if (!std::isfinite(v)) continue;
+      sum += v * v;
+      ++n;
+    }
+    if (n == 0) continue;
+    const double floor = base.rtol * std::sqrt(sum / static_cast<double>(n));
+    double& atol = base.output_atol[name];
+    atol = std::max(atol, floor);
   }
   return base;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,7 +26,13 @@ struct InputRanges {
   double float_lo = -1.0, float_hi = 1.0;
   int64_t int_lo = 0, int_hi = 10;  // inclusive; e.g. token ids must stay in the vocabulary
   std::map<std::string, std::pair<double, double>> per_input;  // overrides by input name
+  // Inputs drawn from {0, 1} only (masks, input_hints.h), floats included; per_input wins.
+  std::set<std::string> binary;
 };
+
+// `ranges` with the graph's input hints (input_hints.h) added: table indices within their
+// table, masks binary. An input already in `per_input` (the user's ranges) keeps its range.
+InputRanges WithInputHints(const Graph& graph, InputRanges ranges);
 
 // One tensor per graph input (shapes must be static: Specialize first).
 absl::StatusOr<ref::TensorMap> RandomInputs(const Graph& graph, const InputRanges& ranges);
@@ -52,6 +59,13 @@ Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
 // with QuantizeLinear (or QLinear ops) every float output's atol is at least one step of
 // its expected values' range, (max - min) / 255; any other graph keeps `base`.
 Tolerance ForQuantizedGraph(const Graph& raw, const ref::TensorMap& want, Tolerance base);
+
+// The tolerance scaled to each float output's magnitude: its atol is at least rtol times the
+// root mean square of its finite expected values. A float32 engine's rounding through many
+// layers moves an element near zero by a fraction of the output's scale, not of that
+// element, and an elementwise rtol alone fails it there; a wrong kernel moves elements by
+// far more than rtol of the scale and still fails.
+Tolerance ScaledToOutputs(const ref::TensorMap& want, Tolerance base);
 
 struct PassOutcome {
   std::string pass;

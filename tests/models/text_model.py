@@ -12,6 +12,7 @@ on the reference and on the CPU engine at O0 and O2 (rtol 1e-3, atol 1e-4).
 
   text_model.py --kiln build/tools/kiln [--work DIR]
   text_model.py --write DIR [--causal] [--hidden 256 --layers 4 --heads 4 --ffn 1024]
+      [--vocab 30522]  (BERT-base: --hidden 768 --layers 12 --heads 12 --ffn 3072 --vocab 30522)
       only writes DIR/model.onnx (for bench/compare_ort.js --models ... --dim sequence=128)
 
 --causal adds a GPT-style causal mask (Range over the run's sequence length, Greater, Where)
@@ -173,7 +174,7 @@ def run_ort(model_path, inputs, work):
 
 
 def main():
-    global HIDDEN, FFN, LAYERS, HEADS
+    global HIDDEN, FFN, LAYERS, HEADS, VOCAB
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln")
     ap.add_argument("--work", help="keep the generated case here (default: a temporary folder)")
@@ -182,9 +183,10 @@ def main():
     ap.add_argument("--ffn", type=int, default=FFN)
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--heads", type=int, default=HEADS)
+    ap.add_argument("--vocab", type=int, default=VOCAB)
     ap.add_argument("--causal", action="store_true", help="--write the decoder (causal mask)")
     args = ap.parse_args()
-    HIDDEN, FFN, LAYERS, HEADS = args.hidden, args.ffn, args.layers, args.heads
+    HIDDEN, FFN, LAYERS, HEADS, VOCAB = args.hidden, args.ffn, args.layers, args.heads, args.vocab
     if args.write:
         os.makedirs(args.write, exist_ok=True)
         onnx.save(build_model(args.causal), os.path.join(args.write, "model.onnx"))

@@ -72,11 +72,14 @@ inline std::string ConvChainOnnx(int layers, int64_t c, int64_t hw) {
   return proto.ok() ? proto->SerializeAsString() : std::string();
 }
 
-// Imports, but cannot be built: dim 1 of `x` is symbolic and no input_shapes sizes it.
+// Imports, but cannot be built: dim 0 of `x` ('sequence') is symbolic while `y`'s is not, so
+// the model is not batchable, and a non-batchable model's leading dim gets no profile
+// (server/dim_profiles.h) and no input_shapes sizes it.
 inline std::string UnbuildableOnnx() {
   GraphBuilder b;
-  Value* x = b.Input("x", DType::kFloat32, {Dim::Symbol("batch"), Dim::Symbol("sequence")});
-  b.Output(b.Op("Relu", {x}));
+  Value* x = b.Input("x", DType::kFloat32, {Dim::Symbol("sequence"), Dim(2)});
+  Value* y = b.Input("y", DType::kFloat32, {Dim(1), Dim(2)});
+  b.Output(b.Op("Add", {x, y}));
   auto proto = onnx_io::ExportModel(*b.Build());
   return proto.ok() ? proto->SerializeAsString() : std::string();
 }
@@ -120,7 +123,10 @@ class TestServer {
           << "', http_address: '127.0.0.1:" << p.http << "', drain_timeout_ms: 2000"
           << (server_yaml.empty() ? "" : ", ") << server_yaml << "}\n"
           << "model_repository: '" << repo().string() << "'\nlog: {level: warn}\n"
-          << "model_defaults: {max_batch_size: 2, device: reference}\n"
+          // A test that gives its own model_defaults (`{}`: kilnd's) replaces these.
+          << (root_yaml.find("model_defaults") == std::string::npos
+                  ? "model_defaults: {max_batch_size: 2, device: reference}\n"
+                  : "")
           << root_yaml;
       return (dir_ / "server.yaml").string();
     }, args);

@@ -1,0 +1,110 @@
+// Profiles for symbolic dims no config names (server/dim_profiles.h): the range comes from
+// the model's position table (or the documented default without one), the config's range
+// and typical size win, bad ones are refused; a model with such a dim builds with no config,
+// shows the range, and a request outside it is INVALID_ARGUMENT naming the range.
+#include <gtest/gtest.h>
+
+#include "compiler/ir/builder.h"
+#include "server/dim_profiles.h"
+#include "server/model_builder.h"
+#include "server/request_validation.h"
+
+namespace kiln::server {
+namespace {
+
+Tensor Filled(std::vector<int64_t> shape, float v) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = v + 0.001f * i;
+  return t;
+}
+
+// ids [batch, sequence] -> token embeddings + the first `sequence` rows of a position table
+// of `positions` rows (Shape -> Gather -> Unsqueeze -> Slice, as exporters write it); no
+// table when `positions` is 0.
+std::unique_ptr<Graph> Encoder(int64_t positions) {
+  GraphBuilder b;
+  Value* ids = b.Input("ids", DType::kInt64, {Dim::Symbol("batch"), Dim::Symbol("sequence")});
+  Value* e = b.Op("Gather", {b.Constant("word", Filled({100, 4}, 0.1f)), ids});
+  if (positions > 0) {
+    Value* seq = b.Op("Gather", {b.Op("Shape", {ids}), b.Constant("i1", Tensor::FromInt64({1}))});
+    Value* seq1 = b.Op("Unsqueeze", {seq, b.Constant("ax0", Tensor::FromInt64({0}, {1}))});
+    Value* zero = b.Constant("z", Tensor::FromInt64({0}, {1}));
+    Value* pos = b.Op("Slice", {b.Constant("pos", Filled({positions, 4}, 0.2f)), zero, seq1, zero});
+    e = b.Op("Add", {e, pos});
+  }
+  b.Output(b.Op("Tanh", {e}));
+  return b.Build();
+}
+
+std::pair<int64_t, int64_t> RangeOf(const ModelConfig& c) {
+  return c.dynamic_dim_ranges.at("sequence");
+}
+
+TEST(DimProfiles, ThePositionTableBoundsTheSequence) {
+  ModelConfig c;
+  ASSERT_TRUE(ResolveDimProfiles(*Encoder(512), c).ok());
+  EXPECT_EQ(c.dynamic_dims.at("sequence"), kDefaultTypicalDim);
+  EXPECT_EQ(RangeOf(c), (std::pair<int64_t, int64_t>{1, 512}));
+  // A table smaller than the default typical size lowers it.
+  ModelConfig small;
+  ASSERT_TRUE(ResolveDimProfiles(*Encoder(32), small).ok());
+  EXPECT_EQ(small.dynamic_dims.at("sequence"), 32);
+  EXPECT_EQ(RangeOf(small), (std::pair<int64_t, int64_t>{1, 32}));
+  // No table: the documented default.
+  ModelConfig open;
+  ASSERT_TRUE(ResolveDimProfiles(*Encoder(0), open).ok());
+  EXPECT_EQ(RangeOf(open), (std::pair<int64_t, int64_t>{1, kDefaultMaxDim}));
+  EXPECT_EQ(OpenDims(*Encoder(0)), (std::vector<std::string>{"sequence"}));
+}
+
+TEST(DimProfiles, TheConfigWinsAndBadOnesAreRefused) {
+  auto c = ParseModelConfig("dynamic_dims: {sequence: [8, 64]}\n", ModelConfig(), "m");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(ResolveDimProfiles(*Encoder(512), *c).ok());
+  EXPECT_EQ(c->dynamic_dims.at("sequence"), 64);  // the default 128 clamped into the range
+  EXPECT_EQ(RangeOf(*c), (std::pair<int64_t, int64_t>{8, 64}));
+  // The existing form: a typical size, the range from the model.
+  auto t = ParseModelConfig("dynamic_dims: {sequence: 40}\n", ModelConfig(), "m");
+  ASSERT_TRUE(t.ok() && ResolveDimProfiles(*Encoder(512), *t).ok());
+  EXPECT_EQ(t->dynamic_dims.at("sequence"), 40);
+  EXPECT_EQ(RangeOf(*t), (std::pair<int64_t, int64_t>{1, 512}));
+  auto m =
+      ParseModelConfig("dynamic_dims: {sequence: {min: 2, typical: 16}}\n", ModelConfig(), "m");
+  ASSERT_TRUE(m.ok() && ResolveDimProfiles(*Encoder(512), *m).ok());
+  EXPECT_EQ(RangeOf(*m), (std::pair<int64_t, int64_t>{2, 512}));
+  // A typical size beyond the table, and a range naming no open dim.
+  auto big = ParseModelConfig("dynamic_dims: {sequence: 600}\n", ModelConfig(), "m");
+  ASSERT_TRUE(big.ok());
+  EXPECT_FALSE(ResolveDimProfiles(*Encoder(512), *big).ok());
+  auto typo = ParseModelConfig("dynamic_dims: {sequense: [1, 9]}\n", ModelConfig(), "m");
+  ASSERT_TRUE(typo.ok());
+  const absl::Status s = ResolveDimProfiles(*Encoder(512), *typo);
+  EXPECT_NE(s.message().find("sequense"), std::string::npos) << s;
+  for (const char* bad : {"dynamic_dims: {sequence: [0, 9]}", "dynamic_dims: {sequence: [9, 2]}",
+                          "dynamic_dims: {sequence: [1, 2, 3]}",
+                          "dynamic_dims: {sequence: {min: 4, max: 8, typical: 9}}",
+                          "dynamic_dims: {sequence: {lo: 1}}", "dynamic_dims: {sequence: 0}"}) {
+    EXPECT_FALSE(ParseModelConfig(bad, ModelConfig(), "m").ok()) << bad;
+  }
+}
+
+TEST(DimProfiles, BuildsWithNoConfigAndRefusesSizesOutsideTheRange) {
+  ModelConfig config;
+  config.max_batch_size = 2;
+  ASSERT_TRUE(FinalizeModelConfig(config).ok());
+  auto built = BuildModel(*Encoder(32), config, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  const ModelSignature& sig = built->signature;
+  EXPECT_EQ(sig.default_dims.at("sequence"), 32);
+  EXPECT_EQ(sig.dim_ranges.at("sequence"), (std::pair<int64_t, int64_t>{1, 32}));
+  EXPECT_EQ(sig.inputs[0].shape, (std::vector<int64_t>{-1, -1}));
+  EXPECT_TRUE(built->check.ran && built->check.ok) << built->check.message;
+  EXPECT_TRUE(DynamicDimValues(sig, {Tensor(DType::kInt64, {1, 7})}).ok());
+  auto out = DynamicDimValues(sig, {Tensor(DType::kInt64, {1, 33})});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(out.status().message().find("[1, 32]"), std::string::npos) << out.status();
+}
+
+}  // namespace
+}  // namespace kiln::server
