@@ -45,8 +45,8 @@ FROM ${RUNTIME_IMAGE} AS runtime
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libabsl20220623 libbrotli1 libc-ares2 libcpp-httplib0.11 libdnnl2 libfmt9 libgomp1 \
-      libgrpc++1.51 libgrpc29 libonnx1 libprotobuf32 libre2-9 libspdlog1.10 libssl3 libstdc++6 \
-      libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g \
+      libgrpc++1.51 libgrpc29 libonnx1 libprometheus-cpp-core1.0 libprotobuf32 libre2-9 \
+      libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 10001 kiln \
  && useradd --system --uid 10001 --gid kiln --home-dir /opt/kiln --shell /usr/sbin/nologin kiln \

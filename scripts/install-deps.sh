@@ -15,7 +15,7 @@ build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libonnx-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libyaml-cpp-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libabsl-dev
   clang libclang-rt-14-dev
 )
@@ -30,8 +30,8 @@ test_pkgs=(
 # stage (tests/deploy/check_deploy_files.py compares them).
 runtime_pkgs=(
   libabsl20220623 libbrotli1 libc-ares2 libcpp-httplib0.11 libdnnl2 libfmt9 libgomp1
-  libgrpc++1.51 libgrpc29 libonnx1 libprotobuf32 libre2-9 libspdlog1.10 libssl3 libstdc++6
-  libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g
+  libgrpc++1.51 libgrpc29 libonnx1 libprometheus-cpp-core1.0 libprotobuf32 libre2-9
+  libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g
 )
 # Node.js may come from elsewhere (a newer build that conflicts with Debian's npm): take
 # Debian's only where none is on the PATH.

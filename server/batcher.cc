@@ -127,7 +127,7 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
           "the model's request queue is full (", policy_.max_queue_size, " waiting)"));
     }
     queue_.push_back(std::move(r));
-    metrics_.queue_depth().Inc();
+    metrics_.queue_depth().Increment();
   }
   cv_.notify_one();
   return f;
@@ -172,7 +172,7 @@ void Batcher::Stop() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     leftover.swap(queue_);
-    metrics_.queue_depth().Dec(static_cast<double>(leftover.size()));
+    metrics_.queue_depth().Decrement(static_cast<double>(leftover.size()));
   }
   for (Request& r : leftover) r.promise.set_value(absl::UnavailableError("the server is stopping"));
 }
@@ -199,7 +199,7 @@ std::vector<Batcher::Request> Batcher::TakeLocked(const BatchDecision& d) {
       rest.push_back(std::move(queue_[i]));
     }
   }
-  metrics_.queue_depth().Dec(static_cast<double>(queue_.size() - rest.size()));
+  metrics_.queue_depth().Decrement(static_cast<double>(queue_.size() - rest.size()));
   queue_.swap(rest);
   for (Request& r : dead) out.push_back(std::move(r));
   return out;

@@ -1,7 +1,10 @@
 #include "server/metrics/kiln_metrics.h"
 
+#include <prometheus/text_serializer.h>
+
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include "base/memory_budget.h"
 #include "server/model_builder.h"
@@ -22,136 +25,198 @@ std::vector<double> CompileBuckets() {
   return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500};
 }
 
-// Every family kilnd exports, registered together so each shows up (HELP/TYPE, and unlabeled
-// ones at 0) from the first scrape.
-struct Families {
-  explicit Families(Registry& r)
-      : request_duration(r.AddHistogram("kiln_request_duration_seconds",
-                                        "Inference RPC latency, from arrival to response.",
-                                        {"model", "method"}, LatencyBuckets())),
-        queue_duration(r.AddHistogram("kiln_queue_duration_seconds",
-                                      "Time a request waited in the batcher's queue.", {"model"},
-                                      LatencyBuckets())),
-        compute_duration(r.AddHistogram("kiln_compute_duration_seconds",
-                                        "Engine run time of one batch, by engine batch size.",
-                                        {"model", "batch"}, LatencyBuckets())),
-        batch_size(r.AddHistogram("kiln_batch_size",
-                                  "Request rows per executed batch (before padding).", {"model"},
-                                  BatchSizeBuckets())),
-        compile_duration(
-            r.AddHistogram("kiln_compile_duration_seconds",
-                           "Time to build a model version: compile, engines and warm-up check.",
-                           {"model"}, CompileBuckets())),
-        requests(r.AddCounter("kiln_requests_total", "Inference RPCs by gRPC status code.",
-                              {"model", "method", "code"})),
-        checks(r.AddCounter("kiln_differential_checks_total",
-                            "Warm-up differential checks of built models, by outcome.",
-                            {"model", "outcome"})),
-        cache(r.AddCounter("kiln_engine_cache_requests_total", "Engine cache lookups, by result.",
-                           {"result"})),
-        shape_build(r.AddHistogram(
-            "kiln_shape_engine_build_seconds",
-            "Time to build a dynamic model's engine for a new shape: compile, engine, check.",
-            {"model"}, CompileBuckets())),
-        shape_requests(r.AddCounter("kiln_shape_engine_requests_total",
-                                    "Requests of a dynamic model at a shape other than its "
-                                    "warm-up one, by whether the shape had an engine entry.",
-                                    {"model", "result"})),
-        shape_evictions(r.AddCounter("kiln_shape_engine_evictions_total",
-                                     "Shapes dropped from a dynamic model's LRU "
-                                     "(max_shape_engines).",
-                                     {"model"})),
-        inflight(r.AddGauge("kiln_inflight_requests", "Inference RPCs being handled now.")),
-        queue_depth(
-            r.AddGauge("kiln_queue_depth", "Requests waiting in the batcher's queue.", {"model"})) {
-    cache.WithLabels({"hit"});  // both results visible at 0 before the first lookup
-    cache.WithLabels({"miss"});
+// A prometheus-cpp family with positional label values (in the order of `names`), so call
+// sites read as the README's table does. prometheus-cpp keys children by a name -> value
+// map; Add returns the existing child for labels it has seen, so a handle looked up once
+// (BatcherMetrics) stays valid and the hot path is the child's own update.
+template <class T>
+class Labeled {
+ public:
+  Labeled(prometheus::Family<T>& family, std::vector<std::string> names,
+          std::vector<double> bounds = {})
+      : family_(family), names_(std::move(names)), bounds_(std::move(bounds)) {}
+  // A wrong number of values is padded with "" or truncated rather than failing a request.
+  T& With(const std::vector<std::string>& values) {
+    prometheus::Labels labels;
+    for (size_t i = 0; i < names_.size(); ++i) labels[names_[i]] = i < values.size() ? values[i] : "";
+    if constexpr (std::is_same_v<T, Histogram>) {
+      return family_.Add(labels, bounds_);
+    } else {
+      return family_.Add(labels);
+    }
   }
-  HistogramFamily &request_duration, &queue_duration, &compute_duration, &batch_size,
-      &compile_duration;
-  CounterFamily &requests, &checks, &cache;
-  HistogramFamily& shape_build;
-  CounterFamily &shape_requests, &shape_evictions;
-  GaugeFamily &inflight, &queue_depth;
+  T& Get() { return With({}); }
+
+ private:
+  prometheus::Family<T>& family_;
+  const std::vector<std::string> names_;
+  const std::vector<double> bounds_;
 };
 
+Labeled<Histogram> AddHistogram(prometheus::Registry& r, const std::string& name,
+                                const std::string& help, std::vector<std::string> labels,
+                                std::vector<double> bounds) {
+  return {prometheus::BuildHistogram().Name(name).Help(help).Register(r), std::move(labels),
+          std::move(bounds)};
+}
+Labeled<Counter> AddCounter(prometheus::Registry& r, const std::string& name,
+                            const std::string& help, std::vector<std::string> labels) {
+  return {prometheus::BuildCounter().Name(name).Help(help).Register(r), std::move(labels)};
+}
+Labeled<Gauge> AddGauge(prometheus::Registry& r, const std::string& name, const std::string& help,
+                        std::vector<std::string> labels = {}) {
+  return {prometheus::BuildGauge().Name(name).Help(help).Register(r), std::move(labels)};
+}
+
+// Every family kilnd exports, registered together: unlabeled ones (and the cache's two
+// results) show at 0 from the first scrape, labeled ones once they have a series.
+struct Families {
+  explicit Families(prometheus::Registry& r)
+      : request_duration(AddHistogram(r, "kiln_request_duration_seconds",
+                                      "Inference RPC latency, from arrival to response.",
+                                      {"model", "method"}, LatencyBuckets())),
+        queue_duration(AddHistogram(r, "kiln_queue_duration_seconds",
+                                    "Time a request waited in the batcher's queue.", {"model"},
+                                    LatencyBuckets())),
+        compute_duration(AddHistogram(r, "kiln_compute_duration_seconds",
+                                      "Engine run time of one batch, by engine batch size.",
+                                      {"model", "batch"}, LatencyBuckets())),
+        batch_size(AddHistogram(r, "kiln_batch_size",
+                                "Request rows per executed batch (before padding).", {"model"},
+                                BatchSizeBuckets())),
+        compile_duration(
+            AddHistogram(r, "kiln_compile_duration_seconds",
+                         "Time to build a model version: compile, engines and warm-up check.",
+                         {"model"}, CompileBuckets())),
+        requests(AddCounter(r, "kiln_requests_total", "Inference RPCs by gRPC status code.",
+                            {"model", "method", "code"})),
+        checks(AddCounter(r, "kiln_differential_checks_total",
+                          "Warm-up differential checks of built models, by outcome.",
+                          {"model", "outcome"})),
+        cache(AddCounter(r, "kiln_engine_cache_requests_total", "Engine cache lookups, by result.",
+                         {"result"})),
+        shape_build(AddHistogram(
+            r, "kiln_shape_engine_build_seconds",
+            "Time to build a dynamic model's engine for a new shape: compile, engine, check.",
+            {"model"}, CompileBuckets())),
+        shape_requests(AddCounter(r, "kiln_shape_engine_requests_total",
+                                  "Requests of a dynamic model at a shape other than its "
+                                  "warm-up one, by whether the shape had an engine entry.",
+                                  {"model", "result"})),
+        shape_evictions(AddCounter(r, "kiln_shape_engine_evictions_total",
+                                   "Shapes dropped from a dynamic model's LRU "
+                                   "(max_shape_engines).",
+                                   {"model"})),
+        inflight(AddGauge(r, "kiln_inflight_requests", "Inference RPCs being handled now.")),
+        queue_depth(
+            AddGauge(r, "kiln_queue_depth", "Requests waiting in the batcher's queue.", {"model"})) {
+    cache.With({"hit"});  // both results visible at 0 before the first lookup
+    cache.With({"miss"});
+    inflight.Get();
+  }
+  Labeled<Histogram> request_duration, queue_duration, compute_duration, batch_size,
+      compile_duration;
+  Labeled<Counter> requests, checks, cache;
+  Labeled<Histogram> shape_build;
+  Labeled<Counter> shape_requests, shape_evictions;
+  Labeled<Gauge> inflight, queue_depth;
+};
+
+std::string Serialize(const prometheus::Registry& r) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, r.Collect());
+  return out.str();
+}
+
+prometheus::Registry& Raw() {
+  static auto* r = new prometheus::Registry();  // never destroyed, like F()
+  return *r;
+}
+
 Families& F() {
-  static Families* f = new Families(Default());  // never destroyed: used by detached threads
+  static Families* f = new Families(Raw());  // never destroyed: used by detached threads
   return *f;
 }
 
 // kiln_models{state}, kiln_engine_arena_bytes{model,device,batch} and
 // kiln_process_resident_memory_bytes, from the registry as it is now.
 std::string RenderScrapeGauges(const ModelRegistry& registry) {
-  Registry r;
-  auto& models = r.AddGauge("kiln_models", "Loaded model versions, by state.", {"state"});
-  auto& arena = r.AddGauge("kiln_engine_arena_bytes",
-                           "Activation arena bytes of READY engines (summed over instances "
-                           "and versions).",
-                           {"model", "device", "batch"});
-  r.AddGauge("kiln_process_resident_memory_bytes", "Resident set size of kilnd (VmRSS).")
+  prometheus::Registry r;
+  Labeled<Gauge> models = AddGauge(r, "kiln_models", "Loaded model versions, by state.", {"state"});
+  Labeled<Gauge> arena = AddGauge(r, "kiln_engine_arena_bytes",
+                                  "Activation arena bytes of READY engines (summed over instances "
+                                  "and versions).",
+                                  {"model", "device", "batch"});
+  AddGauge(r, "kiln_process_resident_memory_bytes", "Resident set size of kilnd (VmRSS).")
       .Get()
       .Set(static_cast<double>(ResidentMemoryBytes()));
-  r.AddGauge("kiln_memory_budget_bytes",
-             "The memory budget (server.memory_budget_bytes): what kilnd's tensors may take.")
+  AddGauge(r, "kiln_memory_budget_bytes",
+           "The memory budget (server.memory_budget_bytes): what kilnd's tensors may take.")
       .Get()
       .Set(static_cast<double>(ProcessMemory()->cap()));
-  r.AddGauge("kiln_memory_budget_used_bytes",
-             "Tensor bytes charged to the memory budget now (weights, builds, requests).")
+  AddGauge(r, "kiln_memory_budget_used_bytes",
+           "Tensor bytes charged to the memory budget now (weights, builds, requests).")
       .Get()
       .Set(static_cast<double>(ProcessMemory()->used()));
   for (ModelState s : {ModelState::kLoading, ModelState::kReady, ModelState::kFailed}) {
-    models.WithLabels({ModelStateName(s)});
+    models.With({ModelStateName(s)});
   }
   for (const auto& mv : registry.List()) {
     const ModelState state = mv->state();
-    models.WithLabels({ModelStateName(state)}).Inc();
+    models.With({ModelStateName(state)}).Increment();
     if (state != ModelState::kReady) continue;  // built() is only valid once READY
     for (const auto& [batch, engines] : mv->built().engines) {
       for (const auto& e : engines) {
-        arena.WithLabels({mv->name(), e->info().device, std::to_string(batch)})
-            .Inc(static_cast<double>(e->info().arena_bytes));
+        arena.With({mv->name(), e->info().device, std::to_string(batch)})
+            .Increment(static_cast<double>(e->info().arena_bytes));
       }
     }
   }
-  return r.Render();
+  return Serialize(r);
 }
 
 }  // namespace
 
-Registry& Default() {
-  static Registry* r = new Registry();  // never destroyed, like F()
-  return *r;
+const std::vector<double>& LatencyBuckets() {
+  static const std::vector<double> b = {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3,
+                                        5e-3,  10e-3,  25e-3,  50e-3,  0.1,  0.25,
+                                        0.5,   1,      2.5,    5,      10};
+  return b;
+}
+
+prometheus::Registry& Default() {
+  F();  // every family registered before anyone reads the registry
+  return Raw();
 }
 
 BatcherMetrics::BatcherMetrics(const std::string& model, const std::vector<int64_t>& buckets)
     : model_(model),
-      queue_depth_(&F().queue_depth.WithLabels({model})),
-      queue_duration_(&F().queue_duration.WithLabels({model})),
-      batch_size_(&F().batch_size.WithLabels({model})) {
+      queue_depth_(&F().queue_depth.With({model})),
+      queue_duration_(&F().queue_duration.With({model})),
+      batch_size_(&F().batch_size.With({model})) {
   for (int64_t b : buckets) {
-    compute_[b] = &F().compute_duration.WithLabels({model, std::to_string(b)});
+    compute_[b] = &F().compute_duration.With({model, std::to_string(b)});
   }
 }
 
 Histogram& BatcherMetrics::compute_duration(int64_t batch) {
   auto it = compute_.find(batch);
   if (it != compute_.end()) return *it->second;
-  return F().compute_duration.WithLabels({model_, std::to_string(batch)});
+  return F().compute_duration.With({model_, std::to_string(batch)});
 }
 
-InflightRequest::InflightRequest() { F().inflight.Get().Inc(); }
-InflightRequest::~InflightRequest() { F().inflight.Get().Dec(); }
+InflightRequest::InflightRequest() { F().inflight.Get().Increment(); }
+InflightRequest::~InflightRequest() { F().inflight.Get().Decrement(); }
 
 void RecordRequest(const std::string& model, const char* method, absl::StatusCode code,
                    std::chrono::steady_clock::duration elapsed) {
-  F().requests.WithLabels({model, method, absl::StatusCodeToString(code)}).Inc();
-  F().request_duration.WithLabels({model, method}).Observe(Seconds(elapsed));
+  F().requests.With({model, method, absl::StatusCodeToString(code)}).Increment();
+  F().request_duration.With({model, method}).Observe(Seconds(elapsed));
 }
 
 void RecordModelBuild(const std::string& model, const CheckSummary* check,
                       const absl::Status& status, std::chrono::steady_clock::time_point start) {
-  F().compile_duration.WithLabels({model}).Observe(
+  F().compile_duration.With({model}).Observe(
       Seconds(std::chrono::steady_clock::now() - start));
   const char* outcome = nullptr;
   if (check != nullptr && check->ran) {
@@ -161,22 +226,22 @@ void RecordModelBuild(const std::string& model, const CheckSummary* check,
   } else if (check == nullptr && status.code() == absl::StatusCode::kFailedPrecondition) {
     outcome = "fail";
   }
-  if (outcome != nullptr) F().checks.WithLabels({model, outcome}).Inc();
+  if (outcome != nullptr) F().checks.With({model, outcome}).Increment();
 }
 
 void ShapeEngineLookup(const std::string& model, bool hit) {
-  F().shape_requests.WithLabels({model, hit ? "hit" : "miss"}).Inc();
+  F().shape_requests.With({model, hit ? "hit" : "miss"}).Increment();
 }
 
 void ShapeEngineEvicted(const std::string& model) {
-  F().shape_evictions.WithLabels({model}).Inc();
+  F().shape_evictions.With({model}).Increment();
 }
 
 void ShapeEngineBuilt(const std::string& model, double seconds) {
-  F().shape_build.WithLabels({model}).Observe(seconds);
+  F().shape_build.With({model}).Observe(seconds);
 }
 
-void EngineCacheResult(bool hit) { F().cache.WithLabels({hit ? "hit" : "miss"}).Inc(); }
+void EngineCacheResult(bool hit) { F().cache.With({hit ? "hit" : "miss"}).Increment(); }
 
 int64_t ResidentMemoryBytes() {
   std::ifstream in("/proc/self/status");
@@ -192,8 +257,7 @@ int64_t ResidentMemoryBytes() {
 }
 
 std::string RenderAll(const ModelRegistry& registry) {
-  F();  // registers every family even before the first request
-  return Default().Render() + RenderScrapeGauges(registry);
+  return Serialize(Default()) + RenderScrapeGauges(registry);
 }
 
 }  // namespace kiln::server::metrics

@@ -5,6 +5,12 @@
 // from the truth on unload.
 #pragma once
 
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -12,7 +18,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/metrics/registry.h"
 
 namespace kiln::server {
 class ModelRegistry;
@@ -21,8 +26,18 @@ struct CheckSummary;
 
 namespace kiln::server::metrics {
 
-// The process-wide registry every kiln_* family lives in.
-Registry& Default();
+using prometheus::Counter;
+using prometheus::Gauge;
+using prometheus::Histogram;
+
+// The Content-Type of RenderAll's output (the text exposition format 0.0.4).
+inline constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// 50us .. 10s in 1-2.5-5 steps (x2 to x2.5): request, queue and compute latencies.
+const std::vector<double>& LatencyBuckets();
+
+// The process-wide prometheus-cpp registry every kiln_* family lives in.
+prometheus::Registry& Default();
 
 // The handles one batcher uses, looked up once when it starts (model label fixed).
 class BatcherMetrics {

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -64,15 +65,32 @@ class MetricsServer : public ::testing::Test {
     EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
     return r->body;
   }
-  // The value of the sample `series` (name plus labels exactly as rendered); 0 when absent.
+  // `name{a="x",b="y"}` as its name and its sorted label pairs: the exposition format leaves
+  // the order of labels to the writer.
+  static std::pair<std::string, std::vector<std::string>> Parse(const std::string& series) {
+    const size_t brace = series.find('{');
+    std::pair<std::string, std::vector<std::string>> out{series.substr(0, brace), {}};
+    if (brace == std::string::npos) return out;
+    std::string labels = series.substr(brace + 1, series.rfind('}') - brace - 1);
+    for (size_t start = 0; start < labels.size();) {
+      size_t end = labels.find("\",", start);  // values here hold no '",'
+      end = end == std::string::npos ? labels.size() : end + 1;
+      out.second.push_back(labels.substr(start, end - start));
+      start = end + 1;
+    }
+    std::sort(out.second.begin(), out.second.end());
+    return out;
+  }
+  // The value of the sample `series` (name and labels, in any order); 0 when absent.
   static double Value(const std::string& text, const std::string& series) {
+    const auto want = Parse(series);
     std::istringstream in(text);
     std::string line;
     while (std::getline(in, line)) {
-      if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
-          line[series.size()] == ' ') {
-        return std::stod(line.substr(series.size() + 1));
-      }
+      if (line.empty() || line[0] == '#') continue;
+      const size_t space = line.rfind(' ');
+      if (space == std::string::npos || Parse(line.substr(0, space)) != want) continue;
+      return std::stod(line.substr(space + 1));
     }
     return 0;
   }
