@@ -51,8 +51,11 @@ command -v ccache >/dev/null && launcher="ccache"
 # libonnx_proto is built with ONNX_ML and namespace onnx (its CMake target says so).
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -DONNX_ML=1 -DONNX_NAMESPACE=onnx -I"$src"
-       $(pkg-config --cflags protobuf absl_status absl_statusor absl_strings))
-base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings))
+       $(pkg-config --cflags protobuf absl_status absl_statusor absl_strings absl_flat_hash_map \
+         absl_flat_hash_set))
+# The IR's graph edits and verifier use abseil's flat hash containers.
+base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings absl_flat_hash_map \
+             absl_flat_hash_set))
 # The server targets' uninstrumented dependencies: every library the CMake build made below
 # proto/, compiler/ and runtime/ (the linker takes only the members the targets use; the
 # server's own library is left out, its sources under test are compiled here instead).
