@@ -37,31 +37,18 @@ std::vector<std::string> OpenDims(const Graph& model) {
 
 namespace {
 
-// The largest size in [lo, hi] that infers, given that `lo` does (sizes that infer are taken
-// to be one interval).
-int64_t LargestThatInfers(const Graph& model, std::map<std::string, int64_t> dims,
-                          const std::string& name, int64_t lo, int64_t hi) {
-  dims[name] = hi;
-  if (ShapesInferAt(model, dims)) return hi;
-  while (hi - lo > 1) {  // lo infers, hi does not
-    const int64_t mid = lo + (hi - lo) / 2;
+// The size nearest `far` that infers, between `near` (which infers) and `far` (tried first):
+// sizes that infer are taken to be one interval, so a bisection finds its end.
+int64_t EdgeThatInfers(const Graph& model, std::map<std::string, int64_t> dims,
+                       const std::string& name, int64_t near, int64_t far) {
+  dims[name] = far;
+  if (ShapesInferAt(model, dims)) return far;
+  while (far - near > 1 || near - far > 1) {  // near infers, far does not
+    const int64_t mid = near + (far - near) / 2;
     dims[name] = mid;
-    (ShapesInferAt(model, dims) ? lo : hi) = mid;
+    (ShapesInferAt(model, dims) ? near : far) = mid;
   }
-  return lo;
-}
-
-// The smallest size in [lo, hi] that infers, given that `hi` does.
-int64_t SmallestThatInfers(const Graph& model, std::map<std::string, int64_t> dims,
-                           const std::string& name, int64_t lo, int64_t hi) {
-  dims[name] = lo;
-  if (ShapesInferAt(model, dims)) return lo;
-  while (hi - lo > 1) {  // hi infers, lo does not
-    const int64_t mid = lo + (hi - lo) / 2;
-    dims[name] = mid;
-    (ShapesInferAt(model, dims) ? hi : lo) = mid;
-  }
-  return hi;
+  return near;
 }
 
 absl::Status NoProfile(const std::string& name, int64_t size) {
@@ -91,11 +78,11 @@ absl::Status Resolve(const Graph& model, const std::string& name,
     std::map<std::string, int64_t> at_min = typicals;
     at_min[name] = lo;
     if (typical_given || !ShapesInferAt(model, at_min)) return NoProfile(name, typical);
-    typical = LargestThatInfers(model, typicals, name, lo, typical);
+    typical = EdgeThatInfers(model, typicals, name, lo, typical);
     hi = hi > 0 ? std::min(hi, typical) : typical;
   } else if (hi == 0) {
-    hi = LargestThatInfers(model, typicals, name, typical, std::max(typical, kDefaultMaxDim));
-    if (!range_given) lo = SmallestThatInfers(model, typicals, name, 1, typical);
+    hi = EdgeThatInfers(model, typicals, name, typical, std::max(typical, kDefaultMaxDim));
+    if (!range_given) lo = EdgeThatInfers(model, typicals, name, typical, 1);
   }
   if (typical < lo || typical > hi) {
     return absl::InvalidArgumentError(absl::StrCat("dynamic_dims.", name, ": typical ", typical,
