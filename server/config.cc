@@ -53,6 +53,8 @@ absl::Status ApplyHttpApiSection(const YAML::Node& node, HttpApiConfig& h) {
       RETURN_IF_ERROR(Read(kv.second, full, h.max_body_bytes));
     } else if (key == "body_timeout_ms") {
       RETURN_IF_ERROR(Read(kv.second, full, h.body_timeout_ms));
+    } else if (key == "body_idle_timeout_ms") {
+      RETURN_IF_ERROR(Read(kv.second, full, h.body_idle_timeout_ms));
     } else if (key == "max_buffered_bytes") {
       RETURN_IF_ERROR(Read(kv.second, full, h.max_buffered_bytes));
     } else if (key == "threads") {
@@ -169,6 +171,9 @@ absl::Status Validate(const ServerConfig& c) {
   const HttpApiConfig& h = c.http_api;
   if (h.max_body_bytes < 1024) return Bad("server.http_api.max_body_bytes", "must be >= 1024");
   if (h.body_timeout_ms < 1) return Bad("server.http_api.body_timeout_ms", "must be >= 1");
+  if (h.body_idle_timeout_ms < 1) {
+    return Bad("server.http_api.body_idle_timeout_ms", "must be >= 1");
+  }
   if (h.max_buffered_bytes < h.max_body_bytes) {
     return Bad("server.http_api.max_buffered_bytes", "must be >= server.http_api.max_body_bytes");
   }

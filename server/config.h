@@ -24,6 +24,7 @@ struct TlsConfig {
 struct HttpApiConfig {
   int64_t max_body_bytes = 64 << 20;       // one request's body (JSON and binary tensors)
   int64_t body_timeout_ms = 30000;         // accept to the whole request; writing the response
+  int64_t body_idle_timeout_ms = 5000;     // longest a body may send nothing (408 after it)
   int64_t max_buffered_bytes = 256 << 20;  // all /v2 requests being received or handled
   int threads = 8;                         // /v2 requests handled at once
   int max_json_depth = 32;                 // nesting of arrays and objects in a request

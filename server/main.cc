@@ -93,6 +93,7 @@ HttpOptions HttpOptionsOf(const ServerConfig& c) {
   HttpOptions o;
   o.limits.max_body_bytes = static_cast<size_t>(c.http_api.max_body_bytes);
   o.limits.body_timeout = std::chrono::milliseconds(c.http_api.body_timeout_ms);
+  o.limits.body_idle_timeout = std::chrono::milliseconds(c.http_api.body_idle_timeout_ms);
   o.limits.max_buffered_bytes = static_cast<size_t>(c.http_api.max_buffered_bytes);
   o.limits.api_workers = c.http_api.threads;
   o.auth_token = c.auth_token;

@@ -71,6 +71,33 @@ TEST(ServerConfig, UploadLimits) {
                 .find("must be >= server.max_model_bytes"), std::string::npos);
 }
 
+TEST(ServerConfig, MemoryAndResponseLimits) {
+  auto c = ParseServerConfig(
+      "server: {memory_budget_bytes: 1073741824, max_build_memory_bytes: 536870912, "
+      "max_message_bytes: 1048576, http_api: {body_idle_timeout_ms: 2000}}", "f");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->memory_budget_bytes, 1073741824);
+  EXPECT_EQ(c->max_build_memory_bytes, 536870912);
+  EXPECT_EQ(c->max_message_bytes, 1048576);
+  EXPECT_EQ(c->http_api.body_idle_timeout_ms, 2000);
+  auto defaults = ParseServerConfig("", "f");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->memory_budget_bytes, 0);  // 0: 80 % of the machine, set at start
+  auto msg = [](const std::string& yaml) {
+    return std::string(ParseServerConfig(yaml, "f").status().message());
+  };
+  // Negative: a message limit protobuf could not serialize, a budget too small to load
+  // anything, a negative build cap, an idle timeout of 0.
+  EXPECT_NE(msg("server: {max_message_bytes: 2147483648}").find("max_message_bytes"),
+            std::string::npos);
+  EXPECT_NE(msg("server: {memory_budget_bytes: 1000}").find("memory_budget_bytes"),
+            std::string::npos);
+  EXPECT_NE(msg("server: {max_build_memory_bytes: -1}").find("max_build_memory_bytes"),
+            std::string::npos);
+  EXPECT_NE(msg("server: {http_api: {body_idle_timeout_ms: 0}}").find("body_idle_timeout_ms"),
+            std::string::npos);
+}
+
 TEST(ServerConfig, TlsKeysAndTheirRules) {
   auto c = ParseServerConfig("server: {tls: {cert_file: c.pem, key_file: k.pem, client_ca_file: ca.pem}}", "f");
   ASSERT_TRUE(c.ok()) << c.status();
