@@ -1,7 +1,6 @@
 #include "server/inference.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include "server/echo.h"
 
@@ -22,13 +21,12 @@ absl::StatusOr<std::shared_ptr<ModelVersion>> FindReady(const ModelRegistry& reg
 
 absl::StatusOr<std::optional<int64_t>> ParseVersion(std::string_view text) {
   if (text.empty()) return std::optional<int64_t>();
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || v < 1) {
+  const std::optional<int64_t> v = ParseVersionNumber(text);
+  if (!v) {
     return absl::InvalidArgumentError(
         absl::StrCat("model version must be a positive integer, got '", EchoName(text), "'"));
   }
-  return std::optional<int64_t>(v);
+  return v;
 }
 
 absl::Status CheckDeadline(std::optional<Clock::time_point> deadline) {

@@ -20,17 +20,21 @@
 
 namespace kiln::server {
 namespace fs = std::filesystem;
+std::optional<int64_t> ParseVersionNumber(std::string_view s) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || v < 1 || s[0] == '0') {
+    return std::nullopt;
+  }
+  return v;
+}
+
 namespace {
 
 constexpr char kStaging[] = ".staging";
 constexpr char kCommitRecord[] = "commit";
 
-std::optional<int64_t> ParseVersion(const std::string& s) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || v < 1 || s[0] == '0') return std::nullopt;
-  return v;
-}
+std::optional<int64_t> ParseVersion(const std::string& s) { return ParseVersionNumber(s); }
 
 absl::StatusOr<std::string> ReadText(const fs::path& p) {
   std::optional<std::string> text = ReadWholeFile(p.string());

@@ -24,6 +24,10 @@
 
 namespace kiln::server {
 
+// A version number as folders and requests spell it: a decimal integer >= 1 without a
+// leading zero ("01" is not version 1: the folder would not be found by that name).
+std::optional<int64_t> ParseVersionNumber(std::string_view s);
+
 struct RepositoryModel {
   std::string name;
   std::vector<int64_t> versions;  // ascending; versions without model.onnx are skipped

@@ -239,7 +239,8 @@ TEST(KServeTensor, ClassificationTakesTheTopClassesPerRow) {
 TEST(KServe, VersionStrings) {
   EXPECT_EQ(*ParseVersion(""), std::nullopt);
   EXPECT_EQ(*ParseVersion("12"), 12);
-  for (const char* bad : {"0", "-1", "1.0", "x", " 1", "99999999999999999999"}) {
+  // "01" as the repository reads folder names: not version 1.
+  for (const char* bad : {"0", "01", "-1", "1.0", "x", " 1", "99999999999999999999"}) {
     EXPECT_EQ(ParseVersion(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
