@@ -25,6 +25,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "base/status.h"
 
@@ -126,6 +127,15 @@ auto CatchOutOfMemory(Fn&& fn) -> decltype(fn()) {
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory: an allocation failed");
   }
+}
+
+// Runs `fn` with Tensor buffers charged to `account` (a MemoryScope), and a refused
+// allocation turned into RESOURCE_EXHAUSTED (CatchOutOfMemory): what every boundary that
+// opens an account does.
+template <class Fn>
+auto WithinBudget(std::shared_ptr<MemoryAccount> account, Fn&& fn) -> decltype(fn()) {
+  const MemoryScope scope(std::move(account));
+  return CatchOutOfMemory(std::forward<Fn>(fn));
 }
 
 }  // namespace kiln

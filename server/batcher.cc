@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "base/memory_budget.h"
 #include "base/stop.h"
 
 namespace kiln::server {
@@ -273,9 +272,7 @@ absl::Status Batcher::Execute(int worker, std::vector<Request>& batch, int64_t b
   }
   if (flags.size() != batch.size()) flags.clear();  // someone without a flag still waits
   const StopScope stop(BatchStop(flags, deadlines));
-  const MemoryScope memory(std::make_shared<MemoryAccount>("a batch of " + policy_.model, 0,
-                                                           ProcessMemory()));
-  return CatchOutOfMemory([&]() -> absl::Status {
+  return WithinBudget(memory_, [&]() -> absl::Status {
     RETURN_IF_ERROR(CheckStop());  // every request gave up while it was queued
     std::vector<Tensor> inputs;
     if (!policy_.batchable) {
@@ -307,7 +304,6 @@ void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) 
   }
   // Each request's rows are copied out under the budget too: a copy it refuses fails that
   // request alone.
-  const MemoryScope memory(ProcessMemory());
   int64_t offset = 0;
   for (Request& r : batch) {
     if (!status.ok()) {
@@ -316,7 +312,7 @@ void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) 
     }
     const int64_t begin = offset;
     offset += r.item.rows;
-    r.promise.set_value(CatchOutOfMemory([&]() -> Result {
+    r.promise.set_value(WithinBudget(memory_, [&]() -> Result {
       std::vector<Tensor> mine;
       for (const Tensor& o : outputs) {
         mine.push_back(policy_.batchable ? SliceRows(o, begin, r.item.rows) : o.Clone());

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/memory_budget.h"
 #include "base/status.h"
 #include "compiler/ir/tensor.h"
 #include "server/metrics/kiln_metrics.h"
@@ -111,7 +112,9 @@ class Batcher {
   Batcher(BatchPolicy policy, BatchRunFn run)
       : policy_(std::move(policy)),
         run_(std::move(run)),
-        metrics_(policy_.model, policy_.buckets) {}
+        metrics_(policy_.model, policy_.buckets),
+        memory_(std::make_shared<MemoryAccount>("the batches of model '" + policy_.model + "'",
+                                                0, ProcessMemory())) {}
   void WorkerLoop(int worker);
   // Precondition: mu_ held (released while running). Runs `r` on an idle instance if the
   // policy says it would run alone now; false (and `r` untouched) otherwise.
@@ -129,6 +132,9 @@ class Batcher {
   const BatchPolicy policy_;
   const BatchRunFn run_;
   metrics::BatcherMetrics metrics_;  // handles resolved once; the children are atomics
+  // What batch assembly, runs and the split into requests allocate (no cap of its own: the
+  // process budget bounds it), made once rather than per batch.
+  const std::shared_ptr<MemoryAccount> memory_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;  // guarded by mu_

@@ -153,12 +153,11 @@ class StreamQueue {
   bool closed_ = false;              // guarded by mu_
 };
 
-inference::ModelStreamInferResponse Answer(StreamEntry& e,
-                                           std::optional<Clock::time_point> deadline) {
+inference::ModelStreamInferResponse Answer(StreamEntry& e) {
   inference::ModelStreamInferResponse out;
   absl::Status s = e.pending.status();
   if (s.ok()) {
-    auto reply = kserve::FinishInfer(*e.pending, deadline);
+    auto reply = kserve::FinishInfer(*e.pending);
     s = reply.status();
     if (s.ok()) FillResponse(*reply, out.mutable_infer_response());
   }
@@ -226,7 +225,7 @@ grpc::Status KServeGrpcService::ModelInfer(grpc::ServerContext* ctx, const Model
     ASSIGN_OR_RETURN(kserve::InferCall call, CallOf(Mutable(req)));
     ASSIGN_OR_RETURN(auto pending,
                      kserve::StartInfer(registry_, std::move(call), deadline, record));
-    ASSIGN_OR_RETURN(const kserve::InferReply reply, kserve::FinishInfer(pending, deadline));
+    ASSIGN_OR_RETURN(const kserve::InferReply reply, kserve::FinishInfer(pending));
     FillResponse(reply, resp);
     return absl::OkStatus();
   };
@@ -244,7 +243,7 @@ grpc::Status KServeGrpcService::ModelStreamInfer(
     bool open = true;  // once a write fails the client is gone: answers are only recorded
     StreamEntry e;
     while (queue.Pop(e)) {
-      const inference::ModelStreamInferResponse out = Answer(e, deadline);
+      const inference::ModelStreamInferResponse out = Answer(e);
       if (open) open = stream->Write(out);
     }
   });

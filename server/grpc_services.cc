@@ -36,12 +36,6 @@ RequestWait WaitOf(grpc::ServerContext& ctx) {
   return w;
 }
 
-// Decoded inputs are tensors charged to the process memory budget (server/main.cc sets it).
-absl::Status Guarded(const std::function<absl::Status()>& fn) {
-  const MemoryScope memory(ProcessMemory());
-  return CatchOutOfMemory(fn);
-}
-
 }  // namespace
 
 std::optional<Clock::time_point> DeadlineOf(const grpc::ServerContext& ctx) {
@@ -73,9 +67,7 @@ grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::P
     ASSIGN_OR_RETURN(ValidatedInputs in, ValidateInputs(sig, MutableInputs(req)));
     record.SetRows(in.rows);
     const int64_t limit = registry_.limits().max_response_bytes;
-    if (auto bound = ResponseBytesBound(sig, selected, in.rows)) {
-      RETURN_IF_ERROR(CheckResponseBytes(*bound, limit));
-    }
+    RETURN_IF_ERROR(CheckResponseBound(sig, selected, in.rows, limit));
     ASSIGN_OR_RETURN(std::vector<Tensor> outputs, RunOn(*mv, std::move(in), WaitOf(*ctx)));
     RETURN_IF_ERROR(CheckResponseBytes(ResponseBytes(outputs, selected), limit));
     resp->set_model(mv->name());
@@ -83,7 +75,8 @@ grpc::Status InferenceServiceImpl::Predict(grpc::ServerContext* ctx, const v1::P
     FillOutputs(sig, selected, outputs, req->typed_outputs(), resp->mutable_outputs());
     return absl::OkStatus();
   };
-  return ToGrpcStatus(record.Finish(req->model(), Guarded(run)));
+  // Decoded inputs and computed outputs are charged to the process memory budget.
+  return ToGrpcStatus(record.Finish(req->model(), WithinBudget(ProcessMemory(), run)));
 }
 
 grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
@@ -109,9 +102,7 @@ grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
     record.SetRows(rows);
     // The samples' outputs travel in one message: their sum is what the limit bounds.
     const int64_t limit = registry_.limits().max_response_bytes;
-    if (auto bound = ResponseBytesBound(sig, selected, rows)) {
-      RETURN_IF_ERROR(CheckResponseBytes(*bound, limit));
-    }
+    RETURN_IF_ERROR(CheckResponseBound(sig, selected, rows, limit));
     const RequestWait wait = WaitOf(*ctx);
     RETURN_IF_ERROR(CheckDeadline(wait.deadline));
     // Everything is queued before anything is awaited, so the samples batch together.
@@ -138,7 +129,8 @@ grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
     }
     return absl::OkStatus();
   };
-  return ToGrpcStatus(record.Finish(req->model(), Guarded(run)));
+  // Decoded inputs and computed outputs are charged to the process memory budget.
+  return ToGrpcStatus(record.Finish(req->model(), WithinBudget(ProcessMemory(), run)));
 }
 
 }  // namespace kiln::server

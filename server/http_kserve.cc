@@ -293,7 +293,7 @@ void Infer(ModelRegistry& registry, const json::Limits& limits, const httplib::R
                      ParseInfer(model, Matched(req, 2), body, json_bytes, limits));
     ASSIGN_OR_RETURN(auto pending,
                      kserve::StartInfer(registry, std::move(call), std::nullopt, record));
-    ASSIGN_OR_RETURN(const kserve::InferReply reply, kserve::FinishInfer(pending, std::nullopt));
+    ASSIGN_OR_RETURN(const kserve::InferReply reply, kserve::FinishInfer(pending));
     SendReply(reply, res);
     return absl::OkStatus();
   };

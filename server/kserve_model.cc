@@ -164,9 +164,8 @@ absl::StatusOr<PendingInfer> StartInferImpl(const ModelRegistry& registry, Infer
   ASSIGN_OR_RETURN(std::vector<NamedTensor> named, call.decode(sig));
   ASSIGN_OR_RETURN(ValidatedInputs in, ValidateNamedInputs(sig, std::move(named)));
   record.SetRows(in.rows);
-  if (auto bound = ResponseBytesBound(sig, p.selected, in.rows)) {
-    RETURN_IF_ERROR(CheckResponseBytes(*bound, registry.limits().max_response_bytes));
-  }
+  RETURN_IF_ERROR(
+      CheckResponseBound(sig, p.selected, in.rows, registry.limits().max_response_bytes));
   p.wait.deadline = deadline;
   RETURN_IF_ERROR(CheckDeadline(deadline));
   ASSIGN_OR_RETURN(p.future, p.mv->Submit(std::move(in.tensors), in.rows, deadline,
@@ -207,15 +206,13 @@ absl::StatusOr<InferReply> FinishInferImpl(PendingInfer& p) {
 absl::StatusOr<PendingInfer> StartInfer(const ModelRegistry& registry, InferCall call,
                                         std::optional<Clock::time_point> deadline,
                                         RequestRecorder& record) {
-  const MemoryScope memory(ProcessMemory());
-  return CatchOutOfMemory(
-      [&] { return StartInferImpl(registry, std::move(call), deadline, record); });
+  return WithinBudget(ProcessMemory(), [&] {
+    return StartInferImpl(registry, std::move(call), deadline, record);
+  });
 }
 
-absl::StatusOr<InferReply> FinishInfer(PendingInfer& p, std::optional<Clock::time_point> deadline) {
-  p.wait.deadline = deadline;
-  const MemoryScope memory(ProcessMemory());
-  return CatchOutOfMemory([&] { return FinishInferImpl(p); });
+absl::StatusOr<InferReply> FinishInfer(PendingInfer& p) {
+  return WithinBudget(ProcessMemory(), [&] { return FinishInferImpl(p); });
 }
 
 absl::StatusOr<bool> IsModelReady(const ModelRegistry& registry, const std::string& name,

@@ -73,9 +73,9 @@ struct PendingInfer {
 absl::StatusOr<PendingInfer> StartInfer(const ModelRegistry& registry, InferCall call,
                                         std::optional<Clock::time_point> deadline,
                                         RequestRecorder& record);
-// Waits for the rows and builds the outputs (classification applied).
-absl::StatusOr<InferReply> FinishInfer(PendingInfer& pending,
-                                       std::optional<Clock::time_point> deadline);
+// Waits for the rows (until the deadline StartInfer was given) and builds the outputs
+// (classification applied).
+absl::StatusOr<InferReply> FinishInfer(PendingInfer& pending);
 
 // ModelReady: OK(true) when the named version (the newest READY one without a version) is
 // READY; OK(false) when it is loaded but not READY or not loaded at all.

@@ -203,10 +203,11 @@ absl::Status ModelRegistry::Build(ModelVersion& mv, const std::string& path) {
   // Everything the build allocates as tensors (weights, folded constants, reference
   // activations) is charged to its own account: a tiny model asking for a huge constant
   // fails with RESOURCE_EXHAUSTED instead of taking the machine.
-  const MemoryScope memory(std::make_shared<MemoryAccount>(
-      absl::StrCat("the build of model '", mv.name(), "' version ", mv.version()),
-      limits_.max_build_memory_bytes, ProcessMemory(), "server.max_build_memory_bytes"));
-  return CatchOutOfMemory([&] { return BuildLocked(mv, path); });
+  return WithinBudget(
+      std::make_shared<MemoryAccount>(
+          absl::StrCat("the build of model '", mv.name(), "' version ", mv.version()),
+          limits_.max_build_memory_bytes, ProcessMemory(), "server.max_build_memory_bytes"),
+      [&] { return BuildLocked(mv, path); });
 }
 
 absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& path) {

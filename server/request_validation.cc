@@ -267,4 +267,10 @@ absl::Status CheckResponseBytes(int64_t bytes, int64_t limit) {
       "limit of ", limit, " bytes (server.max_message_bytes); ask for fewer rows or outputs"));
 }
 
+absl::Status CheckResponseBound(const ModelSignature& sig, const std::vector<size_t>& selected,
+                                int64_t rows, int64_t limit) {
+  const std::optional<int64_t> bound = ResponseBytesBound(sig, selected, rows);
+  return bound ? CheckResponseBytes(*bound, limit) : absl::OkStatus();
+}
+
 }  // namespace kiln::server

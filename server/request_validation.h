@@ -50,6 +50,10 @@ int64_t ResponseBytes(const std::vector<Tensor>& outputs, const std::vector<size
 // the shapes tell, else before it is encoded. A response past 2 GiB would abort the
 // process in the protobuf serializer.
 absl::Status CheckResponseBytes(int64_t bytes, int64_t limit);
+// Before the run: CheckResponseBytes on ResponseBytesBound where the shapes tell (OK where
+// they do not: the outputs are measured once computed).
+absl::Status CheckResponseBound(const ModelSignature& sig, const std::vector<size_t>& selected,
+                                int64_t rows, int64_t limit);
 
 // An input decoded by a KServe v2 transport (which sends a list, not a map).
 struct NamedTensor {
