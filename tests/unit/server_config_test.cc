@@ -11,6 +11,11 @@
 namespace kiln::server {
 namespace {
 
+// The message a server YAML is refused with ("" when it parses).
+std::string ServerError(const std::string& yaml) {
+  return std::string(ParseServerConfig(yaml, "f").status().message());
+}
+
 TEST(ServerConfig, EmbeddedDefaultParses) {
   auto c = ParseServerConfig(EmbeddedDefaultConfig(), "embedded");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -62,12 +67,9 @@ TEST(ServerConfig, UploadLimits) {
   EXPECT_EQ(c->max_concurrent_uploads, 3);
   EXPECT_EQ(c->max_upload_bytes_in_flight, 2000000000);
   EXPECT_EQ(c->upload_stall_timeout_ms, 5000);
-  auto msg = [](const std::string& yaml) {
-    return std::string(ParseServerConfig(yaml, "f").status().message());
-  };
-  EXPECT_NE(msg("server: {max_concurrent_uploads: 0}").find("max_concurrent_uploads"), std::string::npos);
-  EXPECT_NE(msg("server: {upload_stall_timeout_ms: 0}").find("upload_stall_timeout_ms"), std::string::npos);
-  EXPECT_NE(msg("server: {max_model_bytes: 100, max_upload_bytes_in_flight: 99}")
+  EXPECT_NE(ServerError("server: {max_concurrent_uploads: 0}").find("max_concurrent_uploads"), std::string::npos);
+  EXPECT_NE(ServerError("server: {upload_stall_timeout_ms: 0}").find("upload_stall_timeout_ms"), std::string::npos);
+  EXPECT_NE(ServerError("server: {max_model_bytes: 100, max_upload_bytes_in_flight: 99}")
                 .find("must be >= server.max_model_bytes"), std::string::npos);
 }
 
@@ -83,18 +85,15 @@ TEST(ServerConfig, MemoryAndResponseLimits) {
   auto defaults = ParseServerConfig("", "f");
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->memory_budget_bytes, 0);  // 0: 80 % of the machine, set at start
-  auto msg = [](const std::string& yaml) {
-    return std::string(ParseServerConfig(yaml, "f").status().message());
-  };
   // Negative: a message limit protobuf could not serialize, a budget too small to load
   // anything, a negative build cap, an idle timeout of 0.
-  EXPECT_NE(msg("server: {max_message_bytes: 2147483648}").find("max_message_bytes"),
+  EXPECT_NE(ServerError("server: {max_message_bytes: 2147483648}").find("max_message_bytes"),
             std::string::npos);
-  EXPECT_NE(msg("server: {memory_budget_bytes: 1000}").find("memory_budget_bytes"),
+  EXPECT_NE(ServerError("server: {memory_budget_bytes: 1000}").find("memory_budget_bytes"),
             std::string::npos);
-  EXPECT_NE(msg("server: {max_build_memory_bytes: -1}").find("max_build_memory_bytes"),
+  EXPECT_NE(ServerError("server: {max_build_memory_bytes: -1}").find("max_build_memory_bytes"),
             std::string::npos);
-  EXPECT_NE(msg("server: {http_api: {body_idle_timeout_ms: 0}}").find("body_idle_timeout_ms"),
+  EXPECT_NE(ServerError("server: {http_api: {body_idle_timeout_ms: 0}}").find("body_idle_timeout_ms"),
             std::string::npos);
 }
 
