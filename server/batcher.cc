@@ -107,7 +107,7 @@ Batcher::~Batcher() { Stop(); }
 
 absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
     std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
-    AbandonFlag abandoned) {
+    AbandonFlag abandoned, RowFinish finish) {
   if (rows < 1 || rows > policy_.buckets.back()) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", rows, " rows; the model takes 1..",
                                                    policy_.buckets.back()));
@@ -116,6 +116,7 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
   r.item = QueuedItem{rows, Clock::now(), deadline};
   r.inputs = std::move(inputs);
   r.abandoned = std::move(abandoned);
+  r.finish = std::move(finish);
   std::future<Result> f = r.promise.get_future();
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -317,6 +318,7 @@ void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) 
       for (const Tensor& o : outputs) {
         mine.push_back(policy_.batchable ? SliceRows(o, begin, r.item.rows) : o.Clone());
       }
+      if (r.finish) RETURN_IF_ERROR(r.finish(mine));
       return mine;
     }));
   }

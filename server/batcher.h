@@ -47,6 +47,11 @@ struct BatchPolicy {
 // went away): a batch all of whose requests are abandoned stops at its next step.
 using AbandonFlag = std::shared_ptr<std::atomic<bool>>;
 
+// Applied to one request's outputs once its rows are split out of the batch (a request
+// padded to a shape class cuts its outputs back to its own sizes: server/padding.h); an
+// error fails that request alone.
+using RowFinish = std::function<absl::Status(std::vector<Tensor>&)>;
+
 // What DecideBatch sees of a queued request.
 struct QueuedItem {
   int64_t rows = 1;
@@ -91,10 +96,11 @@ class Batcher {
   // instance is idle and the policy would run this request alone right away, it runs on the
   // caller's thread before Enqueue returns: two thread hand-offs saved at low load.
   // `abandoned` (optional): see AbandonFlag. The batch's run is also stopped once every
-  // request's deadline has passed.
+  // request's deadline has passed. `finish` (optional): see RowFinish.
   absl::StatusOr<std::future<Result>> Enqueue(std::vector<Tensor> inputs, int64_t rows,
                                               std::optional<Clock::time_point> deadline,
-                                              AbandonFlag abandoned = nullptr);
+                                              AbandonFlag abandoned = nullptr,
+                                              RowFinish finish = nullptr);
   // Fails every queued request with UNAVAILABLE, lets running batches finish, joins.
   // Idempotent.
   void Stop();
@@ -108,6 +114,7 @@ class Batcher {
     std::vector<Tensor> inputs;
     std::promise<Result> promise;
     AbandonFlag abandoned;
+    RowFinish finish;
   };
   Batcher(BatchPolicy policy, BatchRunFn run)
       : policy_(std::move(policy)),

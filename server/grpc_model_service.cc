@@ -62,6 +62,13 @@ void FillShapes(const ModelVersion& mv, v1::ModelInfo* out) {
     r.set_min(range.first);
     r.set_max(range.second);
   }
+  if (const auto& padding = mv.built().padding) {
+    for (const auto& [symbol, sizes] : padding->classes) {
+      v1::ShapeClassList& list = (*out->mutable_shape_classes())[symbol];
+      for (int64_t n : sizes) list.add_sizes(n);
+    }
+  }
+  out->set_shape_classes_refused(mv.built().padding_refused);
   const ShapeEngines* shapes = mv.shapes();
   if (!shapes) return;
   for (const ShapeSummary& s : shapes->Shapes()) {
@@ -76,6 +83,7 @@ void FillShapes(const ModelVersion& mv, v1::ModelInfo* out) {
   pc->set_misses(c.misses);
   pc->set_evictions(c.evictions);
   pc->set_builds(c.builds);
+  pc->set_prebuilt(c.prebuilt);
 }
 
 // Watches a call's client while its handler works: `gone()` is set once the client has

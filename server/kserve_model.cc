@@ -281,6 +281,9 @@ absl::StatusOr<inference::ModelConfig> GetModelConfig(const ModelRegistry& regis
   }
   FillParameters(c, r);
   FillDynamicDims(sig, r);
+  if (const auto& padding = mv->built().padding) {
+    (*r.mutable_parameters())["shape_classes"].set_string_value(padding->ToString());
+  }
   return r;
 }
 

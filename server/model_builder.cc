@@ -562,7 +562,7 @@ ModelConfig ConfigForBucket(const ModelConfig& config, const BuiltModel& m, int6
   return c;
 }
 
-using DimSymbols = std::vector<std::vector<std::string>>;
+
 
 // input_shapes first, then the dynamic_dims symbols at their warm-up sizes. `symbols` gets,
 // per input and dim, the dynamic symbol bound there ("" elsewhere): a dim input_shapes fixed
@@ -631,15 +631,36 @@ void MarkDynamicDims(const Graph& model, const ModelConfig& config, DimSymbols s
   sig.dim_ranges = config.dynamic_dim_ranges;
 }
 
+// Proves whether the dynamic model `m` may be served padded to shape classes and records
+// the plan (or why not) in `m`. `config` has every dynamic symbol's profile.
+void ProveClasses(const Graph& model, const ModelConfig& config, BuiltModel& m) {
+  const Clock::time_point t0 = Clock::now();
+  std::unique_ptr<Graph> open = model.Clone();
+  shape::InputDims fixed;
+  fixed.shapes = config.input_shapes;
+  const absl::Status bound = shape::BindInputDims(*open, fixed);
+  absl::StatusOr<PaddingPlan> plan =
+      bound.ok() ? ProvePadding(*open, config, m.signature.dim_symbols,
+                                [&](const Graph& g) { return RangesOf(config.warmup, g); },
+                                kMaxShapeClasses)
+                 : absl::StatusOr<PaddingPlan>(bound);
+  if (plan.ok()) {
+    m.padding = std::move(*plan);
+  } else {
+    m.padding_refused = std::string(plan.status().message());
+  }
+  m.times.padding_ms = MsSince(t0);
+}
+
 }  // namespace
 
 std::string LoadTimes::ToString() const {
   return absl::StrFormat(
       "import %.0f ms, engine cache %.0f ms, reference %.0f ms, compile %.0f ms, engines %.0f ms "
       "(tuning %.0f ms), check %.0f ms, %d bucket(s) from the engine cache (%d built beside "
-      "the import)",
+      "the import), padding proof %.0f ms, shape classes %.0f ms",
       import_ms, cache_ms, reference_ms, compile_ms, engine_ms, tune_ms, check_ms, cache_hits,
-      built_ahead);
+      built_ahead, padding_ms, classes_ms);
 }
 
 CachePrefetch::CachePrefetch(const CacheContext& cache, const ModelConfig& config)
@@ -740,7 +761,8 @@ absl::StatusOr<ModelSignature> SignatureOf(const Graph& imported, const ModelCon
 }
 
 absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& given,
-                                      const ProgressFn& progress, const CacheContext& cache) {
+                                      const ProgressFn& progress, const CacheContext& cache,
+                                      std::shared_ptr<passes::FoldCache> fold_cache) {
   // The reference runs and the compiles reuse freed multi-MiB buffers (base/heap_scope.h).
   // Not the import: it copies the weights into buffers that stay, and competes with the
   // engines a warm load rebuilds beside it (measured: ViT-L/16's warm import 5 -> 8 s).
@@ -763,7 +785,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   for (const std::string& p : PassesOffOn(config.device)) pipeline.disabled.insert(p);
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
   // weights per bucket before), and so their engines share one prepacked copy of it.
-  pipeline.fold_cache = std::make_shared<passes::FoldCache>();
+  m.fold_cache = fold_cache ? std::move(fold_cache) : std::make_shared<passes::FoldCache>();
+  pipeline.fold_cache = m.fold_cache;
   m.check.ok = true;
   std::optional<CheckRows> rows;
   if (config.warmup.enabled) {
@@ -811,25 +834,28 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     m.signature.outputs.push_back(std::move(s));
   }
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
+  if (m.signature.dynamic() && config.shape_classes == "auto") ProveClasses(model, config, m);
   return m;
 }
 
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
     const Graph& model, const ModelConfig& config, const BuiltModel& base,
-    const std::map<std::string, int64_t>& dims, int64_t bucket) {
+    const std::map<std::string, int64_t>& dims, int64_t bucket, bool check) {
   ModelConfig c = config;
   c.dynamic_dims = dims;
   c.dynamic_dim_ranges = base.signature.dim_ranges;  // known: no probing per shape
   c.batch_buckets = {bucket};
   c.max_batch_size = bucket;
   c.instances = 1;  // a shape's batcher runs one batch at a time
+  c.shape_classes = "off";  // proven (or refused) once, by the model's own build
+  if (!check) c.warmup.enabled = false;
   c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
   if (!base.engines.empty() && !base.engines.begin()->second.empty()) {
     const runtime::EngineInfo& first = base.engines.begin()->second[0]->info();
     if (c.cpu_layout == "tune" && !first.layout.empty()) c.cpu_layout = first.layout;
     if (c.cpu_threads == 0 && first.threads > 0) c.cpu_threads = first.threads;
   }
-  ASSIGN_OR_RETURN(BuiltModel m, BuildModel(model, c, nullptr));
+  ASSIGN_OR_RETURN(BuiltModel m, BuildModel(model, c, nullptr, {}, base.fold_cache));
   if (m.engines.empty() || m.engines.begin()->second.empty()) {
     return absl::InternalError("the shape's build made no engine");
   }

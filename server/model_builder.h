@@ -31,6 +31,11 @@
 #include "server/engine_cache.h"
 #include "server/model_config.h"
 #include "server/model_signature.h"
+#include "server/padding_proof.h"
+
+namespace kiln::passes {
+class FoldCache;
+}
 
 namespace kiln::server {
 
@@ -59,6 +64,8 @@ struct LoadTimes {
   double check_ms = 0;      // engine runs of the check (a cache hit's re-verification too)
   int cache_hits = 0;       // buckets taken from the engine cache
   int built_ahead = 0;      // of which: engines CachePrefetch built beside the import
+  double padding_ms = 0;    // proving a dynamic model may be served padded (padding_proof.h)
+  double classes_ms = 0;    // building the shape classes' engines (dynamic models)
   std::string ToString() const;
 };
 
@@ -70,7 +77,18 @@ struct BuiltModel {
   std::string report_json;  // the compile report of the largest bucket
   CheckSummary check;
   LoadTimes times;
+  // Dynamic models served by padding to shape classes (model config shape_classes: auto and
+  // the proof held); otherwise `padding_refused` says why not (empty: not asked).
+  std::optional<PaddingPlan> padding;
+  std::string padding_refused;
+  // The folds of the model's large constants, shared by every later build of its shapes so
+  // their engines share one prepacked copy of each weight.
+  std::shared_ptr<passes::FoldCache> fold_cache;
 };
+
+// At most this many class combinations of a model's dynamic dims (each with an engine per
+// batch bucket) are built at load; more makes the ladders coarser, then refuses padding.
+inline constexpr size_t kMaxShapeClasses = 32;
 
 // Reports progress ("compiling batch 4") while building; may be empty.
 using ProgressFn = std::function<void(const std::string&)>;
@@ -140,9 +158,11 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
 // `config` must be finalized. Its input_shapes are applied to (a copy of) `model` first.
 // FAILED_PRECONDITION when the warm-up check still fails after the bisection (the message
 // says why); other errors pass through from the compiler/engine.
+// `fold_cache`: an earlier build's (a shape of the same model), else a new one.
 absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& config,
                                       const ProgressFn& progress,
-                                      const CacheContext& cache = {});
+                                      const CacheContext& cache = {},
+                                      std::shared_ptr<passes::FoldCache> fold_cache = nullptr);
 
 // Inputs of a model by name, dim 0 -1 when batchable (before any engine exists). `imported`
 // has the config's input_shapes applied already (BuildModel does that).
@@ -155,9 +175,11 @@ shape::InputDims InputDimsOf(const ModelConfig& config);
 // A dynamic model's engine for one shape and batch bucket: `dims` (every dynamic_dims symbol)
 // bound instead of the warm-up sizes, then compiled and checked against the reference at that
 // shape like a bucket at load. It takes the layout, threads and disabled passes the model's
-// own engines (`base`) settled on, so neither tuning nor a known bisection is repeated.
+// own engines (`base`) settled on, so neither tuning nor a known bisection is repeated, and
+// `base`'s folded weights. `check` false skips the check (a shape class other than those the
+// load checks: the range's ends and one inside, server/padding.h).
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
     const Graph& model, const ModelConfig& config, const BuiltModel& base,
-    const std::map<std::string, int64_t>& dims, int64_t bucket);
+    const std::map<std::string, int64_t>& dims, int64_t bucket, bool check = true);
 
 }  // namespace kiln::server

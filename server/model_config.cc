@@ -193,6 +193,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(ReadDynamicDims(v, c));
     } else if (key == "max_shape_engines") {
       RETURN_IF_ERROR(Read(v, key, c.max_shape_engines));
+    } else if (key == "shape_classes") {
+      RETURN_IF_ERROR(Read(v, key, c.shape_classes));
     } else {
       return BadKey(key, "unknown key");
     }
@@ -230,6 +232,9 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
   if (c.instances < 1 || c.instances > 64) return BadKey("instances", "must be in 1..64");
   if (c.max_shape_engines < 1 || c.max_shape_engines > 1024) {
     return BadKey("max_shape_engines", "must be in 1..1024");
+  }
+  if (c.shape_classes != "auto" && c.shape_classes != "off") {
+    return BadKey("shape_classes", absl::StrCat("'", c.shape_classes, "' is not one of: auto, off"));
   }
   if (c.cpu_threads < 0 || c.cpu_threads > 1024) return BadKey("cpu_threads", "must be in 0..1024");
   if (c.cpu_layout != "tune" && c.cpu_layout != "primitive" && c.cpu_layout != "blocked") {

@@ -63,6 +63,11 @@ struct ModelConfig {
   // How many such specialised shapes a model keeps (each with the engines of the batch
   // buckets its requests used); the least recently used one is dropped beyond it.
   int max_shape_engines = 8;
+  // auto: serve every size of the dynamic dims by zero-padding requests to a few shape
+  // classes, when the model proves at load that padding does not move its outputs
+  // (server/padding.h): engines for every class are built before READY and nothing is built
+  // after. off: one engine set per exact shape, built on its first request (the LRU above).
+  std::string shape_classes = "auto";
 };
 
 // Overrides the fields of `config` present in `node` (a YAML map). Unknown keys and bad

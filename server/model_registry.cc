@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "base/file.h"
@@ -71,12 +72,13 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
   if (built_.signature.dynamic()) {
     if (!graph) return absl::InternalError("a dynamic model needs its graph to build shapes");
     graph_ = std::move(graph);
-    auto build = [this](const DimValues& dims, int64_t bucket) {
-      return BuildShapeEngine(*graph_, config_, built_, dims, bucket);
+    auto build = [this](const DimValues& dims, int64_t bucket, bool check) {
+      return BuildShapeEngine(*graph_, config_, built_, dims, bucket, check);
     };
-    ASSIGN_OR_RETURN(shapes_, ShapeEngines::Create(policy, static_cast<size_t>(
-                                                               config_.max_shape_engines),
-                                                   build));
+    size_t capacity = static_cast<size_t>(config_.max_shape_engines);
+    if (built_.padding) capacity = std::max(capacity, AllClasses(built_.padding->classes).size());
+    ASSIGN_OR_RETURN(shapes_, ShapeEngines::Create(policy, capacity, build));
+    if (built_.padding) RETURN_IF_ERROR(BuildShapeClasses());
   }
   ASSIGN_OR_RETURN(batcher_, Batcher::Create(policy, config_.instances, run));
   SetReason("");
@@ -91,15 +93,57 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
     return absl::UnavailableError(absl::StrCat("model '", name_, "' version ", version_, " is ",
                                                ModelStateName(state())));
   }
+  RowFinish finish;
   if (shapes_) {
     // Validation has checked the sizes; requests at the warm-up sizes take the model's own
-    // engines, any other shape its specialised ones.
+    // engines, any other shape its specialised ones (padded to its class first when the
+    // model is served by classes).
     ASSIGN_OR_RETURN(DimValues dims, DynamicDimValues(built_.signature, inputs));
+    if (built_.padding) {
+      ASSIGN_OR_RETURN(DimValues cls, ClassOf(built_.padding->classes, dims));
+      if (cls != dims) {
+        ASSIGN_OR_RETURN(inputs, ResizeToDims(std::move(inputs), built_.padding->inputs, cls));
+        finish = [outputs = &built_.padding->outputs, dims](std::vector<Tensor>& out) {
+          ASSIGN_OR_RETURN(out, ResizeToDims(std::move(out), *outputs, dims));
+          return absl::OkStatus();
+        };
+      }
+      dims = std::move(cls);
+    }
     if (dims != built_.signature.default_dims) {
-      return shapes_->Enqueue(dims, std::move(inputs), rows, deadline, std::move(abandoned));
+      return shapes_->Enqueue(dims, std::move(inputs), rows, deadline, std::move(abandoned),
+                              std::move(finish));
     }
   }
-  return batcher_->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned));
+  return batcher_->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned),
+                           std::move(finish));
+}
+
+absl::Status ModelVersion::BuildShapeClasses() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<DimValues> classes = AllClasses(built_.padding->classes);
+  // The check proves the range at its ends and one class inside (seeded, so a reload
+  // checks the same one) at the smallest bucket; the typical size's engines were checked
+  // with the model. Every other class and bucket is built by the same compiler and backend.
+  std::set<size_t> checked{0, classes.size() - 1};
+  if (classes.size() > 2) {
+    checked.insert(1 + std::hash<std::string>{}(name_) % (classes.size() - 2));
+  }
+  for (size_t i = 0; i < classes.size(); ++i) {
+    if (classes[i] == built_.signature.default_dims) continue;
+    for (int64_t bucket : built_.buckets) {
+      RETURN_IF_ERROR(CheckStop());
+      const bool check = config_.warmup.enabled && checked.count(i) &&
+                         bucket == built_.buckets.front();
+      RETURN_IF_ERROR(shapes_->Prebuild(classes[i], bucket, check));
+    }
+  }
+  built_.times.classes_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("model {} version {}: shape classes {} ({} engines) built in {:.0f} ms", name_,
+               version_, built_.padding->ToString(), shapes_->counters().prebuilt,
+               built_.times.classes_ms);
+  return absl::OkStatus();
 }
 
 namespace {
@@ -249,6 +293,11 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
   spdlog::info("model {} version {}: built {} bucket(s): {}", mv.name(), mv.version(),
                built->buckets.size(), built->times.ToString());
   const bool dynamic = built->signature.dynamic();
+  if (!built->padding_refused.empty()) {
+    spdlog::info("model {} version {}: one engine set per exact shape, not shape classes: {}",
+                 mv.name(), mv.version(), built->padding_refused);
+  }
+  if (built->padding) mv.SetReason("building the shape classes' engines");
   return mv.Start(std::move(*built), dynamic ? std::shared_ptr<const Graph>(std::move(graph))
                                              : nullptr);
 }

@@ -25,6 +25,7 @@
 #include "server/model_config.h"
 #include "server/model_repository.h"
 #include "server/model_stats.h"
+#include "server/padding.h"
 #include "server/shape_engines.h"
 
 namespace kiln::server {
@@ -63,6 +64,9 @@ class ModelVersion {
   // Takes the engines, starts the batcher, READY. `graph`: the imported model, kept by a
   // dynamic model to build engines for new shapes (unused by static ones).
   absl::Status Start(BuiltModel built, std::shared_ptr<const Graph> graph = nullptr);
+  // A model served by shape classes (server/padding.h): every class's engines, every bucket,
+  // built before READY.
+  absl::Status BuildShapeClasses();
   void Fail(const std::string& reason);
 
   const std::string name_;

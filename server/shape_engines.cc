@@ -63,32 +63,50 @@ absl::StatusOr<std::shared_ptr<ShapeEngines::Entry>> ShapeEngines::NewEntry(cons
   return e;
 }
 
+absl::StatusOr<std::shared_ptr<ShapeEngines::Entry>> ShapeEngines::FindOrInsertLocked(
+    const DimValues& dims, bool& made) {
+  const std::string key = ShapeKey(dims);
+  if (std::shared_ptr<Entry>* found = lru_.Find(key)) {
+    made = false;
+    return *found;
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, NewEntry(dims));
+  made = true;
+  for (std::shared_ptr<Entry>& old : lru_.Insert(key, e)) {
+    ++counters_.evictions;
+    metrics::ShapeEngineEvicted(policy_.model);
+    retired_.push_back(std::move(old));
+  }
+  return e;
+}
+
 absl::StatusOr<std::future<Batcher::Result>> ShapeEngines::Enqueue(
     const DimValues& dims, std::vector<Tensor> inputs, int64_t rows,
-    std::optional<Clock::time_point> deadline, AbandonFlag abandoned) {
+    std::optional<Clock::time_point> deadline, AbandonFlag abandoned, RowFinish finish) {
   std::shared_ptr<Entry> e;
   std::vector<std::shared_ptr<Entry>> dead;  // freed after mu_ is released (joins a thread)
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stopping_) return absl::UnavailableError("the model is being unloaded");
-    const std::string key = ShapeKey(dims);
-    std::shared_ptr<Entry>* found = lru_.Find(key);
-    metrics::ShapeEngineLookup(policy_.model, /*hit=*/found != nullptr);
-    if (found) {
-      e = *found;
-      ++counters_.hits;
-    } else {
-      ASSIGN_OR_RETURN(e, NewEntry(dims));
-      ++counters_.misses;
-      for (std::shared_ptr<Entry>& old : lru_.Insert(key, e)) {
-        ++counters_.evictions;
-        metrics::ShapeEngineEvicted(policy_.model);
-        retired_.push_back(std::move(old));
-      }
-    }
+    bool made = false;
+    ASSIGN_OR_RETURN(e, FindOrInsertLocked(dims, made));
+    metrics::ShapeEngineLookup(policy_.model, /*hit=*/!made);
+    ++(made ? counters_.misses : counters_.hits);
     ReapLocked(dead);
   }
-  return e->batcher->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned));
+  return e->batcher->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned),
+                             std::move(finish));
+}
+
+absl::Status ShapeEngines::Prebuild(const DimValues& dims, int64_t bucket, bool check) {
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return absl::UnavailableError("the model is being unloaded");
+    bool made = false;
+    ASSIGN_OR_RETURN(e, FindOrInsertLocked(dims, made));
+  }
+  return Build(*e, bucket, check, /*prebuild=*/true).status();
 }
 
 void ShapeEngines::ReapLocked(std::vector<std::shared_ptr<Entry>>& dead) {
@@ -118,6 +136,11 @@ absl::StatusOr<runtime::Engine*> ShapeEngines::EngineFor(Entry& e, int64_t bucke
     if (auto it = e.engines.find(bucket); it != e.engines.end()) return it->second.get();
     if (auto it = e.failures.find(bucket); it != e.failures.end()) return it->second;
   }
+  return Build(e, bucket, /*check=*/true, /*prebuild=*/false);
+}
+
+absl::StatusOr<runtime::Engine*> ShapeEngines::Build(Entry& e, int64_t bucket, bool check,
+                                                     bool prebuild) {
   // Built without e.mu: only this entry's one running batch gets here, and GetModel must not
   // wait for a build. Unload and shutdown cancel it through stopping_.
   const auto t0 = std::chrono::steady_clock::now();
@@ -128,15 +151,16 @@ absl::StatusOr<runtime::Engine*> ShapeEngines::EngineFor(Entry& e, int64_t bucke
     StopCondition cond(StopCondition::Clock::time_point::max(), &stopping_, "shape build");
     cond.isolated = true;
     const StopScope stop(std::move(cond));
-    built = build_(e.dims, bucket);
+    built = build_(e.dims, bucket, check);
   }
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
-  metrics::ShapeEngineBuilt(policy_.model, took.count());
-  spdlog::info("model {}: shape {} batch {}: {} in {:.0f} ms", policy_.model, e.key, bucket,
-               built.ok() ? "built" : std::string(built.status().message()), took.count() * 1e3);
+  if (!prebuild) metrics::ShapeEngineBuilt(policy_.model, took.count());
+  spdlog::info("model {}: shape {} batch {}: {} in {:.0f} ms{}", policy_.model, e.key, bucket,
+               built.ok() ? "built" : std::string(built.status().message()), took.count() * 1e3,
+               prebuild ? (check ? " (shape class, checked)" : " (shape class)") : "");
   {
     std::lock_guard<std::mutex> counters_lock(mu_);
-    ++counters_.builds;
+    ++(prebuild ? counters_.prebuilt : counters_.builds);
   }
   std::lock_guard<std::mutex> lk(e.mu);
   e.build_ms += took.count() * 1e3;

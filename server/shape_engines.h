@@ -68,9 +68,10 @@ class LruMap {
   std::map<std::string, typename std::list<std::pair<std::string, V>>::iterator> index_;
 };
 
-// Builds the engine for one shape at one batch bucket (BuildShapeEngine, for a model).
+// Builds the engine for one shape at one batch bucket (BuildShapeEngine, for a model);
+// `check`: run the warm-up check at that shape.
 using ShapeBuildFn = std::function<absl::StatusOr<std::unique_ptr<runtime::Engine>>(
-    const DimValues& dims, int64_t bucket)>;
+    const DimValues& dims, int64_t bucket, bool check)>;
 
 // What GetModel shows of one kept shape.
 struct ShapeSummary {
@@ -82,6 +83,7 @@ struct ShapeSummary {
 // Counted since the model started (the metrics count the same, per model name).
 struct ShapeCounters {
   int64_t hits = 0, misses = 0, evictions = 0, builds = 0;
+  int64_t prebuilt = 0;  // engines built at load (shape classes), not counted in builds
 };
 
 class ShapeEngines {
@@ -101,7 +103,11 @@ class ShapeEngines {
   absl::StatusOr<std::future<Batcher::Result>> Enqueue(const DimValues& dims,
                                                        std::vector<Tensor> inputs, int64_t rows,
                                                        std::optional<Clock::time_point> deadline,
-                                                       AbandonFlag abandoned = nullptr);
+                                                       AbandonFlag abandoned = nullptr,
+                                                       RowFinish finish = nullptr);
+  // Builds the engine of `dims` at `bucket` now (the shape's entry made when new), before the
+  // model serves: a shape class's engines (server/padding.h). Its status is the build's.
+  absl::Status Prebuild(const DimValues& dims, int64_t bucket, bool check);
   // Stops every shape's batcher (queued requests fail UNAVAILABLE; a build in progress is
   // cancelled at its next step). Idempotent.
   void Stop();
@@ -116,6 +122,11 @@ class ShapeEngines {
   // Runs one batch of `e` (its batcher's only worker, or the caller inline: never two at once).
   absl::Status RunBatch(Entry& e, const std::vector<Tensor>& in, std::vector<Tensor>& out);
   absl::StatusOr<runtime::Engine*> EngineFor(Entry& e, int64_t bucket);
+  // Builds and keeps `e`'s engine for `bucket` (a failure is kept too, unless stopped).
+  absl::StatusOr<runtime::Engine*> Build(Entry& e, int64_t bucket, bool check, bool prebuild);
+  // Precondition: mu_ held. The entry of `dims`, made and inserted when absent (`made` says
+  // which); the evicted ones go to retired_.
+  absl::StatusOr<std::shared_ptr<Entry>> FindOrInsertLocked(const DimValues& dims, bool& made);
   // Precondition: mu_ held. Moves the evicted entries nothing uses any more into `dead`.
   void ReapLocked(std::vector<std::shared_ptr<Entry>>& dead);
 

@@ -3,7 +3,9 @@
 // inputs) loaded with `dynamic_dims` instead of a fixed sequence size. Requests of several lengths are answered by engines built on
 // demand and agree with the reference interpreter; a repeated length is a cache hit; a bad
 // rank or disagreeing inputs are INVALID_ARGUMENT; `max_shape_engines: 2` evicts, as GetModel
-// and /metrics count.
+// and /metrics count (all with `shape_classes: off`). With shape classes (the default) the
+// padding proof holds for this model, every class's engines exist at READY, and every length
+// of the range matches the reference with no build after READY.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -46,13 +48,17 @@ TextRequest MakeRequest(int64_t batch, int64_t seq, uint32_t seed) {
 class DynamicShapes : public ::testing::Test {
  protected:
   void SetUp() override {
+    Load("device: cpu\nmax_batch_size: 2\ndynamic_dims: {sequence: 16}\nmax_shape_engines: 2\n"
+         "shape_classes: off\n");
+  }
+
+  void Load(const std::string& config) {
     server_ = std::make_unique<TestServer>("dynshape");
     onnx_ = TextModelOnnx(server_->dir());
     if (onnx_.empty()) GTEST_SKIP() << "tests/models/text_model.py --write failed (python3-onnx?)";
     fs::create_directories(server_->repo() / "text/1");
     std::ofstream(server_->repo() / "text/1/model.onnx", std::ios::binary) << onnx_;
-    std::ofstream(server_->repo() / "text/config.yaml")
-        << "device: cpu\nmax_batch_size: 2\ndynamic_dims: {sequence: 16}\nmax_shape_engines: 2\n";
+    std::ofstream(server_->repo() / "text/config.yaml") << config;
     server_->Start();
     ASSERT_TRUE(server_->WaitReady(180)) << "the text model did not become READY";
     auto graph = onnx_io::ImportModelBytes(onnx_);
@@ -161,6 +167,37 @@ TEST_F(DynamicShapes, ServesEveryLengthOnEnginesBuiltOnDemand) {
             std::string::npos);
   EXPECT_NE(metrics.find("kiln_shape_engine_build_seconds_count{model=\"text\"} 4"),
             std::string::npos);
+}
+
+class ShapeClassesServe : public DynamicShapes {
+ protected:
+  void SetUp() override {
+    Load("device: cpu\nmax_batch_size: 2\n"
+         "dynamic_dims: {sequence: {min: 1, max: 100, typical: 16}}\n");
+  }
+};
+
+TEST_F(ShapeClassesServe, EveryLengthMatchesTheReferenceWithNoBuildAfterReady) {
+  v1::ModelInfo info = Info();
+  ASSERT_TRUE(info.shape_classes().count("sequence")) << info.shape_classes_refused();
+  const auto& sizes = info.shape_classes().at("sequence").sizes();
+  EXPECT_EQ(std::vector<int64_t>(sizes.begin(), sizes.end()),
+            (std::vector<int64_t>{16, 24, 32, 48, 64, 96, 100}));
+  // Every class but the typical one (the model's own engines), at both buckets.
+  EXPECT_EQ(info.shape_counters().prebuilt(), 12);
+  for (int64_t seq : {1, 5, 16, 17, 24, 25, 63, 93, 100}) {
+    ExpectMatchesReference(MakeRequest(1, seq, static_cast<uint32_t>(seq)));
+    ExpectMatchesReference(MakeRequest(2, seq, static_cast<uint32_t>(seq) + 1000));
+  }
+  info = Info();
+  EXPECT_EQ(info.shape_counters().builds(), 0);
+  EXPECT_EQ(info.shape_counters().misses(), 0);
+  EXPECT_EQ(info.shape_counters().evictions(), 0);
+  EXPECT_EQ(Metrics().find("kiln_shape_engine_build_seconds_count{model=\"text\"}"),
+            std::string::npos);
+  grpc::Status s = PredictRaw(Tensor(DType::kInt64, {1, 101}), Tensor(DType::kInt64, {1, 101}));
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("[1, 100]"), std::string::npos) << s.error_message();
 }
 
 }  // namespace

@@ -145,6 +145,26 @@ TEST(Batcher, EveryRequestGetsItsOwnRows) {
   }
 }
 
+TEST(Batcher, EachRequestsFinishRunsOnItsOwnRowsAndFailsItAlone) {
+  auto b = Batcher::Create(Policy({1, 2}, 20000), 1, TimesTen);
+  ASSERT_TRUE(b.ok()) << b.status();
+  RowFinish cut = [](std::vector<Tensor>& out) {
+    Tensor first(DType::kFloat32, {1, 1});
+    first.SetDouble(0, out[0].GetDouble(0));
+    out[0] = first;
+    return absl::OkStatus();
+  };
+  RowFinish refuse = [](std::vector<Tensor>&) { return absl::InternalError("cannot cut"); };
+  auto f1 = (*b)->Enqueue({Tensor::FromFloat({1, 2}, {1, 2})}, 1, std::nullopt, nullptr, cut);
+  auto f2 = (*b)->Enqueue({Tensor::FromFloat({3, 4}, {1, 2})}, 1, std::nullopt, nullptr, refuse);
+  ASSERT_TRUE(f1.ok() && f2.ok());
+  auto r1 = f1->get();
+  auto r2 = f2->get();
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ((*r1)[0].ToDoubleVector(), (std::vector<double>{10}));
+  EXPECT_EQ(r2.status().message(), "cannot cut");
+}
+
 TEST(Batcher, FullQueueIsResourceExhaustedAndStopFailsTheRest) {
   std::atomic<bool> release{false};
   auto blocking = [&](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {

@@ -82,11 +82,12 @@ class FakeEngine : public runtime::Engine {
 };
 
 struct FakeBuilds {
-  std::atomic<int> count{0};
+  std::atomic<int> count{0}, checked{0};
   ShapeBuildFn Fn() {
     return
-        [this](const DimValues& dims, int64_t) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
+        [this](const DimValues& dims, int64_t, bool check) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
           ++count;
+          if (check) ++checked;
           std::this_thread::sleep_for(std::chrono::milliseconds(50));  // requests pile up meanwhile
           const int64_t seq = dims.at("sequence");
           if (seq > 512) return absl::InvalidArgumentError("longer than the positions");
@@ -146,6 +147,24 @@ TEST(ShapeEngines, EvictsTheLeastRecentlyUsedShapeBeyondTheCapacity) {
   EXPECT_EQ(kept[0].dims, "sequence=93");
   EXPECT_EQ(kept[1].dims, "sequence=40");
   EXPECT_EQ(kept[0].batches, std::vector<int64_t>{1});
+}
+
+TEST(ShapeEngines, APrebuiltShapeServesWithoutABuildAndIsCountedApart) {
+  FakeBuilds builds;
+  auto shapes = ShapeEngines::Create(OneBucket(), 4, builds.Fn());
+  ASSERT_TRUE(shapes.ok());
+  ASSERT_TRUE((*shapes)->Prebuild({{"sequence", 32}}, 1, /*check=*/true).ok());
+  EXPECT_EQ((*shapes)->Prebuild({{"sequence", 600}}, 1, false).code(),
+            absl::StatusCode::kInvalidArgument);  // a class that cannot build fails the load
+  EXPECT_EQ(builds.count.load(), 2);
+  EXPECT_EQ(builds.checked.load(), 1);
+  EXPECT_EQ(*Ask(**shapes, 32), 32.0f);
+  const ShapeCounters c = (*shapes)->counters();
+  EXPECT_EQ(c.prebuilt, 2);
+  EXPECT_EQ(c.builds, 0);
+  EXPECT_EQ(c.hits, 1);
+  EXPECT_EQ(c.misses, 0);
+  EXPECT_EQ(builds.count.load(), 2);  // the request built nothing
 }
 
 TEST(ShapeEngines, ARefusedShapeIsNotRebuiltAndOthersStillServe) {
