@@ -2,10 +2,11 @@
 // engine, warms up, times --runs runs and prints p50/p99 (also as JSON with --json).
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compiler/compile.h"
@@ -28,6 +29,7 @@ struct BenchArgs {
   int threads = 0;
   int runs = 50;
   int warmup = 5;
+  int gap_ms = 0;  // idle time before each timed run (--gap-ms): what a server between requests sees
   cpu::ActivationLayout layout = cpu::ActivationLayout::kTune;
   OptLevel opt = OptLevel::kO2;
   std::string json_path;
@@ -52,7 +54,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
         a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" &&
-        a != "--opt" && a != "--dim") {
+        a != "--opt" && a != "--dim" && a != "--gap-ms") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -72,6 +74,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
     if (a == "--runs") {
       ASSIGN_OR_RETURN(b.runs, ParsePositive(a, v));
+    }
+    if (a == "--gap-ms") {
+      ASSIGN_OR_RETURN(b.gap_ms, ParsePositive(a, v));
     }
     if (a == "--opt") {
       ASSIGN_OR_RETURN(b.opt, ParseOptLevel(v));
@@ -129,6 +134,7 @@ absl::Status Bench(const BenchArgs& b) {
   std::vector<double> ms;
   ms.reserve(b.runs);  // the timed loop allocates nothing itself (bench/heap_allocs.sh)
   for (int i = 0; i < b.runs; ++i) {
+    if (b.gap_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(b.gap_ms));
     auto t0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(engine->Run(ins, outs));
     ms.push_back(

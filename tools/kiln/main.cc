@@ -32,8 +32,9 @@ void Usage() {
                "      run a model and write its outputs as TensorProto files (engines run\n"
                "      the O2 graph)\n"
                "  bench MODEL [--backend cpu|cuda] [--tf32] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
-               "        [--layout primitive|blocked|tune] [--opt O0|O1|O2] [--dim NAME=N ...]\n"
-               "      time an engine on random inputs; prints p50/p99 latency\n"
+               "        [--layout primitive|blocked|tune] [--opt O0|O1|O2] [--dim NAME=N ...] [--gap-ms G]\n"
+               "      time an engine on random inputs; prints p50/p99 latency (--gap-ms: idle\n"
+               "      G ms before each timed run, as a server between requests)\n"
                "  devices [--json]\n"
                "      what Kiln can use here: the CPU's ISA, CUDA (compiled in or not,\n"
                "      NVRTC/cuDNN/cuBLAS versions, GPUs found or why none)\n");
