@@ -247,6 +247,13 @@ TEST(ModelConfig, ReadsDynamicDimsAndTheLruBound) {
   EXPECT_FALSE(ParseModelConfig("dynamic_dims: {sequence: 0}\n", ModelConfig(), "m").ok());
   EXPECT_FALSE(ParseModelConfig("max_shape_engines: 0\n", ModelConfig(), "m").ok());
   EXPECT_FALSE(ParseModelConfig("dynamic_dims: [1]\n", ModelConfig(), "m").ok());
+  EXPECT_EQ(ModelConfig().shape_classes, "auto");
+  auto off = ParseModelConfig("shape_classes: off\n", ModelConfig(), "m");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->shape_classes, "off");
+  auto bad = ParseModelConfig("shape_classes: always\n", ModelConfig(), "m");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("shape_classes"), std::string::npos) << bad.status();
 }
 
 }  // namespace
