@@ -21,159 +21,26 @@
 #include "server/dim_profiles.h"
 #include "server/engine_factory.h"
 #include "server/metrics/kiln_metrics.h"
+#include "server/bucket_engines.h"
+#include "server/model_dims.h"
+#include "server/warmup_check.h"
 #include "server/warmup_samples.h"
 
 namespace kiln::server {
 namespace {
 
-constexpr int kMaxBisections = 4;
+constexpr int kMaxBisections = 4;  // each disables one pass; more means something else is wrong
 
 using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}  // each disables one pass; more means something else is wrong
-
-// The warm-up feed's ranges: the config's, plus what the graph's use of its inputs says
-// (table indices within their table, masks 0/1: runtime/check/input_hints.h); the config's
-// per-input ranges win.
-check::InputRanges RangesOf(const WarmupConfig& w, const Graph& graph) {
-  check::InputRanges r;
-  r.seed = w.seed;
-  r.float_lo = w.float_lo;
-  r.float_hi = w.float_hi;
-  r.int_lo = w.int_lo;
-  r.int_hi = w.int_hi;
-  r.per_input = w.input_ranges;
-  return check::WithInputHints(graph, std::move(r));
 }
-
-// The tolerance one comparison of the check uses: an int8 model's quantization step, and
-// every float output's own scale (differential.h).
-check::Tolerance ToleranceFor(const Graph& raw, const ref::TensorMap& want,
-                              const check::Tolerance& base) {
-  return check::ScaledToOutputs(want, check::ForQuantizedGraph(raw, want, base));
-}
-
-// Runs `engine` on `feed` and compares with `want` (the raw graph's outputs).
-
 
 struct BucketResult {
   CompiledGraph compiled;
   std::unique_ptr<runtime::Engine> engine;
   std::string report_json;
 };
-
-// The rows the warm-up check rests on: the smallest bucket's seeded feed and its non-finite
-// variant, and the reference's outputs for each, run on first need (a warm engine cache
-// never runs the reference).
-struct CheckRows {
-  int64_t batch = 0;
-  std::unique_ptr<Graph> raw;  // the raw graph at `batch`
-  ref::TensorMap feed, nonfinite;
-  ref::TensorMap distractor;  // rows placed between the checked ones in larger buckets
-  bool tileable = false;  // batchable, and every output has the batch as dim 0
-  bool ran = false;
-  ref::TensorMap want, want_nonfinite;
-  bool nonfinite_usable = true;  // the reference accepted the non-finite feed
-  std::string nonfinite_refusal;
-};
-
-bool OutputsHaveRows(const Graph& raw, int64_t batch) {
-  for (const Value* v : raw.outputs) {
-    if (!v->shape || v->shape->empty() || !(*v->shape)[0].known() ||
-        (*v->shape)[0].value != batch || v->dtype == DType::kString) {
-      return false;
-    }
-  }
-  return true;
-}
-
-absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bool batchable,
-                                        const ModelConfig& config, const WarmupSamples& samples) {
-  CheckRows rows;
-  rows.batch = batch;
-  rows.raw = imported.Clone();
-  RETURN_IF_ERROR(shape::Specialize(*rows.raw, batch));
-  // Shipped sample inputs first (warmup_samples.h), when one set fits the shapes.
-  if (std::optional<ref::TensorMap> sample = SampleFeed(samples, *rows.raw, batchable)) {
-    rows.feed = std::move(*sample);
-  } else {
-    ASSIGN_OR_RETURN(rows.feed, check::RandomInputs(*rows.raw, RangesOf(config.warmup, *rows.raw)));
-  }
-  rows.nonfinite = check::WithNonFiniteValues(rows.feed, config.warmup.seed);
-  check::InputRanges other = RangesOf(config.warmup, *rows.raw);
-  other.seed += 1;
-  ASSIGN_OR_RETURN(rows.distractor, check::RandomInputs(*rows.raw, other));
-  rows.tileable = batchable && OutputsHaveRows(*rows.raw, batch);
-  return rows;
-}
-
-absl::Status RunReference(CheckRows& rows, LoadTimes& times) {
-  if (rows.ran) return absl::OkStatus();
-  const Clock::time_point t0 = Clock::now();
-  ASSIGN_OR_RETURN(rows.want, ref::Run(*rows.raw, rows.feed));
-  absl::StatusOr<ref::TensorMap> nf = ref::Run(*rows.raw, rows.nonfinite);
-  if (!nf.ok() && !IsStopError(nf.status())) {
-    rows.nonfinite_usable = false;
-    rows.nonfinite_refusal = std::string(nf.status().message());
-  } else {
-    ASSIGN_OR_RETURN(rows.want_nonfinite, std::move(nf));
-  }
-  rows.ran = true;
-  times.reference_ms += MsSince(t0);
-  return absl::OkStatus();
-}
-
-// One comparison of the check: a feed and the reference's answer to it. `nonfinite`: the feed
-// holds NaN/inf, and a difference no pass explains is reported rather than fatal.
-struct CheckCase {
-  ref::TensorMap feed, want;
-  bool nonfinite = false;
-  // 0: every row is compared. Else the feed alternates blocks of this many checked rows with
-  // as many distractor rows (no reference for them): a kernel that mixed rows would corrupt
-  // the checked ones.
-  int64_t checked_block = 0;
-};
-
-// How many of `rows` rows have (r mod 2 * block) < block.
-int64_t CheckedCount(int64_t rows, int64_t block) {
-  return (rows / (2 * block)) * block + std::min(block, rows % (2 * block));
-}
-
-// Rows r of every tensor with (r mod 2 * block) < block.
-ref::TensorMap CheckedRows(const ref::TensorMap& all, int64_t block) {
-  ref::TensorMap out;
-  for (const auto& [name, t] : all) {
-    const int64_t rows = t.dim(0), keep = CheckedCount(rows, block);
-    std::vector<int64_t> shape = t.shape();
-    shape[0] = keep;
-    Tensor k(t.dtype(), shape);
-    const size_t row_bytes = rows > 0 ? t.nbytes() / rows : 0;
-    int64_t j = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      if (r % (2 * block) >= block) continue;
-      std::memcpy(static_cast<char*>(k.raw_mutable()) + j++ * row_bytes,
-                  static_cast<const char*>(t.raw()) + r * row_bytes, row_bytes);
-    }
-    out[name] = std::move(k);
-  }
-  return out;
-}
-
-// Runs `engine` on `feed` and compares with `want` (the raw graph's outputs), on the checked
-// rows only when `checked_block` > 0.
-absl::StatusOr<check::Divergence> CheckEngine(runtime::Engine& engine, const ref::TensorMap& feed,
-                                              const ref::TensorMap& want,
-                                              const check::Tolerance& tol,
-                                              int64_t checked_block = 0) {
-  std::vector<Tensor> in, out;
-  for (const runtime::TensorSpec& s : engine.inputs()) in.push_back(feed.at(s.name));
-  RETURN_IF_ERROR(engine.Run(in, out));
-  ref::TensorMap got;
-  for (size_t i = 0; i < out.size(); ++i) got.emplace(engine.outputs()[i].name, out[i]);
-  if (checked_block > 0) got = CheckedRows(got, checked_block);
-  return check::CompareOutputs(want, got, tol);
-}
 
 }  // namespace
 
@@ -207,54 +74,6 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
 namespace {
 
 using Threads = EngineCacheEntry::Threads;
-
-// A bucket's first engine instance. An explicit cpu_threads is taken as given; the default
-// (cores divided among instances) may settle on one thread for a small engine, unless
-// `tuned` (a cache entry's record of that measurement) already says which.
-absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& config,
-                                                             const std::string& layout,
-                                                             const CompiledGraph& compiled,
-                                                             Threads tuned = Threads::kNotTuned) {
-  int threads = CpuThreadsPerInstance(config);
-  bool tune_threads = config.cpu_threads == 0;
-  if (tune_threads && tuned != Threads::kNotTuned) {
-    tune_threads = false;
-    if (tuned == Threads::kOne) threads = 1;
-  }
-  // The warm-up check's first run (right after the build) is the engine's warm-up, and a
-  // second one would only cost time (ResNet-50: one more inference per bucket; ViT-L/16 at
-  // AVX2: ~8 s at batch 8). Tuning warms the candidates it times itself (tune.cc).
-  const bool warm_up = !config.warmup.enabled;
-  return BuildEngine(config.device, layout, threads, tune_threads, compiled, warm_up);
-}
-
-// The layout a cache entry's engine is built with: a tuned layout is reused (the measurement
-// was made for this model, batch and CPU).
-std::string LayoutFor(const EngineCacheEntry& e, const ModelConfig& config) {
-  return config.cpu_layout == "tune" && !e.engine_layout.empty() ? e.engine_layout
-                                                                 : config.cpu_layout;
-}
-
-// A cache entry's engine: its graph imported (the constants view the entry's blobs), memory
-// planned, the engine built with `layout`.
-absl::Status BuildFromEntry(const EngineCacheEntry& e, const ModelConfig& config,
-                            const std::string& layout, CompiledGraph& compiled,
-                            std::unique_ptr<runtime::Engine>& engine, LoadTimes& times) {
-  onnx_io::ImportOptions options;
-  options.normalize = false;  // the graph was normalized before it was optimized
-  options.external_scheme = kBlobScheme;
-  options.external = BlobResolver(e);  // views of the mapped blobs, shared by the buckets
-  Clock::time_point t0 = Clock::now();
-  ASSIGN_OR_RETURN(compiled.graph, onnx_io::ImportModelBytes(e.graph_onnx, options));
-  if (!HasDynamicShapes(*compiled.graph)) {  // else the engine plans its static region
-    ASSIGN_OR_RETURN(compiled.plan, plan::PlanMemory(*compiled.graph, plan::PlanOptions{}));
-  }
-  times.cache_ms += MsSince(t0);
-  t0 = Clock::now();
-  ASSIGN_OR_RETURN(engine, FirstEngine(config, layout, compiled, e.engine_threads));
-  times.engine_ms += MsSince(t0);
-  return absl::OkStatus();
-}
 
 // Rebuilds the engine from a cache entry (or takes the one CachePrefetch built from it, when
 // with the same layout) and re-verifies it: one run on the seeded warm-up inputs against the
@@ -405,52 +224,6 @@ void MergeCachedCheck(const EngineCacheEntry& e, PipelineOptions& pipeline, Chec
   if (!e.check_message.empty()) check.message = e.check_message;
 }
 
-// The check's comparisons for one bucket. The smallest bucket: the rows themselves (finite,
-// then non-finite). A larger one: batches repeating those rows when the model allows it,
-// else its own random feed against a full reference run.
-absl::StatusOr<std::vector<CheckCase>> CasesFor(CheckRows& rows, const Graph& raw, int64_t batch,
-                                                const ModelConfig& config, LoadTimes& times) {
-  RETURN_IF_ERROR(RunReference(rows, times));
-  std::vector<CheckCase> cases;
-  if (batch == rows.batch) {
-    cases.push_back({rows.feed, rows.want, false});
-    if (rows.nonfinite_usable) cases.push_back({rows.nonfinite, rows.want_nonfinite, true});
-    return cases;
-  }
-  if (rows.tileable) {
-    // The non-finite rows are checked at the smallest bucket only: their exact paths are
-    // the same kernels at every batch, and building them costs time at each.
-    CheckCase c;
-    ASSIGN_OR_RETURN(c.feed, check::TileRows({&rows.feed, &rows.distractor}, batch));
-    c.checked_block = rows.batch;
-    ASSIGN_OR_RETURN(c.want, check::TileRows({&rows.want}, CheckedCount(batch, rows.batch)));
-    cases.push_back(std::move(c));
-    return cases;
-  }
-  CheckCase own;
-  const Clock::time_point t0 = Clock::now();
-  ASSIGN_OR_RETURN(own.feed, check::RandomInputs(raw, RangesOf(config.warmup, raw)));
-  ASSIGN_OR_RETURN(own.want, ref::Run(raw, own.feed));
-  times.reference_ms += MsSince(t0);
-  cases.push_back(std::move(own));
-  return cases;
-}
-
-// The feed a cached entry of this bucket was verified on (its stored outputs answer it),
-// without running the reference: the rows, or batches repeating them, or the bucket's own.
-// (`*block`: the case's checked_block.)
-absl::StatusOr<ref::TensorMap> CachedFeedFor(const CheckRows& rows, const Graph& raw,
-                                             int64_t batch, const ModelConfig& config,
-                                             int64_t* block) {
-  *block = 0;
-  if (batch == rows.batch) return rows.feed;
-  if (rows.tileable) {
-    *block = rows.batch;
-    return check::TileRows({&rows.feed, &rows.distractor}, batch);
-  }
-  return check::RandomInputs(raw, RangesOf(config.warmup, raw));
-}
-
 // One bucket: from the cache when it holds a verified entry, else compiled and checked (and
 // then stored).
 // (`position`: the bucket's place in the build order, for CachePrefetch.)
@@ -507,9 +280,6 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
   return r;
 }
 
-// The smallest bucket, the largest, then the ones between: a layout is tuned for the two
-// ends only, and a bucket between them takes the nearer end's choice (geometrically: b2 is
-// nearer b1 than b8). Tuning every bucket cost ResNet-50 6.9 s of a 20 s load.
 // The model's declared shape of output `name` (-1 for a dim not known before a run); empty
 // when it declares none. For an output whose rank the engine learns only per run (a
 // detector's boxes, computed under If).
@@ -539,13 +309,6 @@ absl::Status CheckRowsSplit(const runtime::Engine& engine, const std::vector<int
   return absl::OkStatus();
 }
 
-std::vector<int64_t> BuildOrder(const std::vector<int64_t>& buckets) {
-  if (buckets.size() <= 2) return buckets;
-  std::vector<int64_t> order = {buckets.front(), buckets.back()};
-  order.insert(order.end(), buckets.begin() + 1, buckets.end() - 1);
-  return order;
-}
-
 ModelConfig ConfigForBucket(const ModelConfig& config, const BuiltModel& m, int64_t batch) {
   if (config.cpu_layout != "tune" || m.buckets.size() <= 2 || batch == m.buckets.front() ||
       batch == m.buckets.back()) {
@@ -564,94 +327,6 @@ ModelConfig ConfigForBucket(const ModelConfig& config, const BuiltModel& m, int6
 
 
 
-// input_shapes first, then the dynamic_dims symbols at their warm-up sizes. `symbols` gets,
-// per input and dim, the dynamic symbol bound there ("" elsewhere): a dim input_shapes fixed
-// is not dynamic, and a dynamic_dims name no open dim carries is a config error.
-// The symbolic dims input_shapes leaves open get their profiles first (`config` takes them:
-// dim_profiles.h), so every one of them is dynamic.
-absl::Status BindConfigDims(Graph& g, ModelConfig& config, const WarmupSamples& samples,
-                            DimSymbols& symbols) {
-  shape::InputDims fixed;
-  fixed.shapes = config.input_shapes;
-  RETURN_IF_ERROR(shape::BindInputDims(g, fixed));
-  RETURN_IF_ERROR(ResolveDimProfiles(g, config, SampleDims(samples, g)));
-  if (config.dynamic_dims.empty()) return absl::OkStatus();
-  std::set<std::string> seen;
-  for (const Value* in : g.inputs) {
-    std::vector<std::string>& row = symbols.emplace_back(in->shape ? in->shape->size() : 0);
-    for (size_t i = 0; i < row.size(); ++i) {
-      const Dim& d = (*in->shape)[i];
-      if (d.known() || !config.dynamic_dims.count(d.param)) continue;
-      if (i == 0) {  // the batch dim varies per request already (batch_buckets)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "dynamic_dims names '", d.param, "', dim 0 of input '", in->name, "' (the batch)"));
-      }
-      row[i] = d.param;
-      seen.insert(d.param);
-    }
-  }
-  for (const auto& [name, size] : config.dynamic_dims) {
-    if (!seen.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dynamic_dims names '", name,
-          "', which is no symbolic input dim left open by input_shapes"));
-    }
-  }
-  shape::InputDims dynamic;
-  dynamic.symbols = config.dynamic_dims;
-  return shape::BindInputDims(g, dynamic);
-}
-
-// Shows the dynamic dims as -1 in the signature (inputs, and every output dim the model's
-// shapes, inferred with the dynamic dims left symbolic, do not fix), and records where they
-// are for request validation and routing.
-void MarkDynamicDims(const Graph& model, const ModelConfig& config, DimSymbols symbols,
-                     ModelSignature& sig) {
-  if (config.dynamic_dims.empty()) return;
-  for (size_t k = 0; k < sig.inputs.size() && k < symbols.size(); ++k) {
-    for (size_t i = 0; i < symbols[k].size() && i < sig.inputs[k].shape.size(); ++i) {
-      if (!symbols[k][i].empty()) sig.inputs[k].shape[i] = -1;
-    }
-  }
-  std::unique_ptr<Graph> open = model.Clone();
-  shape::InputDims fixed;
-  fixed.shapes = config.input_shapes;
-  // On failure the declared output shapes stand in for the inferred ones.
-  if (shape::BindInputDims(*open, fixed).ok()) (void)shape::InferShapes(*open);
-  for (runtime::TensorSpec& out : sig.outputs) {
-    for (const Value* v : open->outputs) {
-      if (v->name != out.name) continue;
-      for (size_t i = 0; i < out.shape.size(); ++i) {
-        if (!v->shape || i >= v->shape->size() || !(*v->shape)[i].known()) out.shape[i] = -1;
-      }
-    }
-  }
-  sig.dim_symbols = std::move(symbols);
-  sig.default_dims = config.dynamic_dims;
-  sig.dim_ranges = config.dynamic_dim_ranges;
-}
-
-// Proves whether the dynamic model `m` may be served padded to shape classes and records
-// the plan (or why not) in `m`. `config` has every dynamic symbol's profile.
-void ProveClasses(const Graph& model, const ModelConfig& config, BuiltModel& m) {
-  const Clock::time_point t0 = Clock::now();
-  std::unique_ptr<Graph> open = model.Clone();
-  shape::InputDims fixed;
-  fixed.shapes = config.input_shapes;
-  const absl::Status bound = shape::BindInputDims(*open, fixed);
-  absl::StatusOr<PaddingPlan> plan =
-      bound.ok() ? ProvePadding(*open, config, m.signature.dim_symbols,
-                                [&](const Graph& g) { return RangesOf(config.warmup, g); },
-                                kMaxShapeClasses)
-                 : absl::StatusOr<PaddingPlan>(bound);
-  if (plan.ok()) {
-    m.padding = std::move(*plan);
-  } else {
-    m.padding_refused = std::string(plan.status().message());
-  }
-  m.times.padding_ms = MsSince(t0);
-}
-
 }  // namespace
 
 std::string LoadTimes::ToString() const {
@@ -661,77 +336,6 @@ std::string LoadTimes::ToString() const {
       "the import), padding proof %.0f ms, shape classes %.0f ms",
       import_ms, cache_ms, reference_ms, compile_ms, engine_ms, tune_ms, check_ms, cache_hits,
       built_ahead, padding_ms, classes_ms);
-}
-
-CachePrefetch::CachePrefetch(const CacheContext& cache, const ModelConfig& config)
-    : cache_{cache.cache, cache.model_hash, nullptr}, config_(config) {
-  worker_ = std::thread([this] { Run(); });
-}
-
-CachePrefetch::~CachePrefetch() {
-  cancel_ = true;
-  worker_.join();
-}
-
-void CachePrefetch::Run() {
-  // BuildModel's starting pipeline, so that the keys are the ones it will ask for.
-  PipelineOptions pipeline;
-  pipeline.level = config_.opt_level;
-  pipeline.disabled = config_.disabled_passes;
-  for (const std::string& p : PassesOffOn(config_.device)) pipeline.disabled.insert(p);
-  std::map<int64_t, std::string> layouts;  // bucket -> its engine's layout
-  for (int64_t batch : BuildOrder(config_.batch_buckets)) {
-    if (cancel_ || !Prepare(batch, pipeline, layouts)) break;
-  }
-  std::lock_guard<std::mutex> lk(mu_);
-  finished_ = true;
-  cv_.notify_all();
-}
-
-bool CachePrefetch::Prepare(int64_t batch, PipelineOptions& pipeline,
-                            std::map<int64_t, std::string>& layouts) {
-  const EngineCacheKey key = CacheKeyFor(cache_, config_, pipeline, batch);
-  std::shared_ptr<const EngineCacheEntry> entry = cache_.cache->Lookup(key);
-  if (!entry) return false;  // BuildModel compiles from here on, and may bisect
-  // As BuildModel's MergeCachedCheck: the next bucket's key names these passes too.
-  pipeline.disabled.insert(entry->disabled_passes.begin(), entry->disabled_passes.end());
-  // As ConfigForBucket: a bucket between the ends takes the nearer end's layout.
-  ModelConfig c = config_;
-  const std::vector<int64_t>& b = config_.batch_buckets;
-  if (c.cpu_layout == "tune" && b.size() > 2 && batch != b.front() && batch != b.back()) {
-    const int64_t nearer = batch * batch <= b.front() * b.back() ? b.front() : b.back();
-    auto it = layouts.find(nearer);
-    if (it != layouts.end() && !it->second.empty()) c.cpu_layout = it->second;
-  }
-  PreparedBucket p;
-  p.key = key.ToString();
-  p.entry = entry;
-  p.layout = LayoutFor(*entry, c);
-  if (p.layout == "tune") return false;  // a measurement: BuildModel's to make
-  LoadTimes t;
-  if (!BuildFromEntry(*entry, c, p.layout, p.compiled, p.engine, t).ok()) return false;
-  p.cache_ms = t.cache_ms;
-  p.engine_ms = t.engine_ms;
-  layouts[batch] = p.engine->info().layout;
-  std::lock_guard<std::mutex> lk(mu_);
-  ready_.push_back(std::move(p));
-  cv_.notify_all();
-  return true;
-}
-
-std::optional<PreparedBucket> CachePrefetch::Take(size_t position, const std::string& key) {
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return ready_.size() > position || finished_; });
-  if (ready_.size() <= position || !ready_[position]) return std::nullopt;
-  std::optional<PreparedBucket> p = std::move(ready_[position]);
-  ready_[position].reset();
-  if (p->key != key) {
-    // BuildModel went another way (a bucket failed its re-verification and was rebuilt):
-    // what follows was prepared for keys it will not ask for.
-    cancel_ = true;
-    return std::nullopt;
-  }
-  return p;
 }
 
 shape::InputDims InputDimsOf(const ModelConfig& config) {
