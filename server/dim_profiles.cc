@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
 
 namespace kiln::server {
@@ -28,7 +29,10 @@ std::vector<std::string> OpenDims(const Graph& model) {
     if (!in->shape) continue;
     for (size_t i = 1; i < in->shape->size(); ++i) {
       const Dim& d = (*in->shape)[i];
-      if (d.known() || d.param.empty() || batch.count(d.param)) continue;
+      // A dim written as an expression ("past + 1") follows the symbols it names.
+      if (d.known() || d.param.empty() || batch.count(d.param) || shape::IsDimExpr(d.param)) {
+        continue;
+      }
       if (std::find(names.begin(), names.end(), d.param) == names.end()) names.push_back(d.param);
     }
   }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/shape/bind_dims.h"
+#include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
 #include "server/dim_profiles.h"
 #include "server/padding_proof.h"
@@ -17,6 +18,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double MsSince(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// A dim written as an expression of dynamic symbols only ("past + sequence").
+bool DerivedFromDynamic(const std::string& param, const ModelConfig& config) {
+  if (!shape::IsDimExpr(param)) return false;
+  for (const std::string& name : shape::DimExprSymbols(param)) {
+    if (!config.dynamic_dims.count(name)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -33,6 +43,10 @@ absl::Status BindConfigDims(Graph& g, ModelConfig& config, const WarmupSamples& 
     std::vector<std::string>& row = symbols.emplace_back(in->shape ? in->shape->size() : 0);
     for (size_t i = 0; i < row.size(); ++i) {
       const Dim& d = (*in->shape)[i];
+      if (!d.known() && i > 0 && DerivedFromDynamic(d.param, config)) {
+        row[i] = d.param;  // "past + 1": its size follows, checked per request
+        continue;
+      }
       if (d.known() || !config.dynamic_dims.count(d.param)) continue;
       if (i == 0) {  // the batch dim varies per request already (batch_buckets)
         return absl::InvalidArgumentError(absl::StrCat(

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
 #include "runtime/reference/interpreter.h"
 
@@ -132,6 +133,15 @@ absl::Status CompareRuns(const Graph& small, const Graph& padded, const DimSymbo
 absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& config,
                                          const DimSymbols& inputs, const RangesFor& ranges_for,
                                          size_t max_classes) {
+  for (size_t k = 0; k < inputs.size() && k < model.inputs.size(); ++k) {
+    for (size_t i = 0; i < inputs[k].size(); ++i) {
+      if (!inputs[k][i].empty() && shape::IsDimExpr(inputs[k][i])) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "input '", model.inputs[k]->name, "' dim ", i, " is '", inputs[k][i],
+            "', which follows other dims: padding it is not supported"));
+      }
+    }
+  }
   DimValues real, pad;
   ProbeSizes(config, inputs, real, pad);
   if (real.empty()) return absl::FailedPreconditionError("no dynamic dim has two sizes to pad");

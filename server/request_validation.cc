@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_join.h"
+#include "compiler/shape/dim_expr.h"
 #include "server/echo.h"
 #include "server/kserve_tensor.h"
 #include "server/tensor_codec.h"
@@ -94,6 +95,32 @@ std::vector<std::string> OutputNames(const ModelSignature& sig) {
 
 }  // namespace
 
+namespace {
+
+// Every dim written as an expression of the symbols ("past + 1") must have its value.
+absl::Status CheckDerivedDims(const ModelSignature& sig, const std::vector<Tensor>& inputs,
+                              const std::map<std::string, int64_t>& values) {
+  for (size_t k = 0; k < sig.dim_symbols.size() && k < inputs.size(); ++k) {
+    for (size_t i = 0; i < sig.dim_symbols[k].size() && i < inputs[k].shape().size(); ++i) {
+      const std::string& expr = sig.dim_symbols[k][i];
+      if (expr.empty() || !shape::IsDimExpr(expr)) continue;
+      absl::StatusOr<int64_t> want = shape::EvalDimExpr(expr, values);
+      if (!want.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", sig.inputs[k].name, "' dim ", i,
+                                                       ": ", want.status().message()));
+      }
+      if (inputs[k].shape()[i] != *want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", sig.inputs[k].name, "' dim ", i, " ('", expr, "') is ",
+            inputs[k].shape()[i], ", but the other inputs make it ", *want));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(
     const ModelSignature& sig, const std::vector<Tensor>& inputs) {
   std::map<std::string, int64_t> values;
@@ -101,7 +128,7 @@ absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(
   for (size_t k = 0; k < sig.dim_symbols.size() && k < inputs.size(); ++k) {
     for (size_t i = 0; i < sig.dim_symbols[k].size() && i < inputs[k].shape().size(); ++i) {
       const std::string& sym = sig.dim_symbols[k][i];
-      if (sym.empty()) continue;
+      if (sym.empty() || shape::IsDimExpr(sym)) continue;
       const int64_t size = inputs[k].shape()[i];
       if (auto r = sig.dim_ranges.find(sym);
           r != sig.dim_ranges.end() && (size < r->second.first || size > r->second.second)) {
@@ -120,6 +147,7 @@ absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(
       }
     }
   }
+  RETURN_IF_ERROR(CheckDerivedDims(sig, inputs, values));
   return values;
 }
 

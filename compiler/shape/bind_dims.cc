@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "compiler/shape/dim_expr.h"
 
 namespace kiln::shape {
 namespace {
@@ -26,7 +27,12 @@ std::set<std::string> SymbolNames(const Graph& graph) {
   for (const Value* v : graph.inputs) {
     if (!v->shape) continue;
     for (const Dim& d : *v->shape) {
-      if (!d.known() && !d.param.empty()) names.insert(d.param);
+      if (d.known() || d.param.empty()) continue;
+      if (!IsDimExpr(d.param)) {
+        names.insert(d.param);
+        continue;
+      }
+      for (const std::string& name : DimExprSymbols(d.param)) names.insert(name);
     }
   }
   return names;
@@ -115,6 +121,7 @@ absl::Status BindInputDims(Graph& graph, const InputDims& dims) {
       if (it != symbols.end()) d = Dim(it->second);
     }
   }
+  BindDimExprs(graph, symbols);  // "past + 1" follows "past"
   return absl::OkStatus();
 }
 

@@ -1,5 +1,7 @@
 #include "compiler/shape/infer.h"
 
+#include "compiler/shape/dim_expr.h"
+
 #include "compiler/ir/graph_edit.h"
 #include "runtime/reference/interpreter.h"
 
@@ -184,6 +186,7 @@ absl::Status Specialize(Graph& graph, int64_t batch,
       }
     }
   }
+  BindDimExprs(graph, symbols);  // "past + 1" follows "past"
   // Intermediate shapes were computed from the symbolic inputs: recompute from scratch.
   for (const auto& n : graph.nodes()) {
     for (Value* out : n->outputs) {

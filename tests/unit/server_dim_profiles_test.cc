@@ -106,5 +106,62 @@ TEST(DimProfiles, BuildsWithNoConfigAndRefusesSizesOutsideTheRange) {
   EXPECT_NE(out.status().message().find("[1, 32]"), std::string::npos) << out.status();
 }
 
+// One attention step of a decoder with a cache: x [batch, sequence, 4] new positions, past
+// [batch, past, 4], mask [batch, "past + sequence"] over every position; present = past then
+// the new keys, scores masked additively. The mask's dim is an expression, as exporters write.
+std::unique_ptr<Graph> DecoderStep() {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {Dim::Symbol("batch"), Dim::Symbol("sequence"), Dim(4)});
+  Value* past = b.Input("past", DType::kFloat32, {Dim::Symbol("batch"), Dim::Symbol("past"), Dim(4)});
+  Value* mask = b.Input("mask", DType::kInt64,
+                        {Dim::Symbol("batch"), Dim::Symbol("past + sequence")});
+  Value* k = b.Op("MatMul", {x, b.Constant("wk", Filled({4, 4}, 0.1f))});
+  Value* present = b.Op("Concat", {past, k}, {{"axis", Attribute::Int(1)}});
+  Value* scores = b.Op("MatMul", {x, b.Op("Transpose", {present}, {{"perm", Attribute::Ints({0, 2, 1})}})});
+  Value* m = b.Op("Cast", {b.Op("Unsqueeze", {mask, b.Constant("ax", Tensor::FromInt64({1}, {1}))})},
+                  {{"to", Attribute::Int(1)}});  // ONNX FLOAT
+  Value* additive = b.Op("Mul", {b.Op("Sub", {b.Constant("one", Tensor::FromFloat({1.f})), m}),
+                                 b.Constant("big", Tensor::FromFloat({-10000.f}))});
+  Value* p = b.Op("Softmax", {b.Op("Add", {scores, additive})}, {{"axis", Attribute::Int(-1)}});
+  b.Output(b.Op("MatMul", {p, present}));
+  b.Output(present);
+  return b.Build();
+}
+
+// A decoder step loads with no config: "past + sequence" follows the two symbols (no profile
+// of its own), a request whose mask disagrees is refused naming it, and other sizes build and
+// match the reference. Padding is refused (the mask's dim follows other dims).
+TEST(DimProfiles, ADecoderStepWithAnExpressionDimLoadsWithNoConfig) {
+  ModelConfig config;
+  config.max_batch_size = 1;
+  ASSERT_TRUE(FinalizeModelConfig(config).ok());
+  auto model = DecoderStep();
+  auto built = BuildModel(*model, config, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  const ModelSignature& sig = built->signature;
+  EXPECT_EQ(sig.dim_symbols[2], (std::vector<std::string>{"", "past + sequence"}));
+  EXPECT_EQ(sig.inputs[2].shape, (std::vector<int64_t>{-1, -1}));
+  EXPECT_FALSE(sig.dim_ranges.count("past + sequence"));
+  EXPECT_EQ(sig.dim_ranges.at("past"), (std::pair<int64_t, int64_t>{1, kDefaultMaxDim}));
+  EXPECT_EQ(sig.default_dims.at("past"), kDefaultTypicalDim);
+  EXPECT_TRUE(built->check.ran && built->check.ok) << built->check.message;
+  EXPECT_FALSE(built->padding.has_value());
+  EXPECT_NE(built->padding_refused.find("follows other dims"), std::string::npos)
+      << built->padding_refused;
+  auto ok = DynamicDimValues(sig, {Tensor(DType::kFloat32, {1, 1, 4}),
+                                   Tensor(DType::kFloat32, {1, 9, 4}), Tensor(DType::kInt64, {1, 10})});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, (std::map<std::string, int64_t>{{"past", 9}, {"sequence", 1}}));
+  auto bad = DynamicDimValues(sig, {Tensor(DType::kFloat32, {1, 1, 4}),
+                                    Tensor(DType::kFloat32, {1, 9, 4}), Tensor(DType::kInt64, {1, 9})});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("('past + sequence') is 9, but the other inputs make it 10"),
+            std::string::npos)
+      << bad.status();
+  auto engine = BuildShapeEngine(*model, config, *built, {{"past", 9}, {"sequence", 1}}, 1);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->inputs()[2].shape, (std::vector<int64_t>{1, 10}));
+}
+
 }  // namespace
 }  // namespace kiln::server
