@@ -102,9 +102,10 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
     if (built_.padding) {
       ASSIGN_OR_RETURN(DimValues cls, ClassOf(built_.padding->classes, dims));
       if (cls != dims) {
-        ASSIGN_OR_RETURN(inputs, ResizeToDims(std::move(inputs), built_.padding->inputs, cls));
-        finish = [outputs = &built_.padding->outputs, dims](std::vector<Tensor>& out) {
-          ASSIGN_OR_RETURN(out, ResizeToDims(std::move(out), *outputs, dims));
+        ASSIGN_OR_RETURN(inputs,
+                         ResizeToDims(std::move(inputs), built_.padding->inputs, dims, cls));
+        finish = [outputs = &built_.padding->outputs, dims, cls](std::vector<Tensor>& out) {
+          ASSIGN_OR_RETURN(out, ResizeToDims(std::move(out), *outputs, cls, dims));
           return absl::OkStatus();
         };
       }

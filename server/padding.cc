@@ -5,11 +5,14 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/shape/dim_expr.h"
 
 namespace kiln::server {
 
 std::vector<int64_t> ClassLadder(int64_t min, int64_t max, int64_t typical, bool coarse) {
-  std::set<int64_t> sizes{typical, max};
+  // The range's start too: a decoder's step runs one new position at a time, and padding it
+  // to 16 would be 16 times the work.
+  std::set<int64_t> sizes{min, typical, max};
   // 16, 24, 32, 48, ...: each step at most 1.5x the one before, so a padded request costs
   // at most 1.5x (2x when coarse) the work of its own size.
   for (int64_t p = 16; p < max; p *= 2) {
@@ -54,32 +57,85 @@ absl::StatusOr<DimValues> ClassOf(const ShapeClasses& classes, const DimValues& 
 
 namespace {
 
-// Copies the box `extent` (per dim, the elements both shapes have) from `src` (strides of
-// `from`) to `dst` (strides of `to`), rows of the innermost dim at a time.
-void CopyBox(const char* src, const std::vector<int64_t>& from, char* dst,
-             const std::vector<int64_t>& to, const std::vector<int64_t>& extent, size_t elem) {
-  const size_t rank = extent.size();
+// One run of a dim's elements moved from the source to the result.
+struct Segment {
+  int64_t src = 0, dst = 0, len = 0;
+};
+
+// Copies every combination of one segment per dim, recursing over the dims; the last dim's
+// segments are contiguous runs.
+void CopySegments(const char* src, const std::vector<int64_t>& src_stride, char* dst,
+                  const std::vector<int64_t>& dst_stride, const std::vector<std::vector<Segment>>& plan,
+                  size_t dim, int64_t src_off, int64_t dst_off, size_t elem) {
+  const bool last = dim + 1 == plan.size();
+  for (const Segment& seg : plan[dim]) {
+    if (last) {
+      std::memcpy(dst + (dst_off + seg.dst) * elem, src + (src_off + seg.src) * elem,
+                  static_cast<size_t>(seg.len) * elem);
+      continue;
+    }
+    for (int64_t i = 0; i < seg.len; ++i) {
+      CopySegments(src, src_stride, dst, dst_stride, plan, dim + 1,
+                   src_off + (seg.src + i) * src_stride[dim], dst_off + (seg.dst + i) * dst_stride[dim],
+                   elem);
+    }
+  }
+}
+
+// `t` copied into a zero tensor of `shape` along `plan` (per dim, its segments).
+absl::StatusOr<Tensor> Regrid(const Tensor& t, const std::vector<int64_t>& shape,
+                              const std::vector<std::vector<Segment>>& plan) {
+  const size_t elem = DTypeSize(t.dtype());
+  if (elem == 0) {
+    return absl::UnimplementedError(absl::StrCat("a ", DTypeName(t.dtype()),
+                                                 " tensor cannot be padded or cut"));
+  }
+  Tensor out(t.dtype(), shape);  // zero-filled: the padding
+  const size_t rank = shape.size();
+  if (rank == 0 || out.numel() == 0 || t.numel() == 0) return out;
   std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
   for (size_t i = rank; i-- > 1;) {
-    src_stride[i - 1] = src_stride[i] * from[i];
-    dst_stride[i - 1] = dst_stride[i] * to[i];
+    src_stride[i - 1] = src_stride[i] * t.shape()[i];
+    dst_stride[i - 1] = dst_stride[i] * shape[i];
   }
-  const size_t row_bytes = static_cast<size_t>(extent[rank - 1]) * elem;
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < rank; ++i) rows *= extent[i];
-  std::vector<int64_t> index(rank, 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t s = 0, d = 0;
-    for (size_t i = 0; i + 1 < rank; ++i) {
-      s += index[i] * src_stride[i];
-      d += index[i] * dst_stride[i];
-    }
-    std::memcpy(dst + d * elem, src + s * elem, row_bytes);
-    for (size_t i = rank - 1; i-- > 0;) {  // next index of the outer dims
-      if (++index[i] < extent[i]) break;
-      index[i] = 0;
-    }
+  CopySegments(static_cast<const char*>(t.raw()), src_stride,
+               static_cast<char*>(out.raw_mutable()), dst_stride, plan, 0, 0, 0, elem);
+  return out;
+}
+
+// The new size of a dim labelled `label` and the segments that move its elements, going from
+// the sizes `from` to `to`: a symbol keeps its prefix; a sum ("past + sequence", "past + 1")
+// is one region per term, each keeping its prefix at its new offset.
+absl::Status PlanDim(const std::string& label, int64_t size, const DimValues& from,
+                     const DimValues& to, int64_t& new_size, std::vector<Segment>& segments) {
+  new_size = size;
+  segments = {Segment{0, 0, size}};
+  if (label.empty()) return absl::OkStatus();
+  if (auto it = to.find(label); it != to.end()) {
+    new_size = it->second;
+    segments = {Segment{0, 0, std::min(size, new_size)}};
+    return absl::OkStatus();
   }
+  std::vector<std::pair<std::string, int64_t>> terms;
+  if (!shape::SumTerms(label, &terms)) return absl::OkStatus();  // not a padded dim
+  segments.clear();
+  int64_t src = 0, dst = 0;
+  for (const auto& [symbol, constant] : terms) {
+    auto f = from.find(symbol), t = to.find(symbol);
+    if (!symbol.empty() && (f == from.end() || t == to.end())) {
+      return absl::InvalidArgumentError(absl::StrCat("dim '", label, "': no size for '", symbol, "'"));
+    }
+    const int64_t a = symbol.empty() ? constant : f->second, b = symbol.empty() ? constant : t->second;
+    segments.push_back(Segment{src, dst, std::min(a, b)});
+    src += a;
+    dst += b;
+  }
+  if (src != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dim '", label, "' is ", size, ", but its terms make ", src));
+  }
+  new_size = dst;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -90,32 +146,25 @@ absl::StatusOr<Tensor> ResizeRegion(const Tensor& t, const std::vector<int64_t>&
                                                    " tensor to rank ", shape.size()));
   }
   if (shape == t.shape()) return t;
-  const size_t elem = DTypeSize(t.dtype());
-  if (elem == 0) {
-    return absl::UnimplementedError(absl::StrCat("a ", DTypeName(t.dtype()),
-                                                 " tensor cannot be padded or cut"));
+  std::vector<std::vector<Segment>> plan;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    plan.push_back({Segment{0, 0, std::min(shape[i], t.shape()[i])}});
   }
-  Tensor out(t.dtype(), shape);  // zero-filled: the padding
-  std::vector<int64_t> extent(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i) extent[i] = std::min(shape[i], t.shape()[i]);
-  const bool empty = std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e == 0; });
-  if (!empty && !shape.empty()) {
-    CopyBox(static_cast<const char*>(t.raw()), t.shape(), static_cast<char*>(out.raw_mutable()),
-            shape, extent, elem);
-  }
-  return out;
+  return Regrid(t, shape, plan);
 }
 
 absl::StatusOr<std::vector<Tensor>> ResizeToDims(std::vector<Tensor> tensors,
-                                                 const DimSymbols& symbols, const DimValues& to) {
+                                                 const DimSymbols& symbols, const DimValues& from,
+                                                 const DimValues& to) {
   for (size_t k = 0; k < tensors.size() && k < symbols.size(); ++k) {
     std::vector<int64_t> shape = tensors[k].shape();
-    for (size_t i = 0; i < shape.size() && i < symbols[k].size(); ++i) {
-      auto it = symbols[k][i].empty() ? to.end() : to.find(symbols[k][i]);
-      if (it != to.end()) shape[i] = it->second;
+    std::vector<std::vector<Segment>> plan(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const std::string label = i < symbols[k].size() ? symbols[k][i] : "";
+      RETURN_IF_ERROR(PlanDim(label, tensors[k].shape()[i], from, to, shape[i], plan[i]));
     }
     if (shape == tensors[k].shape()) continue;
-    ASSIGN_OR_RETURN(tensors[k], ResizeRegion(tensors[k], shape));
+    ASSIGN_OR_RETURN(tensors[k], Regrid(tensors[k], shape, plan));
   }
   return tensors;
 }

@@ -31,10 +31,10 @@ using DimSymbols = std::vector<std::vector<std::string>>;
 // Per padded symbol, the sizes engines are built at, ascending; the last is the range's end.
 using ShapeClasses = std::map<std::string, std::vector<int64_t>>;
 
-// The classes of one symbol served over [min, max]: `typical`, `max` and every ladder size
-// 16, 24, 32, 48, 64, 96, ... (powers of two and 1.5 times them; with `coarse`, powers of two
-// only) strictly inside the range; sizes below 16 pad to the first class (the padding is a few
-// positions there). Precondition: 1 <= min <= typical <= max.
+// The classes of one symbol served over [min, max]: `min`, `typical`, `max` and every ladder
+// size 16, 24, 32, 48, 64, 96, ... (powers of two and 1.5 times them; with `coarse`, powers of
+// two only) strictly inside the range; sizes between `min` and 16 pad to the next class (a
+// few positions). Precondition: 1 <= min <= typical <= max.
 std::vector<int64_t> ClassLadder(int64_t min, int64_t max, int64_t typical, bool coarse = false);
 
 // Every combination of one class per symbol (the engines to build), first symbol slowest.
@@ -48,11 +48,14 @@ absl::StatusOr<DimValues> ClassOf(const ShapeClasses& classes, const DimValues& 
 // when `shape` is larger, cuts when smaller. UNIMPLEMENTED for dtypes without a fixed size.
 absl::StatusOr<Tensor> ResizeRegion(const Tensor& t, const std::vector<int64_t>& shape);
 
-// Every tensor whose dims carry a symbol of `to` resized so those dims have its size there
-// (pad the inputs to a class with `to` the class; cut outputs back with `to` the request's
-// sizes); other tensors and dims untouched. `symbols` has one row per tensor (missing rows:
-// nothing to resize).
+// Every tensor whose dims carry a symbol of `to` resized so those dims have its size there,
+// going from the sizes `from` (pad the inputs to a class: from the request's sizes to the
+// class; cut outputs back: the reverse). A dim labelled with a sum of symbols ("past +
+// sequence", "past + 1") is a run of regions, one per term in order, each padded or cut at
+// its own end (a decoder's mask over its cache then its new positions). Other tensors and
+// dims stay as they are. `symbols` has one row per tensor (missing rows: nothing to resize).
 absl::StatusOr<std::vector<Tensor>> ResizeToDims(std::vector<Tensor> tensors,
-                                                 const DimSymbols& symbols, const DimValues& to);
+                                                 const DimSymbols& symbols, const DimValues& from,
+                                                 const DimValues& to);
 
 }  // namespace kiln::server

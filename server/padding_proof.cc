@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<Graph>> At(const Graph& model, const DimValues& d
 // Per output, per dim: the symbol whose size that dim has at both probes ("" when the dim
 // does not change between them). FAILED_PRECONDITION for a dim that changes otherwise.
 absl::StatusOr<DimSymbols> OutputSymbols(const Graph& small, const Graph& padded,
-                                         const DimValues& real, const DimValues& pad) {
+                                         const DimValues& real, const DimValues& pad,
+                                         const std::vector<std::string>& sums) {
   DimSymbols out;
   for (size_t k = 0; k < small.outputs.size(); ++k) {
     const Value* a = small.outputs[k];
@@ -49,11 +50,17 @@ absl::StatusOr<DimSymbols> OutputSymbols(const Graph& small, const Graph& padded
       for (const auto& [symbol, size] : real) {
         if (size == sa && pad.at(symbol) == sb) row[i] = symbol;
       }
+      for (const std::string& sum : sums) {  // "past + sequence": a Concat(past, new) output
+        if (!row[i].empty()) break;
+        absl::StatusOr<int64_t> at_real = shape::EvalDimExpr(sum, real);
+        absl::StatusOr<int64_t> at_pad = shape::EvalDimExpr(sum, pad);
+        if (at_real.ok() && at_pad.ok() && *at_real == sa && *at_pad == sb) row[i] = sum;
+      }
       if (row[i].empty()) {
         return absl::FailedPreconditionError(absl::StrCat(
             "output '", a->name, "' dim ", i, " is ", sa, " and ", sb,
-            " at the two probe sizes: no padded dim itself, so a request's part of it "
-            "cannot be cut out"));
+            " at the two probe sizes: neither a padded dim nor a sum of them, so a request's "
+            "part of it cannot be cut out"));
       }
     }
   }
@@ -106,7 +113,7 @@ absl::Status CompareRuns(const Graph& small, const Graph& padded, const DimSymbo
     }
     it->second = ones;
   }
-  ASSIGN_OR_RETURN(std::vector<Tensor> padded_in, ResizeToDims(InOrder(small, feed), inputs, pad));
+  ASSIGN_OR_RETURN(std::vector<Tensor> padded_in, ResizeToDims(InOrder(small, feed), inputs, real, pad));
   ref::TensorMap padded_feed;
   for (size_t k = 0; k < padded.inputs.size(); ++k) {
     padded_feed[padded.inputs[k]->name] = padded_in[k];
@@ -115,7 +122,7 @@ absl::Status CompareRuns(const Graph& small, const Graph& padded, const DimSymbo
   ASSIGN_OR_RETURN(ref::TensorMap got_padded, ref::Run(padded, padded_feed));
   std::vector<Tensor> got_list;
   for (const Value* o : padded.outputs) got_list.push_back(got_padded.at(o->name));
-  ASSIGN_OR_RETURN(got_list, ResizeToDims(std::move(got_list), outputs, real));
+  ASSIGN_OR_RETURN(got_list, ResizeToDims(std::move(got_list), outputs, pad, real));
   ref::TensorMap got;
   for (size_t k = 0; k < padded.outputs.size(); ++k) got[padded.outputs[k]->name] = got_list[k];
   const check::Tolerance tol =
@@ -135,10 +142,12 @@ absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& 
                                          size_t max_classes) {
   for (size_t k = 0; k < inputs.size() && k < model.inputs.size(); ++k) {
     for (size_t i = 0; i < inputs[k].size(); ++i) {
-      if (!inputs[k][i].empty() && shape::IsDimExpr(inputs[k][i])) {
+      std::vector<std::pair<std::string, int64_t>> terms;
+      if (!inputs[k][i].empty() && shape::IsDimExpr(inputs[k][i]) &&
+          !shape::SumTerms(inputs[k][i], &terms)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "input '", model.inputs[k]->name, "' dim ", i, " is '", inputs[k][i],
-            "', which follows other dims: padding it is not supported"));
+            "', which is not a sum of dims: padding it is not supported"));
       }
     }
   }
@@ -149,10 +158,31 @@ absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& 
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> padded, At(model, pad));
   PaddingPlan plan;
   plan.inputs = inputs;
-  for (auto& row : plan.inputs) {  // only the symbols that pad
-    for (std::string& s : row) if (!real.count(s)) s.clear();
+  for (auto& row : plan.inputs) {  // only the symbols that pad, and sums of them
+    for (std::string& s : row) {
+      std::vector<std::pair<std::string, int64_t>> terms;
+      if (real.count(s)) continue;
+      if (shape::SumTerms(s, &terms)) {
+        if (shape::EvalDimExpr(s, real).ok()) continue;
+        return absl::FailedPreconditionError(absl::StrCat(
+            "a dim is '", s, "', which names a dim that is not padded"));
+      }
+      s.clear();
+    }
   }
-  ASSIGN_OR_RETURN(plan.outputs, OutputSymbols(*small, *padded, real, pad));
+  std::vector<std::string> sums;
+  auto note_sum = [&](const std::string& label) {
+    std::vector<std::pair<std::string, int64_t>> terms;
+    if (shape::SumTerms(label, &terms) &&
+        std::find(sums.begin(), sums.end(), label) == sums.end()) {
+      sums.push_back(label);
+    }
+  };
+  for (const auto& row : plan.inputs) for (const std::string& l : row) note_sum(l);
+  for (const Value* o : model.outputs) {
+    if (o->shape) for (const Dim& d : *o->shape) note_sum(d.param);
+  }
+  ASSIGN_OR_RETURN(plan.outputs, OutputSymbols(*small, *padded, real, pad, sums));
   RETURN_IF_ERROR(CompareRuns(*small, *padded, plan.inputs, plan.outputs, real, pad, ranges_for,
                               config.warmup));
   for (bool coarse : {false, true}) {

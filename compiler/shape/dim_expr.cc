@@ -121,6 +121,26 @@ absl::StatusOr<int64_t> EvalDimExpr(const std::string& expr,
   return *v;
 }
 
+bool SumTerms(const std::string& expr, std::vector<std::pair<std::string, int64_t>>* terms) {
+  if (!IsDimExpr(expr) || expr.find_first_of("-*") != std::string::npos) return false;
+  terms->clear();
+  size_t start = 0;
+  while (start <= expr.size()) {
+    size_t end = expr.find('+', start);
+    if (end == std::string::npos) end = expr.size();
+    std::string term = expr.substr(start, end - start);
+    term.erase(0, term.find_first_not_of(" \t"));
+    term.erase(term.find_last_not_of(" \t") + 1);
+    if (std::isdigit(static_cast<unsigned char>(term[0]))) {
+      terms->emplace_back("", std::stoll(term));
+    } else {
+      terms->emplace_back(term, 0);
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
 void BindDimExprs(Graph& graph, const std::map<std::string, int64_t>& symbols) {
   for (Value* in : graph.inputs) {
     if (!in->shape) continue;

@@ -29,6 +29,12 @@ std::vector<std::string> DimExprSymbols(const std::string& expr);
 absl::StatusOr<int64_t> EvalDimExpr(const std::string& expr,
                                     const std::map<std::string, int64_t>& symbols);
 
+// A dim of size `a + b + 1` laid out as consecutive regions, one per term (a decoder's
+// mask over its cache then its new positions; Concat(past, new) makes `present` so). The terms
+// of `expr` in order, each a symbol (with 0) or a constant ("" with its value); false when
+// `expr` is not such a sum (it has '-' or '*', or does not parse).
+bool SumTerms(const std::string& expr, std::vector<std::pair<std::string, int64_t>>* terms);
+
 // Gives every graph input dim written as an expression its value when `symbols` has every
 // name it uses (others stay symbolic). A value below 0 is left symbolic too: shape inference
 // then says which input does not fit.

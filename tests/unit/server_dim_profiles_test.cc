@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "compiler/ir/builder.h"
+#include "compiler/shape/infer.h"
+#include "runtime/reference/interpreter.h"
+#include "server/padding.h"
 #include "server/dim_profiles.h"
 #include "server/model_builder.h"
 #include "server/request_validation.h"
@@ -129,8 +132,8 @@ std::unique_ptr<Graph> DecoderStep() {
 }
 
 // A decoder step loads with no config: "past + sequence" follows the two symbols (no profile
-// of its own), a request whose mask disagrees is refused naming it, and other sizes build and
-// match the reference. Padding is refused (the mask's dim follows other dims).
+// of its own), a request whose mask disagrees is refused naming it, and other sizes build.
+// Shape classes are refused there: both dims over [1, 4096] make too many combinations.
 TEST(DimProfiles, ADecoderStepWithAnExpressionDimLoadsWithNoConfig) {
   ModelConfig config;
   config.max_batch_size = 1;
@@ -146,7 +149,7 @@ TEST(DimProfiles, ADecoderStepWithAnExpressionDimLoadsWithNoConfig) {
   EXPECT_EQ(sig.default_dims.at("past"), kDefaultTypicalDim);
   EXPECT_TRUE(built->check.ran && built->check.ok) << built->check.message;
   EXPECT_FALSE(built->padding.has_value());
-  EXPECT_NE(built->padding_refused.find("follows other dims"), std::string::npos)
+  EXPECT_NE(built->padding_refused.find("combinations"), std::string::npos)
       << built->padding_refused;
   auto ok = DynamicDimValues(sig, {Tensor(DType::kFloat32, {1, 1, 4}),
                                    Tensor(DType::kFloat32, {1, 9, 4}), Tensor(DType::kInt64, {1, 10})});
@@ -161,6 +164,51 @@ TEST(DimProfiles, ADecoderStepWithAnExpressionDimLoadsWithNoConfig) {
   auto engine = BuildShapeEngine(*model, config, *built, {{"past", 9}, {"sequence", 1}}, 1);
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_EQ((*engine)->inputs()[2].shape, (std::vector<int64_t>{1, 10}));
+}
+
+// With the ranges narrowed, the decoder step is proven paddable: its cache dim and its new
+// positions padded at their own ends, the mask's "past + sequence" as two regions, `present`
+// cut back region by region. Every (past, sequence) served from its class's engine matches the
+// reference at the exact sizes, `present` included.
+TEST(DimProfiles, ADecoderStepIsServedByShapeClassesRegionByRegion) {
+  ModelConfig config;
+  config.max_batch_size = 1;
+  config.dynamic_dim_ranges = {{"past", {1, 40}}, {"sequence", {1, 8}}};
+  ASSERT_TRUE(FinalizeModelConfig(config).ok());
+  auto model = DecoderStep();
+  auto built = BuildModel(*model, config, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  ASSERT_TRUE(built->padding.has_value()) << built->padding_refused;
+  EXPECT_EQ(built->padding->classes.at("past"), (std::vector<int64_t>{1, 16, 24, 32, 40}));
+  EXPECT_EQ(built->padding->classes.at("sequence"), (std::vector<int64_t>{1, 8}));
+  EXPECT_EQ(built->padding->outputs[1], (std::vector<std::string>{"", "past + sequence", ""}));
+  for (const auto& [past, seq] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {9, 1}, {17, 3}, {40, 8}}) {
+    const DimValues real{{"past", past}, {"sequence", seq}};
+    const DimValues cls = *ClassOf(built->padding->classes, real);
+    auto engine = BuildShapeEngine(*model, config, *built, cls, 1, /*check=*/false);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    Tensor x = Filled({1, seq, 4}, 0.3f), cache = Filled({1, past, 4}, 0.7f);
+    Tensor mask(DType::kInt64, {1, past + seq});
+    for (int64_t i = 0; i < mask.numel(); ++i) mask.mutable_data<int64_t>()[i] = 1;
+    auto in = ResizeToDims({x, cache, mask}, built->padding->inputs, real, cls);
+    ASSERT_TRUE(in.ok()) << in.status();
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*engine)->Run(*in, out).ok());
+    auto cut = ResizeToDims(out, built->padding->outputs, cls, real);
+    ASSERT_TRUE(cut.ok()) << cut.status();
+    std::unique_ptr<Graph> exact = model->Clone();
+    ASSERT_TRUE(shape::Specialize(*exact, 1, real).ok());
+    auto want = ref::Run(*exact, {{"x", x}, {"past", cache}, {"mask", mask}});
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (size_t k = 0; k < 2; ++k) {
+      const Tensor& w = want->at(exact->outputs[k]->name);
+      ASSERT_EQ((*cut)[k].shape(), w.shape()) << past << "/" << seq << " output " << k;
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        ASSERT_NEAR((*cut)[k].data<float>()[i], w.data<float>()[i], 1e-4)
+            << past << "/" << seq << " output " << k << " at " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -18,11 +18,11 @@ namespace {
 
 TEST(ShapeClasses, TheLadderStepsByAtMostHalfAndKeepsTheEndsAndTheTypicalSize) {
   EXPECT_EQ(ClassLadder(1, 512, 128),
-            (std::vector<int64_t>{16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512}));
+            (std::vector<int64_t>{1, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512}));
   EXPECT_EQ(ClassLadder(1, 512, 100, /*coarse=*/true),
-            (std::vector<int64_t>{16, 32, 64, 100, 128, 256, 512}));
-  EXPECT_EQ(ClassLadder(1, 10, 4), (std::vector<int64_t>{4, 10}));
-  EXPECT_EQ(ClassLadder(40, 70, 50), (std::vector<int64_t>{48, 50, 64, 70}));
+            (std::vector<int64_t>{1, 16, 32, 64, 100, 128, 256, 512}));
+  EXPECT_EQ(ClassLadder(1, 10, 4), (std::vector<int64_t>{1, 4, 10}));
+  EXPECT_EQ(ClassLadder(40, 70, 50), (std::vector<int64_t>{40, 48, 50, 64, 70}));
 }
 
 TEST(ShapeClasses, ARequestRoundsUpToItsClassAndNothingAboveTheLast) {
@@ -40,18 +40,40 @@ TEST(ShapeClasses, ARequestRoundsUpToItsClassAndNothingAboveTheLast) {
 TEST(ShapeClasses, PaddingAddsZerosAndCuttingKeepsThePrefix) {
   Tensor t(DType::kInt32, {2, 3});
   for (int i = 0; i < 6; ++i) t.mutable_data<int32_t>()[i] = i + 1;  // [[1 2 3] [4 5 6]]
-  auto padded = ResizeToDims({t}, {{"", "sequence"}}, {{"sequence", 5}});
+  auto padded = ResizeToDims({t}, {{"", "sequence"}}, {{"sequence", 3}}, {{"sequence", 5}});
   ASSERT_TRUE(padded.ok()) << padded.status();
   const Tensor& p = (*padded)[0];
   EXPECT_EQ(p.shape(), (std::vector<int64_t>{2, 5}));
   EXPECT_EQ(p.ToInt64Vector(), (std::vector<int64_t>{1, 2, 3, 0, 0, 4, 5, 6, 0, 0}));
-  auto cut = ResizeToDims(*padded, {{"", "sequence"}}, {{"sequence", 2}});
+  auto cut = ResizeToDims(*padded, {{"", "sequence"}}, {{"sequence", 5}}, {{"sequence", 2}});
   ASSERT_TRUE(cut.ok());
   EXPECT_EQ((*cut)[0].ToInt64Vector(), (std::vector<int64_t>{1, 2, 4, 5}));
   // A tensor without the symbol, and a symbol not asked for, stay as they are.
-  auto same = ResizeToDims({t}, {{"", "other"}}, {{"sequence", 5}});
+  auto same = ResizeToDims({t}, {{"", "other"}}, {{"sequence", 3}}, {{"sequence", 5}});
   EXPECT_EQ((*same)[0].shape(), t.shape());
   EXPECT_EQ(ResizeRegion(t, {2}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A dim that is a sum ("past + sequence") is one region per term, each padded at its own end:
+// [p0 p1 | s0] with past 2 -> 3 and sequence 1 -> 2 becomes [p0 p1 0 | s0 0], and back.
+TEST(ShapeClasses, ASumDimPadsAndCutsEachOfItsRegions) {
+  Tensor mask(DType::kInt64, {1, 3});
+  for (int i = 0; i < 3; ++i) mask.mutable_data<int64_t>()[i] = 7 + i;  // p0 p1 s0 = 7 8 9
+  const DimSymbols labels{{"", "past + sequence"}};
+  const DimValues real{{"past", 2}, {"sequence", 1}}, cls{{"past", 3}, {"sequence", 2}};
+  auto padded = ResizeToDims({mask}, labels, real, cls);
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  EXPECT_EQ((*padded)[0].ToInt64Vector(), (std::vector<int64_t>{7, 8, 0, 9, 0}));
+  auto back = ResizeToDims(*padded, labels, cls, real);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ((*back)[0].ToInt64Vector(), (std::vector<int64_t>{7, 8, 9}));
+  // "past + 1": the constant region moves with the past's end.
+  auto plus_one = ResizeToDims({mask}, {{"", "past + 1"}}, real, cls);
+  ASSERT_TRUE(plus_one.ok());
+  EXPECT_EQ((*plus_one)[0].ToInt64Vector(), (std::vector<int64_t>{7, 8, 0, 9}));
+  // A size its terms do not make is refused, as is a term without a size.
+  EXPECT_FALSE(ResizeToDims({mask}, labels, {{"past", 1}, {"sequence", 1}}, cls).ok());
+  EXPECT_FALSE(ResizeToDims({mask}, {{"", "past + other"}}, real, cls).ok());
 }
 
 Tensor Filled(std::vector<int64_t> shape, float v) {
@@ -102,10 +124,10 @@ TEST(PaddingProof, AMaskedAttentionMayBePadded) {
   auto built = BuildModel(*Attention(Kind::kMasked), Classes(40), nullptr);
   ASSERT_TRUE(built.ok()) << built.status();
   ASSERT_TRUE(built->padding.has_value()) << built->padding_refused;
-  EXPECT_EQ(built->padding->classes.at("sequence"), (std::vector<int64_t>{8, 16, 24, 32, 40}));
+  EXPECT_EQ(built->padding->classes.at("sequence"), (std::vector<int64_t>{1, 8, 16, 24, 32, 40}));
   EXPECT_EQ(built->padding->inputs, (DimSymbols{{"", "sequence", ""}, {"", "sequence"}}));
   EXPECT_EQ(built->padding->outputs, (DimSymbols{{"", "sequence", ""}}));
-  EXPECT_NE(built->padding->ToString().find("sequence: 8 16 24 32 40"), std::string::npos);
+  EXPECT_NE(built->padding->ToString().find("sequence: 1 8 16 24 32 40"), std::string::npos);
 }
 
 TEST(PaddingProof, OutputsThatMoveWithThePaddingAreRefused) {
@@ -142,11 +164,11 @@ TEST(PaddingProof, EverySizeServedPaddedMatchesTheReference) {
     Tensor x = Filled({2, seq, 4}, 0.3f), mask(DType::kInt64, {2, seq});
     for (int64_t i = 0; i < mask.numel(); ++i) mask.mutable_data<int64_t>()[i] = 1;
     mask.mutable_data<int64_t>()[0] = seq > 1 ? 0 : 1;  // the client's own masking stays
-    auto padded = ResizeToDims({x, mask}, built->padding->inputs, cls);
+    auto padded = ResizeToDims({x, mask}, built->padding->inputs, {{"sequence", seq}}, cls);
     ASSERT_TRUE(padded.ok());
     std::vector<Tensor> out;
     ASSERT_TRUE((*engine)->Run(*padded, out).ok());
-    auto cut = ResizeToDims(out, built->padding->outputs, {{"sequence", seq}});
+    auto cut = ResizeToDims(out, built->padding->outputs, cls, {{"sequence", seq}});
     ASSERT_TRUE(cut.ok());
     std::unique_ptr<Graph> exact = model->Clone();
     ASSERT_TRUE(shape::Specialize(*exact, 2, {{"sequence", seq}}).ok());
