@@ -87,10 +87,8 @@ void ProbeSizes(const ModelConfig& config, const DimSymbols& inputs, DimValues& 
     if (!used || range == config.dynamic_dim_ranges.end()) continue;
     const auto [lo, hi] = range->second;
     const int64_t r = std::clamp<int64_t>(2 + j, lo, hi), p = std::min(hi, r + 3 + j);
-    if (p > r) {
-      real[symbol] = r;
-      pad[symbol] = p;
-    }
+    real[symbol] = r;  // a dim with one size keeps it in both (a sum may name it)
+    pad[symbol] = p;
     ++j;
   }
 }
@@ -153,7 +151,7 @@ absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& 
   }
   DimValues real, pad;
   ProbeSizes(config, inputs, real, pad);
-  if (real.empty()) return absl::FailedPreconditionError("no dynamic dim has two sizes to pad");
+  if (real == pad) return absl::FailedPreconditionError("no dynamic dim has two sizes to pad");
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> small, At(model, real));
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> padded, At(model, pad));
   PaddingPlan plan;
@@ -161,7 +159,11 @@ absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& 
   for (auto& row : plan.inputs) {  // only the symbols that pad, and sums of them
     for (std::string& s : row) {
       std::vector<std::pair<std::string, int64_t>> terms;
-      if (real.count(s)) continue;
+      if (real.count(s) && real.at(s) != pad.at(s)) continue;  // a padded dim
+      if (real.count(s)) {  // a dim of one size: nothing to pad
+        s.clear();
+        continue;
+      }
       if (shape::SumTerms(s, &terms)) {
         if (shape::EvalDimExpr(s, real).ok()) continue;
         return absl::FailedPreconditionError(absl::StrCat(
@@ -189,6 +191,7 @@ absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& 
     plan.classes.clear();
     size_t combinations = 1;
     for (const auto& [symbol, size] : real) {
+      if (size == pad.at(symbol)) continue;  // one size: no classes
       const auto [lo, hi] = config.dynamic_dim_ranges.at(symbol);
       plan.classes[symbol] = ClassLadder(lo, hi, config.dynamic_dims.at(symbol), coarse);
       combinations *= plan.classes[symbol].size();

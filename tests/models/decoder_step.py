@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""A GPT-2-style decoder step with a key/value cache, as exporters write "decoder with past".
+
+  decoder_step.py --write DIR [--hidden 768 --layers 12 --heads 12 --vocab 50257]
+
+Inputs: input_ids and position_ids [batch, sequence], attention_mask [batch,
+"past_sequence_length + sequence"], past_key_values.{i}.key/value [batch, heads,
+past_sequence_length, head_dim]. Outputs: logits [batch, sequence, vocab] and
+present.{i}.key/value [batch, heads, "past_sequence_length + sequence", head_dim] (the past
+then the new positions: Concat on axis 2). Pre-LayerNorm blocks, tied embeddings, the erf GELU;
+attention masked by the attention mask (additive -10000) and causally over the new positions
+(built from the run's shapes: query i sees every key up to the cache's end plus i). Random
+weights (seeded). The test size is the default; GPT-2 small is --hidden 768 --layers 12 --heads
+12 --vocab 50257. Exit codes: 0 written, 77 onnx/numpy missing.
+"""
+import argparse
+import os
+import sys
+
+try:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+except ImportError as e:  # pragma: no cover - environment dependent
+    print(f"decoder_step: SKIP: {e}")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import text_model  # noqa: E402  (Builder, layer_norm, dense: the same building blocks)
+from text_model import Builder, dense, layer_norm  # noqa: E402
+
+PAST, TOTAL = "past_sequence_length", "past_sequence_length + sequence"
+
+
+def i64(b, name, v):
+    return b.const(name, np.array(v, np.int64))
+
+
+def split_heads(b, t, p):
+    h = text_model.HIDDEN // text_model.HEADS
+    r = b.op("Reshape", [t, i64(b, p + "s", [0, 0, text_model.HEADS, h])], p + "r")
+    return b.op("Transpose", [r], p + "t", perm=[0, 2, 1, 3])
+
+
+def causal_add(b, q, k_all, p):
+    """[S, T] additive mask: query i (of S new positions) sees keys j <= T - S + i."""
+    p += "causal."
+    s = b.op("Gather", [b.op("Shape", [q], p + "qs"), i64(b, p + "i2", 2)], p + "S")
+    t = b.op("Gather", [b.op("Shape", [k_all], p + "ks"), i64(b, p + "j2", 2)], p + "T")
+    rows = b.op("Add", [b.op("Range", [i64(b, p + "z", 0), s, i64(b, p + "o", 1)], p + "rr"),
+                        b.op("Sub", [t, s], p + "off")], p + "rows")
+    cols = b.op("Range", [i64(b, p + "z2", 0), t, i64(b, p + "o2", 1)], p + "cols")
+    future = b.op("Greater", [b.op("Unsqueeze", [cols, i64(b, p + "a0", [0])], p + "c0"),
+                              b.op("Unsqueeze", [rows, i64(b, p + "a1", [1])], p + "r1")], p + "fut")
+    return b.op("Where", [future, "neg", b.const(p + "zero", np.float32(0.0))], p + "cadd")
+
+
+def block(b, x, mask_add, i, outputs):
+    p = f"h{i}."
+    hidden = text_model.HIDDEN
+    h = layer_norm(b, x, p + "ln1")
+    q, k, v = (split_heads(b, dense(b, h, p + n, hidden, hidden), p + n + "h") for n in "qkv")
+    k_all = b.op("Concat", [f"past_key_values.{i}.key", k], f"present.{i}.key", axis=2)
+    v_all = b.op("Concat", [f"past_key_values.{i}.value", v], f"present.{i}.value", axis=2)
+    outputs += [f"present.{i}.key", f"present.{i}.value"]
+    kt = b.op("Transpose", [k_all], p + "kT", perm=[0, 1, 3, 2])
+    scores = b.op("Mul", [b.op("MatMul", [q, kt], p + "qk"), "scale"], p + "qks")
+    scores = b.op("Add", [b.op("Add", [scores, mask_add], p + "m"), causal_add(b, q, k_all, p)], p + "mc")
+    probs = b.op("Softmax", [scores], p + "probs", axis=-1)
+    ctx = b.op("Transpose", [b.op("MatMul", [probs, v_all], p + "ctx")], p + "ctxT", perm=[0, 2, 1, 3])
+    ctx = b.op("Reshape", [ctx, i64(b, p + "merge", [0, 0, hidden])], p + "ctxr")
+    x = b.op("Add", [x, dense(b, ctx, p + "o", hidden, hidden)], p + "res1")
+    f = dense(b, layer_norm(b, x, p + "ln2"), p + "f1", hidden, text_model.FFN)
+    erf = b.op("Erf", [b.op("Div", [f, "sqrt2"], p + "gd")], p + "erf")
+    gelu = b.op("Mul", [b.op("Mul", [f, b.op("Add", ["one", erf], p + "g1")], p + "g2"), "half"], p + "gelu")
+    return b.op("Add", [x, dense(b, gelu, p + "f2", text_model.FFN, hidden)], p + "res2")
+
+
+def build_model():
+    b = Builder()
+    hidden, heads = text_model.HIDDEN, text_model.HEADS
+    for name, v in [("one", 1.0), ("neg", -10000.0), ("two", 2.0), ("eps", 1e-5),
+                    ("sqrt2", 1.4142135), ("half", 0.5), ("scale", 1 / np.sqrt(hidden // heads))]:
+        b.const(name, np.float32(v))
+    wte = b.weight("wte", text_model.VOCAB, hidden)
+    x = b.op("Add", [b.op("Gather", [wte, "input_ids"], "tok"),
+                     b.op("Gather", [b.weight("wpe", 1024, hidden), "position_ids"], "pos")], "x0")
+    m4 = b.op("Unsqueeze", ["attention_mask", i64(b, "ax12", [1, 2])], "m4")
+    mask_add = b.op("Mul", [b.op("Sub", ["one", b.op("Cast", [m4], "mf", to=TensorProto.FLOAT)], "inv"),
+                            "neg"], "mask_add")
+    outputs = []
+    for i in range(text_model.LAYERS):
+        x = block(b, x, mask_add, i, outputs)
+    x = layer_norm(b, x, "lnf")
+    b.op("MatMul", [x, b.op("Transpose", [wte], "wteT", perm=[1, 0])], "logits")
+    head_dim = hidden // heads
+    cache = ["batch", heads, PAST, head_dim]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", TOTAL])]
+    for i in range(text_model.LAYERS):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}",
+                                                        TensorProto.FLOAT, cache))
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                          ["batch", "sequence", text_model.VOCAB])]
+    outs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", heads, TOTAL, head_dim])
+             for n in outputs]
+    graph = helper.make_graph(b.nodes, "decoder_step", inputs, outs, b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--write", required=True, help="write DIR/model.onnx")
+    ap.add_argument("--hidden", type=int, default=text_model.HIDDEN)
+    ap.add_argument("--ffn", type=int, default=0, help="default 4 x hidden")
+    ap.add_argument("--layers", type=int, default=text_model.LAYERS)
+    ap.add_argument("--heads", type=int, default=text_model.HEADS)
+    ap.add_argument("--vocab", type=int, default=text_model.VOCAB)
+    a = ap.parse_args()
+    text_model.HIDDEN, text_model.LAYERS, text_model.HEADS, text_model.VOCAB = (
+        a.hidden, a.layers, a.heads, a.vocab)
+    text_model.FFN = a.ffn or 4 * a.hidden
+    os.makedirs(a.write, exist_ok=True)
+    model = build_model()
+    if model.ByteSize() > 1900 << 20:
+        onnx.save(model, os.path.join(a.write, "model.onnx"), save_as_external_data=True)
+    else:
+        onnx.save(model, os.path.join(a.write, "model.onnx"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
