@@ -123,6 +123,10 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
 absl::Status ModelVersion::BuildShapeClasses() {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<DimValues> classes = AllClasses(built_.padding->classes);
+  // A dynamic dim of one size (no classes) keeps it: the key a request's class has.
+  for (DimValues& c : classes) {
+    for (const auto& [symbol, size] : built_.signature.default_dims) c.emplace(symbol, size);
+  }
   // The check proves the range at its ends and one class inside (seeded, so a reload
   // checks the same one) at the smallest bucket; the typical size's engines were checked
   // with the model. Every other class and bucket is built by the same compiler and backend.

@@ -5,7 +5,8 @@
 // rank or disagreeing inputs are INVALID_ARGUMENT; `max_shape_engines: 2` evicts, as GetModel
 // and /metrics count (all with `shape_classes: off`). With shape classes (the default) the
 // padding proof holds for this model, every class's engines exist at READY, and every length
-// of the range matches the reference with no build after READY.
+// of the range matches the reference with no build after READY. A decoder step with a cache is
+// served by classes of its past the same way.
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -198,6 +199,66 @@ TEST_F(ShapeClassesServe, EveryLengthMatchesTheReferenceWithNoBuildAfterReady) {
   grpc::Status s = PredictRaw(Tensor(DType::kInt64, {1, 101}), Tensor(DType::kInt64, {1, 101}));
   EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("[1, 100]"), std::string::npos) << s.error_message();
+}
+
+// A decoder step with a key/value cache (tests/models/decoder_step.py, test size) whose
+// config narrows `past_sequence_length` to [1, 200] and `sequence` to [1, 1]: served by shape
+// classes of the past, the mask's "past_sequence_length + sequence" padded region by region and
+// the presents cut back; every past length matches the reference with no build after READY.
+TEST(DecoderStepClasses, EveryPastLengthMatchesTheReferenceWithNoBuildAfterReady) {
+  TestServer server("decstep");
+  const std::string cmd = "/usr/bin/python3 '" +
+                          (SourceDir() / "tests/models/decoder_step.py").string() + "' --write '" +
+                          (server.dir() / "dec").string() + "' > /dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "decoder_step.py --write failed (python3-onnx?)";
+  const std::string onnx = ReadFile(server.dir() / "dec/model.onnx");
+  fs::create_directories(server.repo() / "dec/1");
+  std::ofstream(server.repo() / "dec/1/model.onnx", std::ios::binary) << onnx;
+  std::ofstream(server.repo() / "dec/config.yaml")
+      << "device: cpu\nmax_batch_size: 2\n"
+         "dynamic_dims: {past_sequence_length: [1, 200], sequence: [1, 1]}\n";
+  server.Start();
+  ASSERT_TRUE(server.WaitReady(180)) << "the decoder step did not become READY";
+  auto graph = onnx_io::ImportModelBytes(onnx);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  v1::ModelInfo info;
+  ASSERT_TRUE(server.GetModel("dec", 0, &info).ok());
+  ASSERT_TRUE(info.shape_classes().count("past_sequence_length")) << info.shape_classes_refused();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (int64_t past : {1, 2, 17, 128, 129, 200}) {
+    ref::TensorMap feed;
+    feed["input_ids"] = Tensor::FromInt64({static_cast<int64_t>(rng() % 1000)}, {1, 1});
+    feed["position_ids"] = Tensor::FromInt64({past}, {1, 1});
+    feed["attention_mask"] = Tensor(DType::kInt64, {1, past + 1});
+    for (int64_t i = 0; i <= past; ++i) feed["attention_mask"].mutable_data<int64_t>()[i] = 1;
+    for (const Value* in : (*graph)->inputs) {
+      if (in->name.rfind("past_key_values", 0) != 0) continue;
+      Tensor t(DType::kFloat32, {1, 4, past, 16});
+      for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = normal(rng);
+      feed[in->name] = t;
+    }
+    v1::PredictRequest req;
+    req.set_model("dec");
+    for (const auto& [name, t] : feed) EncodeTensor(t, false, &(*req.mutable_inputs())[name]);
+    v1::PredictResponse out;
+    grpc::Status s = server.Predict(req, &out);
+    ASSERT_TRUE(s.ok()) << "past " << past << ": " << s.error_message();
+    auto want = ref::Run(**graph, feed);
+    ASSERT_TRUE(want.ok()) << want.status();
+    for (const auto& [name, w] : *want) {
+      auto got = DecodeTensor(out.outputs().at(name), name);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(got->shape(), w.shape()) << name << " at past " << past;
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        ASSERT_NEAR(got->GetDouble(i), w.GetDouble(i), 1e-4 + 1e-3 * std::abs(w.GetDouble(i)))
+            << name << " at past " << past << ", element " << i;
+      }
+    }
+  }
+  ASSERT_TRUE(server.GetModel("dec", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0);
+  EXPECT_GT(info.shape_counters().prebuilt(), 0);
 }
 
 }  // namespace
