@@ -8,6 +8,15 @@
 // glibc's malloc ask, for every library in the process (oneDNN, protobuf, Kiln). Measured on
 // a warm ResNet-50 load in kilnd: 183k -> 96k minor faults, 4.4 -> 3.5 s of CPU.
 //
+// Why it is opt-in (KILN_HUGE_PAGES=1) since 2026-12-02: serving pays for it. BERT-base at
+// sequence 128 in kilnd, KServe REST, 8 requests 500 ms apart, 4 alternating runs: with the
+// tunable 140-438 ms per request (and 200-270 ms spikes back to back), without it 101-152 ms
+// (79-129 back to back; the engine alone after the same idle: 115 ms). Huge pages of the
+// request path's buffers are released and faulted (2 MB zeroed) again request after request,
+// and idle regions are split and collapsed by the kernel's memory management between requests.
+// Raising glibc's mmap and trim thresholds with it did not help (153-438 ms). A load-heavy
+// deployment (many large models, few requests) may still opt in.
+//
 // glibc reads tunables once, at start, so the process re-executes itself with the variable
 // set (base/openmp_env.h's ReexecSelf). A GLIBC_TUNABLES that names the tunable already is
 // respected, and nothing is changed where THP is "always" (no need) or "never" (no use).
@@ -33,12 +42,12 @@ inline std::optional<std::string> HugePageTunables(const char* current,
   return now.empty() ? add : now + ":" + add;
 }
 
-// Sets GLIBC_TUNABLES in this process's environment when HugePageTunables says so; true when
-// it changed (the process must then re-execute for glibc to see it). KILN_HUGE_PAGES=0 opts
-// out.
+// With KILN_HUGE_PAGES=1, sets GLIBC_TUNABLES in this process's environment when
+// HugePageTunables says so; true when it changed (the process must then re-execute for glibc
+// to see it). Anything else leaves the environment alone.
 inline bool SetHugePageMalloc() {
   const char* opt = std::getenv("KILN_HUGE_PAGES");
-  if (opt != nullptr && std::string(opt) == "0") return false;
+  if (opt == nullptr || std::string(opt) != "1") return false;
   std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string thp;
   std::getline(in, thp);
