@@ -108,7 +108,7 @@ grpc::Status InferenceServiceImpl::BatchPredict(grpc::ServerContext* ctx,
     // Everything is queued before anything is awaited, so the samples batch together.
     std::vector<std::future<Batcher::Result>> futures;
     for (ValidatedInputs& in : all) {
-      ASSIGN_OR_RETURN(auto f, mv->Submit(std::move(in.tensors), in.rows, wait.deadline,
+      ASSIGN_OR_RETURN(auto f, mv->Submit(std::move(in), wait.deadline,
                                           wait.abandoned));
       futures.push_back(std::move(f));
     }

@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<Tensor>> Await(std::future<Batcher::Result>& f, const
 absl::StatusOr<std::vector<Tensor>> RunOn(ModelVersion& mv, ValidatedInputs in,
                                           const RequestWait& w) {
   RETURN_IF_ERROR(CheckDeadline(w.deadline));
-  ASSIGN_OR_RETURN(auto future, mv.Submit(std::move(in.tensors), in.rows, w.deadline, w.abandoned));
+  ASSIGN_OR_RETURN(auto future, mv.Submit(std::move(in), w.deadline, w.abandoned));
   return Await(future, w);
 }
 

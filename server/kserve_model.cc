@@ -168,7 +168,7 @@ absl::StatusOr<PendingInfer> StartInferImpl(const ModelRegistry& registry, Infer
       CheckResponseBound(sig, p.selected, in.rows, registry.limits().max_response_bytes));
   p.wait.deadline = deadline;
   RETURN_IF_ERROR(CheckDeadline(deadline));
-  ASSIGN_OR_RETURN(p.future, p.mv->Submit(std::move(in.tensors), in.rows, deadline,
+  ASSIGN_OR_RETURN(p.future, p.mv->Submit(std::move(in), deadline,
                                           p.wait.abandoned));
   p.id = std::move(call.id);
   p.binary_outputs = call.binary_outputs;

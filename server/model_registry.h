@@ -26,6 +26,7 @@
 #include "server/model_repository.h"
 #include "server/model_stats.h"
 #include "server/padding.h"
+#include "server/request_validation.h"
 #include "server/shape_engines.h"
 
 namespace kiln::server {
@@ -57,6 +58,11 @@ class ModelVersion {
   absl::StatusOr<std::future<Batcher::Result>> Submit(std::vector<Tensor> inputs, int64_t rows,
                                                       std::optional<Clock::time_point> deadline,
                                                       AbandonFlag abandoned = nullptr);
+  // The same for inputs request validation produced: their dynamic dims are taken as it
+  // computed them.
+  absl::StatusOr<std::future<Batcher::Result>> Submit(ValidatedInputs in,
+                                                      std::optional<Clock::time_point> deadline,
+                                                      AbandonFlag abandoned = nullptr);
 
  private:
   friend class ModelRegistry;
@@ -68,6 +74,13 @@ class ModelVersion {
   // built before READY.
   absl::Status BuildShapeClasses();
   void Fail(const std::string& reason);
+  // UNAVAILABLE naming the state unless READY.
+  absl::Status CheckReady() const;
+  // Submit's routing once the dynamic dims are known (empty for static models).
+  absl::StatusOr<std::future<Batcher::Result>> Route(std::vector<Tensor> inputs, int64_t rows,
+                                                     DimValues dims,
+                                                     std::optional<Clock::time_point> deadline,
+                                                     AbandonFlag abandoned);
 
   const std::string name_;
   const int64_t version_;

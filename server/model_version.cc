@@ -77,19 +77,41 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
   return absl::OkStatus();
 }
 
+absl::Status ModelVersion::CheckReady() const {
+  if (state() == ModelState::kReady && batcher_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("model '", name_, "' version ", version_, " is ",
+                                             ModelStateName(state())));
+}
+
 absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
     std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
     AbandonFlag abandoned) {
-  if (state() != ModelState::kReady || !batcher_) {
-    return absl::UnavailableError(absl::StrCat("model '", name_, "' version ", version_, " is ",
-                                               ModelStateName(state())));
+  RETURN_IF_ERROR(CheckReady());  // before reading shapes_, which Start writes
+  DimValues dims;
+  if (shapes_) {
+    ASSIGN_OR_RETURN(dims, DynamicDimValues(built_.signature, inputs));
   }
+  return Route(std::move(inputs), rows, std::move(dims), deadline, std::move(abandoned));
+}
+
+absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
+    ValidatedInputs in, std::optional<Clock::time_point> deadline, AbandonFlag abandoned) {
+  RETURN_IF_ERROR(CheckReady());  // before reading shapes_, which Start writes
+  if (shapes_ && in.dims.empty()) {  // not from the validator: compute them
+    return Submit(std::move(in.tensors), in.rows, deadline, std::move(abandoned));
+  }
+  return Route(std::move(in.tensors), in.rows, std::move(in.dims), deadline,
+               std::move(abandoned));
+}
+
+absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
+    std::vector<Tensor> inputs, int64_t rows, DimValues dims,
+    std::optional<Clock::time_point> deadline, AbandonFlag abandoned) {
   RowFinish finish;
   if (shapes_) {
     // Validation has checked the sizes; requests at the warm-up sizes take the model's own
     // engines, any other shape its specialised ones (padded to its class first when the
     // model is served by classes).
-    ASSIGN_OR_RETURN(DimValues dims, DynamicDimValues(built_.signature, inputs));
     if (built_.padding) {
       ASSIGN_OR_RETURN(DimValues cls, ClassOf(built_.padding->classes, dims));
       if (cls != dims) {

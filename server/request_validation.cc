@@ -174,7 +174,9 @@ absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
     RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, *by_spec[i], rows, Naming::kKServe));
     out.tensors.push_back(std::move(*by_spec[i]));
   }
-  if (sig.dynamic()) RETURN_IF_ERROR(DynamicDimValues(sig, out.tensors).status());
+  if (sig.dynamic()) {
+    ASSIGN_OR_RETURN(out.dims, DynamicDimValues(sig, out.tensors));
+  }
   out.rows = sig.batchable ? rows : 1;
   return out;
 }
@@ -234,7 +236,9 @@ absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoT
     RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, t, rows));
     out.tensors.push_back(std::move(t));
   }
-  if (sig.dynamic()) RETURN_IF_ERROR(DynamicDimValues(sig, out.tensors).status());
+  if (sig.dynamic()) {
+    ASSIGN_OR_RETURN(out.dims, DynamicDimValues(sig, out.tensors));
+  }
   out.rows = sig.batchable ? rows : 1;
   return out;
 }

@@ -23,6 +23,9 @@ namespace kiln::server {
 struct ValidatedInputs {
   std::vector<Tensor> tensors;  // in signature order
   int64_t rows = 1;             // the batch dim shared by every input
+  // A dynamic model's size for every dynamic symbol (DynamicDimValues), computed once here
+  // and carried to ModelVersion::Submit's routing; empty for static models.
+  std::map<std::string, int64_t> dims;
 };
 
 using ProtoTensorMap = google::protobuf::Map<std::string, v1::Tensor>;
