@@ -152,6 +152,15 @@ absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& 
   DimValues real, pad;
   ProbeSizes(config, inputs, real, pad);
   if (real == pad) return absl::FailedPreconditionError("no dynamic dim has two sizes to pad");
+  for (const auto& [symbol, size] : real) {
+    const int64_t end = config.dynamic_dim_ranges.at(symbol).second;
+    if (size != pad.at(symbol) && end > kMaxClassSize) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "'", symbol, "' is served up to ", end, ", above the ", kMaxClassSize,
+          " positions shape classes build engines for at load (narrow it: dynamic_dims: {",
+          symbol, ": [1, ", kMaxClassSize, "]})"));
+    }
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> small, At(model, real));
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> padded, At(model, pad));
   PaddingPlan plan;

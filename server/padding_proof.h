@@ -29,6 +29,12 @@ struct PaddingPlan {
   std::string ToString() const;
 };
 
+// The largest range end served by shape classes: every class's engines are built (and run
+// once) at load, and a class of 4096 positions at batch 8 (the default range of a model with no
+// position table) costs a BERT-base-size model gigabytes and minutes. A longer range keeps
+// per-shape engines unless the config narrows it.
+inline constexpr int64_t kMaxClassSize = 1024;
+
 // The warm-up feed's ranges for a graph at concrete sizes (the server's RangesOf).
 using RangesFor = std::function<check::InputRanges(const Graph&)>;
 
@@ -37,7 +43,7 @@ using RangesFor = std::function<check::InputRanges(const Graph&)>;
 // dynamic_dim_ranges). `inputs`: the signature's dim_symbols. The plan when padding is
 // sound, with classes over each symbol's range (coarser when the classes of all symbols
 // together would exceed `max_classes` combinations); FAILED_PRECONDITION saying why not
-// otherwise.
+// otherwise (a padded range ending above kMaxClassSize included).
 absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& config,
                                          const DimSymbols& inputs, const RangesFor& ranges_for,
                                          size_t max_classes);

@@ -143,6 +143,12 @@ TEST(PaddingProof, OutputsThatMoveWithThePaddingAreRefused) {
   EXPECT_FALSE(growing->padding.has_value());
   EXPECT_NE(growing->padding_refused.find("cannot be cut out"), std::string::npos)
       << growing->padding_refused;
+  // A range beyond kMaxClassSize keeps per-shape engines (its classes would cost too much).
+  auto long_range = BuildModel(*Attention(Kind::kMasked), Classes(kMaxClassSize + 1), nullptr);
+  ASSERT_TRUE(long_range.ok()) << long_range.status();
+  EXPECT_FALSE(long_range->padding.has_value());
+  EXPECT_NE(long_range->padding_refused.find("above the 1024 positions"), std::string::npos)
+      << long_range->padding_refused;
   ModelConfig off = Classes(40);
   off.shape_classes = "off";
   auto not_asked = BuildModel(*Attention(Kind::kMasked), off, nullptr);
