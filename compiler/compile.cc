@@ -4,14 +4,11 @@
 #include <cstdio>
 #include <sstream>
 
+#include "base/elapsed.h"
 #include "compiler/shape/infer.h"
 
 namespace kiln {
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string JsonString(const std::string& s) {
   std::string o = "\"";

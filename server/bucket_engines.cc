@@ -4,20 +4,14 @@
 #include <map>
 #include <mutex>
 
+#include "base/elapsed.h"
 #include "compiler/onnx/importer.h"
 #include "compiler/plan/memory_plan.h"
 #include "server/engine_factory.h"
 
 namespace kiln::server {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-}  // namespace
-
 using Threads = EngineCacheEntry::Threads;
 
 absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& config,

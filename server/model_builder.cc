@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/elapsed.h"
 #include "base/heap_scope.h"
 #include "base/stop.h"
 #include "compiler/compile.h"
@@ -32,9 +33,6 @@ namespace {
 constexpr int kMaxBisections = 4;  // each disables one pass; more means something else is wrong
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 struct BucketResult {
   CompiledGraph compiled;

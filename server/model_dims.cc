@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "base/elapsed.h"
 #include "compiler/shape/bind_dims.h"
 #include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
@@ -16,9 +17,6 @@ namespace kiln::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 // A dim written as an expression of dynamic symbols only ("past + sequence").
 bool DerivedFromDynamic(const std::string& param, const ModelConfig& config) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 
+#include "base/elapsed.h"
 #include "base/stop.h"
 #include "compiler/shape/infer.h"
 
@@ -12,9 +13,6 @@ namespace kiln::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 bool OutputsHaveRows(const Graph& raw, int64_t batch) {
   for (const Value* v : raw.outputs) {

@@ -4,16 +4,13 @@
 #include <chrono>
 #include <limits>
 
+#include "base/elapsed.h"
 #include "base/stop.h"
 
 namespace kiln::cpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 std::vector<Tensor> ZeroInputs(const runtime::Engine& e) {
   std::vector<Tensor> in;
