@@ -98,7 +98,7 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
     ValidatedInputs in, std::optional<Clock::time_point> deadline, AbandonFlag abandoned) {
   RETURN_IF_ERROR(CheckReady());  // before reading shapes_, which Start writes
   if (shapes_ && in.dims.empty()) {  // not from the validator: compute them
-    return Submit(std::move(in.tensors), in.rows, deadline, std::move(abandoned));
+    ASSIGN_OR_RETURN(in.dims, DynamicDimValues(built_.signature, in.tensors));
   }
   return Route(std::move(in.tensors), in.rows, std::move(in.dims), deadline,
                std::move(abandoned));

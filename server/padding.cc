@@ -140,19 +140,6 @@ absl::Status PlanDim(const std::string& label, int64_t size, const DimValues& fr
 
 }  // namespace
 
-absl::StatusOr<Tensor> ResizeRegion(const Tensor& t, const std::vector<int64_t>& shape) {
-  if (shape.size() != t.shape().size()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot resize a rank-", t.rank(),
-                                                   " tensor to rank ", shape.size()));
-  }
-  if (shape == t.shape()) return t;
-  std::vector<std::vector<Segment>> plan;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    plan.push_back({Segment{0, 0, std::min(shape[i], t.shape()[i])}});
-  }
-  return Regrid(t, shape, plan);
-}
-
 absl::StatusOr<std::vector<Tensor>> ResizeToDims(std::vector<Tensor> tensors,
                                                  const DimSymbols& symbols, const DimValues& from,
                                                  const DimValues& to) {

@@ -44,10 +44,6 @@ std::vector<DimValues> AllClasses(const ShapeClasses& classes);
 // size); symbols without classes kept. INVALID_ARGUMENT for a size above the last class.
 absl::StatusOr<DimValues> ClassOf(const ShapeClasses& classes, const DimValues& dims);
 
-// `t` resized to `shape` (same rank): the region both shapes cover copied, the rest zero. Pads
-// when `shape` is larger, cuts when smaller. UNIMPLEMENTED for dtypes without a fixed size.
-absl::StatusOr<Tensor> ResizeRegion(const Tensor& t, const std::vector<int64_t>& shape);
-
 // Every tensor whose dims carry a symbol of `to` resized so those dims have its size there,
 // going from the sizes `from` (pad the inputs to a class: from the request's sizes to the
 // class; cut outputs back: the reverse). A dim labelled with a sum of symbols ("past +
