@@ -117,6 +117,24 @@ class ClientWatch {
   std::thread thread_;  // last: starts after the members it uses
 };
 
+void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
+  const generate::Generator* gen = mv.generator();
+  g->set_enabled(gen != nullptr);
+  if (gen == nullptr) {
+    g->set_refused(mv.generation_refused());
+    return;
+  }
+  const generate::GeneratorStats st = gen->stats();
+  g->set_max_context(gen->max_context());
+  g->set_page_tokens(gen->config().page_tokens);
+  g->set_pages_total(st.pages_total);
+  g->set_pages_free(st.pages_free);
+  g->set_running(st.running);
+  g->set_waiting(st.waiting);
+  g->set_preemptions(st.preemptions);
+  g->set_tokens(st.tokens);
+}
+
 }  // namespace
 
 void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
@@ -132,6 +150,7 @@ void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
   out->set_max_batch_size(b.signature.max_batch_size);
   FillEngines(mv, out);
   FillShapes(mv, out);
+  FillGeneration(mv, out->mutable_generation());
   v1::DifferentialCheck* c = out->mutable_check();
   c->set_ran(b.check.ran);
   c->set_ok(b.check.ok);

@@ -11,6 +11,8 @@
 
 #include "absl/strings/match.h"
 
+#include "server/http_connection.h"
+#include "server/http_generate.h"
 #include "server/http_kserve.h"
 #include "server/metrics/kiln_metrics.h"
 
@@ -38,10 +40,10 @@ namespace {
 // A request the listener already read whole, as cpp-httplib's input; the response goes
 // straight to the socket, bounded by a deadline so a client that does not read cannot hold a
 // worker.
-class BufferedRequestStream final : public httplib::Stream {
+class BufferedRequestStream final : public httplib::Stream, public HttpConnection {
  public:
   BufferedRequestStream(int fd, std::string request, std::chrono::milliseconds write_timeout)
-      : fd_(fd), request_(std::move(request)),
+      : fd_(fd), request_(std::move(request)), timeout_(write_timeout),
         deadline_(std::chrono::steady_clock::now() + write_timeout) {}
 
   bool is_readable() const override { return pos_ < request_.size(); }
@@ -53,6 +55,27 @@ class BufferedRequestStream final : public httplib::Stream {
     return static_cast<ssize_t>(n);
   }
   ssize_t write(const char* ptr, size_t size) override {
+    if (taken_over_) return static_cast<ssize_t>(size);  // the handler answered already
+    return WriteAll(ptr, size);
+  }
+  // A response the handler writes in parts (an event stream) gets the write timeout for
+  // each part: the deadline moves on with every part written whole.
+  bool Write(std::string_view bytes) override {
+    if (WriteAll(bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) return false;
+    deadline_ = std::chrono::steady_clock::now() + timeout_;
+    return true;
+  }
+  void TakeOver() override { taken_over_ = true; }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    Address(getpeername, ip, port);
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    Address(getsockname, ip, port);
+  }
+  socket_t socket() const override { return fd_; }
+
+ private:
+  ssize_t WriteAll(const char* ptr, size_t size) {
     size_t done = 0;
     while (done < size) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -66,15 +89,6 @@ class BufferedRequestStream final : public httplib::Stream {
     }
     return static_cast<ssize_t>(size);
   }
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    Address(getpeername, ip, port);
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    Address(getsockname, ip, port);
-  }
-  socket_t socket() const override { return fd_; }
-
- private:
   void Address(int (*get)(int, sockaddr*, socklen_t*), std::string& ip, int& port) const {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
@@ -90,7 +104,9 @@ class BufferedRequestStream final : public httplib::Stream {
   const int fd_;
   const std::string request_;
   size_t pos_ = 0;
-  const std::chrono::steady_clock::time_point deadline_;
+  const std::chrono::milliseconds timeout_;
+  bool taken_over_ = false;
+  std::chrono::steady_clock::time_point deadline_;
 };
 
 // `curl -d` labels a body application/x-www-form-urlencoded, which cpp-httplib then parses as
@@ -106,7 +122,15 @@ void RelabelFormBody(std::string& request) {
   request.replace(at, std::strlen("application/x-www-form-urlencoded"), "application/json");
 }
 
+thread_local HttpConnection* current_connection = nullptr;
+
 }  // namespace
+
+HttpConnection* CurrentHttpConnection() { return current_connection; }
+ScopedHttpConnection::ScopedHttpConnection(HttpConnection* c) : outer_(current_connection) {
+  current_connection = c;
+}
+ScopedHttpConnection::~ScopedHttpConnection() { current_connection = outer_; }
 
 // cpp-httplib's routing and response writing, fed by HttpListener instead of its own accept
 // loop (whose thread per connection any eight slow clients could hold).
@@ -146,6 +170,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   s->router_->Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics::RenderAll(registry), metrics::kContentType);
   });
+  // Before the v2 routes, whose catch-all would answer these paths.
+  AddGenerateRoutes(*s->router_, registry, json::Limits{options.max_json_depth});
   AddKServeRoutes(*s->router_, registry, options);
   auto serve = [router = s->router_.get(), limits](int fd, std::string request) {
     // A v2 response may carry large tensors: it gets the time its request had to arrive.
@@ -153,7 +179,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     if (api) RelabelFormBody(request);
     BufferedRequestStream stream(fd, std::move(request),
                                  api ? limits.body_timeout : limits.write_timeout);
-    router->Serve(stream);
+    {
+      const ScopedHttpConnection current(&stream);
+      router->Serve(stream);
+    }
     close(fd);
   };
   ASSIGN_OR_RETURN(s->listener_, HttpListener::Start(host, port, limits, std::move(serve)));

@@ -23,16 +23,6 @@ constexpr char kJson[] = "application/json";
 // come back as a 10 KB error.
 constexpr size_t kMaxErrorBytes = 2048;
 
-void SendError(httplib::Response& res, const absl::Status& s) {
-  res.status = HttpStatusFor(s.code());
-  std::string message(s.message().substr(0, kMaxErrorBytes));
-  if (s.message().size() > kMaxErrorBytes) message += "...";
-  if (s.code() == absl::StatusCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
-  json::Writer w;
-  w.BeginObject().Key("error").String(message).EndObject();
-  res.set_content(w.Take(), kJson);
-}
-
 void SendMessage(httplib::Response& res, const Message& m) {
   json::Writer w;
   WriteMessageJson(m, w);
@@ -453,6 +443,16 @@ void AddWriteRoutes(httplib::Server& router, ModelRegistry& registry, const Http
 }
 
 }  // namespace
+
+void SendError(httplib::Response& res, const absl::Status& s) {
+  res.status = HttpStatusFor(s.code());
+  std::string message(s.message().substr(0, kMaxErrorBytes));
+  if (s.message().size() > kMaxErrorBytes) message += "...";
+  if (s.code() == absl::StatusCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
+  json::Writer w;
+  w.BeginObject().Key("error").String(message).EndObject();
+  res.set_content(w.Take(), kJson);
+}
 
 void AddKServeRoutes(httplib::Server& router, ModelRegistry& registry, const HttpOptions& options) {
   AddReadRoutes(router, registry);

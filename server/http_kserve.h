@@ -18,6 +18,9 @@ namespace kiln::server {
 // The HTTP status for an absl code (400 bad request, 404 unknown model, 503 not ready, ...).
 int HttpStatusFor(absl::StatusCode code);
 
+// {"error": "<message>"} with the status's HTTP code (messages cut at 2 KB).
+void SendError(httplib::Response& res, const absl::Status& s);
+
 // Registers every /v2 route on `router`; `registry` must outlive it.
 void AddKServeRoutes(httplib::Server& router, ModelRegistry& registry, const HttpOptions& options);
 

@@ -24,6 +24,7 @@
 #include "server/crash_point.h"
 #include "server/engine_cache.h"
 #include "server/grpc_credentials.h"
+#include "server/grpc_generate.h"
 #include "server/grpc_kserve.h"
 #include "server/grpc_services.h"
 #include "server/http.h"
@@ -70,6 +71,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(
   model_options.uploads.stall_timeout = std::chrono::milliseconds(c.upload_stall_timeout_ms);
   services.push_back(std::make_unique<ModelServiceImpl>(registry, std::move(model_options)));
   services.push_back(std::make_unique<KServeGrpcService>(registry, c.auth_token));
+  services.push_back(std::make_unique<GenerationServiceImpl>(registry));
   for (auto& s : services) builder.RegisterService(s.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return absl::UnavailableError(absl::StrCat("cannot listen on grpc address ", c.grpc_address));

@@ -69,6 +69,49 @@ absl::Status ApplyWarmup(const YAML::Node& node, WarmupConfig& w) {
   return absl::OkStatus();
 }
 
+absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig& g) {
+  if (!node.IsMap()) return BadKey("generation", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    const std::string full = "generation." + key;
+    if (key == "mode") {
+      RETURN_IF_ERROR(Read(v, full, g.mode));
+    } else if (key == "max_sequences") {
+      RETURN_IF_ERROR(Read(v, full, g.max_sequences));
+    } else if (key == "kv_cache_bytes") {
+      RETURN_IF_ERROR(Read(v, full, g.kv_cache_bytes));
+    } else if (key == "page_tokens") {
+      RETURN_IF_ERROR(Read(v, full, g.page_tokens));
+    } else if (key == "prefill_chunk") {
+      RETURN_IF_ERROR(Read(v, full, g.prefill_chunk));
+    } else if (key == "max_new_tokens") {
+      RETURN_IF_ERROR(Read(v, full, g.max_new_tokens));
+    } else if (key == "eos_token_ids") {
+      RETURN_IF_ERROR(Read(v, full, g.eos_token_ids));
+    } else {
+      return BadKey(full, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGeneration(const generate::GenerationConfig& g) {
+  if (g.mode != "auto" && g.mode != "off") {
+    return BadKey("generation.mode", absl::StrCat("'", g.mode, "' is not one of: auto, off"));
+  }
+  if (g.max_sequences < 1 || g.max_sequences > 4096) {
+    return BadKey("generation.max_sequences", "must be in 1..4096");
+  }
+  if (g.kv_cache_bytes < 1) return BadKey("generation.kv_cache_bytes", "must be >= 1");
+  if (g.page_tokens < 1 || g.page_tokens > 4096) {
+    return BadKey("generation.page_tokens", "must be in 1..4096");
+  }
+  if (g.prefill_chunk < 1) return BadKey("generation.prefill_chunk", "must be >= 1");
+  if (g.max_new_tokens < 1) return BadKey("generation.max_new_tokens", "must be >= 1");
+  return absl::OkStatus();
+}
+
 absl::Status ApplyPipelineKey(const std::string& key, const YAML::Node& v, ModelConfig& c) {
   if (key == "opt_level") {
     std::string s;
@@ -195,6 +238,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(Read(v, key, c.max_shape_engines));
     } else if (key == "shape_classes") {
       RETURN_IF_ERROR(Read(v, key, c.shape_classes));
+    } else if (key == "generation") {
+      RETURN_IF_ERROR(ApplyGeneration(v, c.generation));
     } else {
       return BadKey(key, "unknown key");
     }
@@ -236,6 +281,7 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
   if (c.shape_classes != "auto" && c.shape_classes != "off") {
     return BadKey("shape_classes", absl::StrCat("'", c.shape_classes, "' is not one of: auto, off"));
   }
+  RETURN_IF_ERROR(CheckGeneration(c.generation));
   if (c.cpu_threads < 0 || c.cpu_threads > 1024) return BadKey("cpu_threads", "must be in 0..1024");
   if (c.cpu_layout != "tune" && c.cpu_layout != "primitive" && c.cpu_layout != "blocked") {
     return BadKey("cpu_layout", absl::StrCat("'", c.cpu_layout, "' is not one of: tune, primitive, blocked"));

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "compiler/pipeline.h"
+#include "server/generate/generation_config.h"
 
 namespace YAML {
 class Node;
@@ -68,6 +69,8 @@ struct ModelConfig {
   // (server/padding.h): engines for every class are built before READY and nothing is built
   // after. off: one engine set per exact shape, built on its first request (the LRU above).
   std::string shape_classes = "auto";
+  // The generation loop of a decoder model (server/generate/).
+  generate::GenerationConfig generation;
 };
 
 // Overrides the fields of `config` present in `node` (a YAML map). Unknown keys and bad

@@ -341,6 +341,14 @@ absl::Status ModelRegistry::Unload(const std::string& name, std::optional<int64_
       RETURN_IF_ERROR(repository_.RelativePaths(repository_.Remove(name, version)));
     }
   }
+  // A generation runs as long as its client reads: end them now (UNAVAILABLE), or the wait
+  // below would outlast them.
+  for (const auto& w : gone) {
+    std::shared_ptr<ModelVersion> mv = w.lock();
+    if (mv && mv->state() == ModelState::kReady && mv->generator_) {
+      mv->generator_->Stop(absl::StrCat("model '", name, "' was unloaded"));
+    }
+  }
   WaitUntilReleased(gone);
   spdlog::info("model {}: unloaded{}", name, version ? absl::StrCat(" version ", *version) : "");
   return absl::OkStatus();
@@ -373,6 +381,7 @@ void ModelRegistry::StopAll() {
   std::vector<std::shared_ptr<ModelVersion>> all = List();
   for (auto& mv : all) {
     // READY is published after batcher_ is set, so this never races a load in progress.
+    if (mv->state() == ModelState::kReady && mv->generator_) mv->generator_->Stop("the server is stopping");
     if (mv->state() == ModelState::kReady) mv->batcher_->Stop();
     if (mv->state() == ModelState::kReady && mv->shapes_) mv->shapes_->Stop();
   }

@@ -20,6 +20,7 @@
 #include "base/status.h"
 #include "server/batcher.h"
 #include "server/engine_cache.h"
+#include "server/generate/generator.h"
 #include "server/keyed_mutex.h"
 #include "server/model_builder.h"
 #include "server/model_config.h"
@@ -52,6 +53,10 @@ class ModelVersion {
   // A dynamic model's engines for shapes other than its warm-up one (config dynamic_dims);
   // null for static models and until READY.
   const ShapeEngines* shapes() const { return shapes_.get(); }
+  // A decoder's generation loop (server/generate/); null until READY and for models that do
+  // not generate, with generation_refused() saying why.
+  generate::Generator* generator() const { return generator_.get(); }
+  const std::string& generation_refused() const { return generation_refused_; }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
   // `abandoned`: see AbandonFlag (server/batcher.h).
@@ -73,6 +78,10 @@ class ModelVersion {
   // A model served by shape classes (server/padding.h): every class's engines, every bucket,
   // built before READY.
   absl::Status BuildShapeClasses();
+  // Starts the generation loop when the model is a decoder the loop can run
+  // (server/model_generation.cc); otherwise records why not. Its status: the loop's own
+  // setup (a kv cache the memory budget refuses fails the model).
+  absl::Status StartGeneration();
   void Fail(const std::string& reason);
   // UNAVAILABLE naming the state unless READY.
   absl::Status CheckReady() const;
@@ -95,6 +104,9 @@ class ModelVersion {
   // them.
   std::unique_ptr<ShapeEngines> shapes_;
   std::unique_ptr<Batcher> batcher_;
+  // Runs steps through Submit, so it is stopped before the batchers (destructor).
+  std::unique_ptr<generate::Generator> generator_;
+  std::string generation_refused_;  // written once by Start
 };
 
 // Called on every state change of a model's default version (health service, logs).

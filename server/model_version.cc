@@ -22,6 +22,7 @@ const char* ModelStateName(ModelState s) {
 }
 
 ModelVersion::~ModelVersion() {
+  if (generator_) generator_->Stop();
   if (batcher_) batcher_->Stop();
   if (shapes_) shapes_->Stop();
 }
@@ -72,6 +73,7 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
     if (built_.padding) RETURN_IF_ERROR(BuildShapeClasses());
   }
   ASSIGN_OR_RETURN(batcher_, Batcher::Create(policy, config_.instances, run));
+  RETURN_IF_ERROR(StartGeneration());
   SetReason("");
   state_ = ModelState::kReady;
   return absl::OkStatus();

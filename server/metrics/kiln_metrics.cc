@@ -158,6 +158,12 @@ std::string RenderScrapeGauges(const ModelRegistry& registry) {
            "Tensor bytes charged to the memory budget now (weights, builds, requests).")
       .Get()
       .Set(static_cast<double>(ProcessMemory()->used()));
+  Labeled<Gauge> sequences = AddGauge(r, "kiln_generation_sequences",
+                                      "Generation requests running (in the kv cache) and waiting.",
+                                      {"model", "state"});
+  Labeled<Gauge> pages = AddGauge(r, "kiln_kv_cache_pages",
+                                  "Pages of the generation kv cache, used and free.",
+                                  {"model", "state"});
   for (ModelState s : {ModelState::kLoading, ModelState::kReady, ModelState::kFailed}) {
     models.With({ModelStateName(s)});
   }
@@ -165,6 +171,13 @@ std::string RenderScrapeGauges(const ModelRegistry& registry) {
     const ModelState state = mv->state();
     models.With({ModelStateName(state)}).Increment();
     if (state != ModelState::kReady) continue;  // built() is only valid once READY
+    if (const generate::Generator* g = mv->generator()) {
+      const generate::GeneratorStats st = g->stats();
+      sequences.With({mv->name(), "running"}).Increment(static_cast<double>(st.running));
+      sequences.With({mv->name(), "waiting"}).Increment(static_cast<double>(st.waiting));
+      pages.With({mv->name(), "used"}).Increment(static_cast<double>(st.pages_total - st.pages_free));
+      pages.With({mv->name(), "free"}).Increment(static_cast<double>(st.pages_free));
+    }
     for (const auto& [batch, engines] : mv->built().engines) {
       for (const auto& e : engines) {
         arena.With({mv->name(), e->info().device, std::to_string(batch)})

@@ -110,6 +110,8 @@ class TestServer {
   fs::path dir() const { return dir_; }
   fs::path repo() const { return dir_ / "models"; }
   int http_port() const { return http_port_; }
+  int grpc_port() const { return grpc_port_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   pid_t pid() const { return process_.pid(); }
   KilndProcess& process() { return process_; }
 

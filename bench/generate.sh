@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Token generation benchmark: makes a decoder with tests/models/decoder_step.py (its size from
+# DECODER_ARGS), serves it from kilnd with a generation config, and runs bench/generate.js
+# (Kiln's server loop vs ONNX Runtime's decode loop over the same model). A benchmark, not a
+# test: prints tokens/s, time to first token and inter-token latency for both.
+#   bench/generate.sh [--prompts 32,64,128,256] [--new 64] [--streams 16] [--json FILE]
+# Env: BUILD (default build), DECODER_ARGS (default "--hidden 256 --layers 4 --heads 4
+# --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: [1, 64]}"),
+# MAX_BATCH (default 8), THREADS (default 2).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD:-$root/build}"
+work="$(mktemp -d)"
+trap 'kill "${pid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/models/dec/1"
+/usr/bin/python3 "$root/tests/models/decoder_step.py" --write "$work/src" \
+  ${DECODER_ARGS:---hidden 256 --layers 4 --heads 4 --vocab 8000}
+cp "$work/src/model.onnx" "$work/models/dec/1/"
+cat > "$work/models/dec/config.yaml" <<YAML
+device: cpu
+max_batch_size: ${MAX_BATCH:-8}
+cpu_threads: ${THREADS:-2}
+dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: [1, 64]}"}
+generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: 64}
+YAML
+port=$((20000 + RANDOM % 20000))
+"$build/server/kilnd" --model-repository "$work/models" --grpc-address "127.0.0.1:$((port + 1))" \
+  --http-address "127.0.0.1:$port" > "$work/kilnd.log" 2>&1 &
+pid=$!
+start=$(date +%s)
+until curl -sf "http://127.0.0.1:$port/readyz" > /dev/null; do
+  kill -0 "$pid" 2>/dev/null || { cat "$work/kilnd.log"; exit 1; }
+  sleep 1
+done
+echo "generate: kilnd READY in $(( $(date +%s) - start )) s"
+node "$root/bench/generate.js" --url "http://127.0.0.1:$port" --model dec --onnx "$work/src/model.onnx" \
+  --threads "${THREADS:-2}" "$@"

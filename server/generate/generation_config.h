@@ -1,0 +1,22 @@
+// Model config `generation:` (docs/generation.md): how the server runs a decoder's
+// generation loop. Plain data, so the model config can hold it without the scheduler.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::server::generate {
+
+// Model config `generation:` (docs/generation.md).
+struct GenerationConfig {
+  std::string mode = "auto";  // auto: generate when the model fits the contract; off
+  int64_t max_sequences = 16;  // running at once (more wait)
+  int64_t kv_cache_bytes = int64_t{256} << 20;
+  int64_t page_tokens = 16;
+  int64_t prefill_chunk = 64;  // prompt tokens per engine run
+  int64_t max_new_tokens = 4096;  // a request's max_tokens above this is refused
+  std::vector<int64_t> eos_token_ids;  // end a sequence (unless a request ignores them)
+};
+
+}  // namespace kiln::server::generate

@@ -1,0 +1,378 @@
+#include "server/generate/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "server/generate/step.h"
+
+namespace kiln::server::generate {
+
+struct Generator::Sequence {
+  explicit Sequence(GenerateParams p)
+      : params(std::move(p)), sampler(params.sampling), submitted(Clock::now()) {}
+  GenerateParams params;
+  std::shared_ptr<GenerationStream> stream = std::make_shared<GenerationStream>();
+  std::vector<int64_t> tokens;  // prompt, then generated
+  int64_t prompt_len = 0;
+  int64_t limit = 0;       // tokens it may generate
+  int64_t cached = 0;      // positions of `tokens` in its cache
+  int64_t generated = 0;
+  PageTable table;
+  Sampler sampler;
+  std::unordered_map<int64_t, int64_t> counts;  // token -> occurrences, for the penalties
+  Clock::time_point submitted, last_token;
+  bool running = false, ended = false, stopped = false;
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - cached; }
+};
+
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+bool EndsWith(const std::vector<int64_t>& tokens, const std::vector<int64_t>& tail) {
+  return !tail.empty() && tail.size() <= tokens.size() &&
+         std::equal(tail.rbegin(), tail.rend(), tokens.rbegin());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
+    GeneratorSetup setup, std::shared_ptr<MemoryAccount> account) {
+  const GenerationConfig& c = setup.config;
+  if (c.max_sequences < 1 || c.prefill_chunk < 1 || c.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        "generation: max_sequences, prefill_chunk and max_new_tokens must be >= 1");
+  }
+  if (setup.min_step > 1 || setup.max_step < 1 || setup.max_context < 2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model's '", setup.contract.sequence_symbol, "' range must admit one token and '",
+        setup.contract.past_symbol, "' at least one cached position"));
+  }
+  ASSIGN_OR_RETURN(auto cache, KvCache::Create(setup.contract, c.page_tokens, c.kv_cache_bytes,
+                                               std::move(account)));
+  std::unique_ptr<Generator> g(new Generator(std::move(setup), std::move(cache)));
+  g->thread_ = std::thread([p = g.get()] { p->Loop(); });
+  return g;
+}
+
+Generator::Generator(GeneratorSetup setup, std::unique_ptr<KvCache> cache)
+    : setup_(std::move(setup)), cache_(std::move(cache)), eos_(setup_.config.eos_token_ids) {
+  stats_.pages_total = stats_.pages_free = cache_->pages_total();
+}
+
+Generator::~Generator() { Stop(); }
+
+absl::Status Generator::CheckParams(const GenerateParams& p) const {
+  const int64_t n = static_cast<int64_t>(p.prompt.size());
+  if (n == 0) return absl::InvalidArgumentError("the prompt has no tokens");
+  for (size_t i = 0; i < p.prompt.size(); ++i) {
+    if (p.prompt[i] < 0 || p.prompt[i] >= setup_.contract.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", p.prompt[i],
+                                                     "; the vocabulary is [0, ",
+                                                     setup_.contract.vocab, ")"));
+    }
+  }
+  if (n >= setup_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n,
+                                                   " tokens; the model's context holds ",
+                                                   setup_.max_context, " with the output"));
+  }
+  if (p.max_tokens < 1 || p.max_tokens > setup_.config.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_tokens is ", p.max_tokens,
+                                                   "; it must be in [1, ",
+                                                   setup_.config.max_new_tokens, "]"));
+  }
+  for (const auto& s : p.stop_sequences) {
+    if (s.empty()) return absl::InvalidArgumentError("a stop sequence is empty");
+  }
+  return ValidateSampling(p.sampling);
+}
+
+absl::StatusOr<std::shared_ptr<GenerationStream>> Generator::Submit(GenerateParams params) {
+  RETURN_IF_ERROR(CheckParams(params));
+  auto seq = std::make_shared<Sequence>(std::move(params));
+  seq->tokens = seq->params.prompt;
+  seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
+  seq->limit = std::min(seq->params.max_tokens, setup_.max_context - seq->prompt_len);
+  for (int64_t t : seq->tokens) ++seq->counts[t];
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return absl::UnavailableError(stop_reason_);
+    if (static_cast<int64_t>(waiting_.size()) >= setup_.config.max_sequences * 16) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          waiting_.size(), " generation requests are waiting; try again later"));
+    }
+    waiting_.push_back(seq);
+    stats_.waiting = static_cast<int64_t>(waiting_.size());
+  }
+  cv_.notify_all();
+  return seq->stream;
+}
+
+void Generator::Stop(const std::string& why) {
+  std::deque<SeqPtr> waiting;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      stop_reason_ = why;
+    }
+    waiting.swap(waiting_);
+    stats_.waiting = 0;
+  }
+  cv_.notify_all();
+  for (const SeqPtr& s : waiting) s->stream->Finish(absl::UnavailableError(why), "", s->prompt_len);
+  if (thread_.joinable()) thread_.join();
+}
+
+GeneratorStats Generator::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void Generator::Loop() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stopping_) break;
+    }
+    if (Iterate()) continue;
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return stopping_ || !waiting_.empty(); });
+  }
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    why = stop_reason_;
+  }
+  while (!running_.empty()) End(running_.front(), absl::UnavailableError(why), "");
+}
+
+bool Generator::Iterate() {
+  ReapEnded();
+  Admit();
+  if (running_.empty()) return false;
+  Prefill();
+  Decode();
+  return true;
+}
+
+void Generator::ReapEnded() {
+  const Clock::time_point now = Clock::now();
+  auto verdict = [&](const Sequence& s) -> absl::Status {
+    if (s.stream->cancelled()) return absl::CancelledError("the generation was cancelled");
+    if (s.params.deadline && now >= *s.params.deadline) {
+      return absl::DeadlineExceededError("the generation's deadline passed");
+    }
+    return absl::OkStatus();
+  };
+  std::vector<SeqPtr> over;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (!verdict(**it).ok()) {
+        over.push_back(*it);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    stats_.waiting = static_cast<int64_t>(waiting_.size());
+  }
+  for (const SeqPtr& s : running_) {
+    if (!verdict(*s).ok()) over.push_back(s);
+  }
+  for (const SeqPtr& s : over) End(s, verdict(*s), "");
+}
+
+void Generator::Admit() {
+  while (static_cast<int64_t>(running_.size()) < setup_.config.max_sequences) {
+    SeqPtr s;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (waiting_.empty()) return;
+      s = waiting_.front();
+    }
+    const int64_t need = static_cast<int64_t>(s->tokens.size());
+    // Headroom of a page per running sequence, so admitting one does not preempt another
+    // at the next decode step (which would then be readmitted and preempt again).
+    const int64_t headroom = static_cast<int64_t>(running_.size());
+    const bool fits = cache_->PagesFor(need) + headroom <= cache_->pages_free();
+    if (!fits || !cache_->Grow(s->table, need)) {
+      if (!running_.empty()) return;  // pages free up as running sequences end
+      if (cache_->PagesFor(need) > cache_->pages_total()) {
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          waiting_.pop_front();
+          stats_.waiting = static_cast<int64_t>(waiting_.size());
+        }
+        End(s, absl::ResourceExhaustedError(absl::StrCat(
+                   "the sequence needs ", need, " cached positions; the kv cache holds ",
+                   cache_->pages_total() * cache_->page_tokens())),
+            "");
+        continue;
+      }
+      if (!cache_->Grow(s->table, need)) return;
+    }
+    std::lock_guard<std::mutex> lk(mu_);
+    waiting_.pop_front();
+    s->running = true;
+    running_.push_back(s);
+    stats_.waiting = static_cast<int64_t>(waiting_.size());
+    stats_.running = static_cast<int64_t>(running_.size());
+    stats_.pages_free = cache_->pages_free();
+  }
+}
+
+void Generator::Prefill() {
+  for (const SeqPtr& s : running_) {
+    if (s->pending() <= 1) continue;
+    const int64_t count =
+        std::min({s->pending(), setup_.config.prefill_chunk, setup_.max_step});
+    RunStep({s}, count);
+    return;  // one chunk per iteration: the decodes keep their pace
+  }
+}
+
+void Generator::Decode() {
+  std::vector<SeqPtr> ready;
+  for (const SeqPtr& s : running_) {
+    if (s->pending() == 1) ready.push_back(s);
+  }
+  std::vector<SeqPtr> group;
+  for (const SeqPtr& s : ready) {
+    if (!s->running || !Reserve(s, s->cached + 1)) continue;
+    group.push_back(s);
+  }
+  // Reserving may have preempted members taken before.
+  group.erase(std::remove_if(group.begin(), group.end(), [](const SeqPtr& s) { return !s->running; }),
+              group.end());
+  for (size_t at = 0; at < group.size(); at += static_cast<size_t>(setup_.max_rows)) {
+    const size_t end = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
+    RunStep(std::vector<SeqPtr>(group.begin() + at, group.begin() + end), 1);
+  }
+}
+
+bool Generator::Reserve(const SeqPtr& seq, int64_t positions) {
+  while (!cache_->Grow(seq->table, positions)) {
+    SeqPtr victim;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      if (*it != seq) {
+        victim = *it;
+        break;
+      }
+    }
+    if (!victim) {
+      End(seq, absl::ResourceExhaustedError(absl::StrCat(
+                   "the sequence needs ", positions, " cached positions; the kv cache holds ",
+                   cache_->pages_total() * cache_->page_tokens())),
+          "");
+      return false;
+    }
+    Preempt(victim);
+  }
+  return true;
+}
+
+void Generator::Preempt(const SeqPtr& victim) {
+  cache_->Release(victim->table);
+  victim->cached = 0;  // recomputed from its tokens when readmitted
+  victim->running = false;
+  running_.remove(victim);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waiting_.push_front(victim);
+    ++stats_.preemptions;
+    stats_.waiting = static_cast<int64_t>(waiting_.size());
+    stats_.running = static_cast<int64_t>(running_.size());
+    stats_.pages_free = cache_->pages_free();
+  }
+  if (setup_.hooks.preempted) setup_.hooks.preempted();
+}
+
+void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count) {
+  std::vector<StepRow> rows;
+  int64_t longest = 0;
+  for (const SeqPtr& s : group) {
+    rows.push_back({&s->tokens, s->cached, &s->table});
+    longest = std::max(longest, s->cached);
+  }
+  const int64_t past = setup_.past_size(longest);
+  const auto n = static_cast<int64_t>(group.size());
+  auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
+    ASSIGN_OR_RETURN(std::vector<Tensor> in,
+                     BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past));
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, setup_.step(std::move(in), n));
+    RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));
+    const Tensor& logits = out.at(setup_.contract.logits);
+    if (logits.rank() != 3 || logits.dim(0) != n || logits.dim(1) != count ||
+        logits.dim(2) != setup_.contract.vocab || logits.dtype() != DType::kFloat32) {
+      return absl::InternalError(absl::StrCat("the step's logits are ",
+                                              ShapeToString(logits.shape()), ", not [", n, ", ",
+                                              count, ", ", setup_.contract.vocab, "]"));
+    }
+    return out;
+  };
+  absl::StatusOr<std::vector<Tensor>> out = WithinBudget(ProcessMemory(), run);
+  if (!out.ok()) {
+    for (const SeqPtr& s : group) End(s, out.status(), "");
+    return;
+  }
+  const Tensor& logits = (*out)[setup_.contract.logits];
+  const int64_t vocab = setup_.contract.vocab;
+  for (int64_t r = 0; r < n; ++r) {
+    Sequence& s = *group[static_cast<size_t>(r)];
+    s.cached += count;
+    if (s.pending() == 0) Sample(s, logits.data<float>() + ((r + 1) * count - 1) * vocab);
+  }
+  for (const SeqPtr& s : group) {
+    if (s->ended) continue;
+    if (s->stopped || s->generated >= s->limit) {
+      End(s, absl::OkStatus(), s->stopped ? "stop" : "length");
+    }
+  }
+}
+
+void Generator::Sample(Sequence& seq, const float* logits) {
+  const Sampled x = seq.sampler.Next(logits, setup_.contract.vocab, seq.counts);
+  seq.tokens.push_back(x.token);
+  ++seq.counts[x.token];
+  ++seq.generated;
+  const Clock::time_point now = Clock::now();
+  if (seq.generated == 1) {
+    if (setup_.hooks.first_token) setup_.hooks.first_token(Seconds(now - seq.submitted));
+  } else if (setup_.hooks.inter_token) {
+    setup_.hooks.inter_token(Seconds(now - seq.last_token));
+  }
+  seq.last_token = now;
+  if (setup_.hooks.generated) setup_.hooks.generated(1);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.tokens;
+  }
+  seq.stream->Push({x.token, seq.params.logprobs ? x.logprob : 0.0});
+  const auto& stops = seq.params.stop_token_ids;
+  bool stop = std::find(stops.begin(), stops.end(), x.token) != stops.end();
+  if (!seq.params.ignore_eos) stop |= std::find(eos_.begin(), eos_.end(), x.token) != eos_.end();
+  for (const auto& s : seq.params.stop_sequences) stop |= EndsWith(seq.tokens, s);
+  seq.stopped = stop;  // ended by RunStep, which holds the shared pointer
+}
+
+void Generator::End(const SeqPtr& seq, absl::Status status, std::string reason) {
+  if (seq->ended) return;
+  seq->ended = true;
+  cache_->Release(seq->table);
+  if (seq->running) {
+    seq->running = false;
+    running_.remove(seq);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.running = static_cast<int64_t>(running_.size());
+    stats_.pages_free = cache_->pages_free();
+  }
+  seq->stream->Finish(std::move(status), std::move(reason), seq->prompt_len);
+}
+
+}  // namespace kiln::server::generate

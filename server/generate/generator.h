@@ -1,0 +1,144 @@
+// The generation loop of one decoder model version: continuous batching over a paged
+// key/value cache the server holds (server/generate/kv_cache.h).
+//
+// One scheduler thread owns every sequence. Each iteration it
+//   1. ends the sequences whose caller cancelled or whose deadline passed (their pages are
+//      freed at once),
+//   2. admits waiting requests, oldest first, while there is a free running slot and the
+//      cache holds their prompt (requests join at step boundaries),
+//   3. prefills one chunk (at most `prefill_chunk` tokens) of the oldest sequence still
+//      reading its prompt, so a long prompt never stalls the running decodes for longer than
+//      one chunk,
+//   4. runs one decode step for every other running sequence, batched (at most `max_rows`
+//      rows per engine run), each at its own length: the past padded to one shape class,
+//      the attention mask hiding the padding (server/generate/step.h).
+// A sequence that needs a page when none is free preempts the most recently admitted
+// sequence: its pages are freed and it goes back to the head of the queue with the tokens it
+// made so far, to be recomputed from them when pages free up (nothing lost, no crash).
+//
+// The engine runs through `StepFn` (the model version's batcher in the server; the reference
+// interpreter in tests), so generation and Predict share one engine set and one queue.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/memory_budget.h"
+#include "base/status.h"
+#include "server/generate/decoder_contract.h"
+#include "server/generate/generation_config.h"
+#include "server/generate/kv_cache.h"
+#include "server/generate/sampler.h"
+#include "server/generate/stream.h"
+#include "server/model_signature.h"
+
+namespace kiln::server::generate {
+
+
+struct GenerateParams {
+  std::vector<int64_t> prompt;
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<int64_t> stop_token_ids;  // with the model's eos_token_ids unless ignore_eos
+  bool ignore_eos = false;
+  std::vector<std::vector<int64_t>> stop_sequences;
+  bool logprobs = false;
+  std::optional<Clock::time_point> deadline;
+};
+
+// Runs one step: `inputs` in signature order, `rows` rows; the outputs in signature order.
+using StepFn = std::function<absl::StatusOr<std::vector<Tensor>>(std::vector<Tensor> inputs,
+                                                                 int64_t rows)>;
+// The past size a step runs at for a longest cache of `n` positions (a shape class >= n).
+using PastSizeFn = std::function<int64_t(int64_t n)>;
+
+// Observations for the metrics; each may be empty.
+struct GenerationHooks {
+  std::function<void(double seconds)> first_token, inter_token;
+  std::function<void(int64_t tokens)> generated;
+  std::function<void()> preempted;
+};
+
+struct GeneratorStats {
+  int64_t running = 0, waiting = 0;
+  int64_t pages_total = 0, pages_free = 0;
+  int64_t preemptions = 0, tokens = 0;
+};
+
+struct GeneratorSetup {
+  DecoderContract contract;
+  ModelSignature signature;
+  GenerationConfig config;
+  int64_t max_rows = 1;  // rows one engine run takes (the largest batch bucket)
+  // The token counts a step may feed (the sequence dim's range) and the longest context
+  // (cached positions, the past dim's range).
+  int64_t min_step = 1, max_step = 1, max_context = 1;
+  StepFn step;
+  PastSizeFn past_size;
+  GenerationHooks hooks;
+};
+
+class Generator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Generator>> Create(GeneratorSetup setup,
+                                                           std::shared_ptr<MemoryAccount> account);
+  ~Generator();  // Stop()s
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // Queues a request. INVALID_ARGUMENT for a bad prompt or parameters (naming them),
+  // RESOURCE_EXHAUSTED when max_sequences are running and as many wait, UNAVAILABLE once
+  // stopped.
+  absl::StatusOr<std::shared_ptr<GenerationStream>> Submit(GenerateParams params);
+  // Ends every request (UNAVAILABLE naming `why`) and joins the scheduler. Idempotent.
+  void Stop(const std::string& why = "the model is unloading");
+  GeneratorStats stats() const;
+  const GenerationConfig& config() const { return setup_.config; }
+  int64_t max_context() const { return setup_.max_context; }
+
+ private:
+  struct Sequence;
+  using SeqPtr = std::shared_ptr<Sequence>;
+  Generator(GeneratorSetup setup, std::unique_ptr<KvCache> cache);
+  void Loop();
+  // One scheduler iteration; false when there was nothing to do.
+  bool Iterate();
+  void ReapEnded();
+  void Admit();
+  void Prefill();
+  void Decode();
+  // Runs one step feeding `count` tokens of each of `group`; samples each row's next token
+  // when it has read every token it had. A failure ends the group's sequences.
+  void RunStep(const std::vector<SeqPtr>& group, int64_t count);
+  // Pages for `seq` to hold `positions`, preempting younger sequences while they lack; false
+  // when even alone it does not fit (then it was ended).
+  bool Reserve(const SeqPtr& seq, int64_t positions);
+  void Preempt(const SeqPtr& victim);
+  void Sample(Sequence& seq, const float* logits);
+  void End(const SeqPtr& seq, absl::Status status, std::string reason);
+  absl::Status CheckParams(const GenerateParams& p) const;
+
+  GeneratorSetup setup_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int64_t> eos_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<SeqPtr> waiting_;   // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+  std::string stop_reason_;      // guarded by mu_
+  GeneratorStats stats_;         // guarded by mu_
+  std::list<SeqPtr> running_;    // scheduler thread only, admission order
+  std::thread thread_;
+};
+
+}  // namespace kiln::server::generate

@@ -1,0 +1,77 @@
+#include "server/generate/step.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::server::generate {
+namespace {
+
+// [rows, count] (or [rows, past + count] for the mask) of the input's dtype.
+Tensor IntRows(DType dtype, int64_t rows, int64_t cols) { return Tensor(dtype, {rows, cols}); }
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> BuildStepInputs(const DecoderContract& contract,
+                                                    const ModelSignature& sig,
+                                                    const KvCache& cache,
+                                                    const std::vector<StepRow>& rows,
+                                                    int64_t count, int64_t past) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<Tensor> in(sig.inputs.size());
+  Tensor ids = IntRows(contract.ids_dtype, n, count);
+  Tensor pos = IntRows(contract.positions_dtype, n, count);
+  Tensor mask = IntRows(contract.mask_dtype, n, past + count);  // zeros: padding hidden
+  std::vector<const PageTable*> tables;
+  std::vector<int64_t> lengths;
+  for (int64_t r = 0; r < n; ++r) {
+    const StepRow& row = rows[static_cast<size_t>(r)];
+    if (row.cached > past || row.cached + count > static_cast<int64_t>(row.tokens->size())) {
+      return absl::InternalError("a generation step row does not fit its padded past");
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      ids.SetInt(r * count + k, (*row.tokens)[static_cast<size_t>(row.cached + k)]);
+      pos.SetInt(r * count + k, row.cached + k);
+      mask.SetInt(r * (past + count) + past + k, 1);
+    }
+    for (int64_t k = 0; k < row.cached; ++k) mask.SetInt(r * (past + count) + k, 1);
+    tables.push_back(row.table);
+    lengths.push_back(row.cached);
+  }
+  in[contract.input_ids] = std::move(ids);
+  in[contract.position_ids] = std::move(pos);
+  in[contract.attention_mask] = std::move(mask);
+  for (size_t j = 0; j < contract.cache.size(); ++j) {
+    const CacheTensor& c = contract.cache[j];
+    std::vector<int64_t> shape = sig.inputs[c.input].shape;
+    shape[0] = n;
+    shape[static_cast<size_t>(c.axis)] = past;
+    Tensor t(c.dtype, std::move(shape));  // zeros beyond each row's length
+    cache.Gather(j, tables, lengths, t);
+    in[c.input] = std::move(t);
+  }
+  return in;
+}
+
+absl::Status StoreStep(const DecoderContract& contract, KvCache& cache,
+                       const std::vector<StepRow>& rows, int64_t count, int64_t past,
+                       const std::vector<Tensor>& outputs) {
+  for (size_t j = 0; j < contract.cache.size(); ++j) {
+    const CacheTensor& c = contract.cache[j];
+    if (c.output >= outputs.size()) return absl::InternalError("a present output is missing");
+    const Tensor& present = outputs[c.output];
+    if (present.dtype() != c.dtype || present.rank() <= c.axis ||
+        present.dim(0) != static_cast<int64_t>(rows.size()) ||
+        present.dim(c.axis) != past + count ||
+        present.numel() != present.dim(0) * c.outer * c.inner * (past + count)) {
+      return absl::InternalError(absl::StrCat("output '", c.present_name, "' is ",
+                                              ShapeToString(present.shape()), ", not the past (",
+                                              past, ") plus ", count, " new positions"));
+    }
+    for (size_t r = 0; r < rows.size(); ++r) {
+      cache.Scatter(j, present, static_cast<int64_t>(r), past, count, *rows[r].table,
+                    rows[r].cached);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server::generate

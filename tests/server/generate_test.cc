@@ -1,0 +1,309 @@
+// Token generation end to end: kilnd runs the generation loop of tests/models/decoder_step.py
+// (a GPT-2-style decoder with past/present cache tensors) and streams tokens over gRPC and
+// REST. Every generated token is checked against the reference interpreter recomputing the
+// whole sequence without a cache (teacher-forced: the reference sees the server's own tokens,
+// so one near-tie cannot cascade into a mismatch of every later token); concurrent streams
+// are checked the same way, over a kv cache small enough that they preempt one another.
+// Cancellation frees the pages, a deadline ends the request, the metrics count the tokens,
+// and an unload ends a running generation UNAVAILABLE.
+#include <cstdlib>
+#include <future>
+#include <random>
+#include <sstream>
+
+#include "compiler/onnx/importer.h"
+#include "kiln/v1/generate.grpc.pb.h"
+#include "runtime/reference/interpreter.h"
+#include "tests/server/test_server.h"
+
+namespace kiln::server::testing {
+namespace {
+
+constexpr int64_t kVocab = 1000;  // decoder_step.py's test size
+
+// One kilnd for the suite: loading the decoder builds every shape class once.
+class Generation : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new TestServer("generate");
+    const std::string cmd = "/usr/bin/python3 '" +
+                            (SourceDir() / "tests/models/decoder_step.py").string() + "' --write '" +
+                            (server_->dir() / "dec").string() + "' > /dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0) return;
+    onnx_ = new std::string(ReadFile(server_->dir() / "dec/model.onnx"));
+    fs::create_directories(server_->repo() / "dec/1");
+    std::ofstream(server_->repo() / "dec/1/model.onnx", std::ios::binary) << *onnx_;
+    // 8 pages of 16 positions (1 KiB a position at this size): four 60-position sequences
+    // need 16, so running them together preempts.
+    std::ofstream(server_->repo() / "dec/config.yaml")
+        << "device: cpu\nmax_batch_size: 2\n"
+           "dynamic_dims: {past_sequence_length: [1, 96], sequence: [1, 16]}\n"
+           "generation: {kv_cache_bytes: 131072, page_tokens: 16, prefill_chunk: 16}\n";
+    server_->Start();
+    ready_ = server_->WaitReady(300);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete onnx_;
+  }
+  void SetUp() override {
+    if (onnx_ == nullptr) GTEST_SKIP() << "decoder_step.py --write failed (python3-onnx?)";
+    ASSERT_TRUE(ready_) << "the decoder did not become READY";
+    stub_ = v1::GenerationService::NewStub(server_->channel());
+  }
+
+  static v1::GenerateRequest Request(const std::vector<int64_t>& prompt, int64_t max_tokens) {
+    v1::GenerateRequest r;
+    r.set_model("dec");
+    for (int64_t t : prompt) r.add_input_ids(t);
+    r.set_max_tokens(max_tokens);
+    return r;
+  }
+
+  // Streams `req`; every message's ids in order, and the final status and message.
+  grpc::Status Stream(const v1::GenerateRequest& req, std::vector<int64_t>& ids,
+                      v1::GenerateResponse* last = nullptr, int seconds = 120) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+      ids.insert(ids.end(), m.output_ids().begin(), m.output_ids().end());
+      if (last) *last = m;
+    }
+    return reader->Finish();
+  }
+
+  static std::vector<int64_t> Prompt(int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int64_t> p;
+    for (int64_t i = 0; i < n; ++i) p.push_back(static_cast<int64_t>(rng() % kVocab));
+    return p;
+  }
+
+  // Each of `out` is the reference's most likely next token after prompt ++ out[:i],
+  // recomputed from scratch (the past one masked position of zeros), or within 1e-4 of it
+  // (a near-tie float32 may break the other way).
+  static void ExpectReferenceTokens(const std::vector<int64_t>& prompt,
+                                    const std::vector<int64_t>& out) {
+    auto graph = onnx_io::ImportModelBytes(*onnx_);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    std::vector<int64_t> seq = prompt;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto n = static_cast<int64_t>(seq.size());
+      ref::TensorMap feed;
+      feed["input_ids"] = Tensor::FromInt64(seq, {1, n});
+      std::vector<int64_t> pos(static_cast<size_t>(n)), mask(static_cast<size_t>(n) + 1, 1);
+      for (int64_t k = 0; k < n; ++k) pos[static_cast<size_t>(k)] = k;
+      mask[0] = 0;
+      feed["position_ids"] = Tensor::FromInt64(pos, {1, n});
+      feed["attention_mask"] = Tensor::FromInt64(mask, {1, n + 1});
+      for (const Value* in : (*graph)->inputs) {
+        if (in->name.rfind("past_key_values", 0) == 0) feed[in->name] = Tensor(DType::kFloat32, {1, 4, 1, 16});
+      }
+      auto got = ref::Run(**graph, feed);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const Tensor& logits = got->at("logits");
+      double best = -1e300;
+      int64_t arg = 0;
+      for (int64_t v = 0; v < kVocab; ++v) {
+        const double l = logits.GetDouble((n - 1) * kVocab + v);
+        if (l > best) best = l, arg = v;
+      }
+      const double mine = logits.GetDouble((n - 1) * kVocab + out[i]);
+      ASSERT_TRUE(out[i] == arg || best - mine <= 1e-4 * (1 + std::abs(best)))
+          << "token " << i << ": served " << out[i] << " (logit " << mine << "), reference "
+          << arg << " (logit " << best << ")";
+      seq.push_back(out[i]);
+    }
+  }
+
+  v1::GenerationInfo Info() {
+    v1::ModelInfo info;
+    EXPECT_TRUE(server_->GetModel("dec", 0, &info).ok());
+    return info.generation();
+  }
+
+  static TestServer* server_;
+  static std::string* onnx_;
+  static bool ready_;
+  std::unique_ptr<v1::GenerationService::Stub> stub_;
+};
+
+TestServer* Generation::server_ = nullptr;
+std::string* Generation::onnx_ = nullptr;
+bool Generation::ready_ = false;
+
+TEST_F(Generation, GreedyStreamMatchesTheReferenceFor64Tokens) {
+  v1::GenerationInfo g = Info();
+  ASSERT_TRUE(g.enabled()) << g.refused();
+  EXPECT_EQ(g.max_context(), 96);
+  const std::vector<int64_t> prompt = Prompt(11, 1);
+  v1::GenerateRequest req = Request(prompt, 64);
+  req.set_ignore_eos(true);
+  std::vector<int64_t> ids;
+  v1::GenerateResponse last;
+  grpc::Status s = Stream(req, ids, &last);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(ids.size(), 64u);
+  EXPECT_EQ(last.finish_reason(), "length");
+  EXPECT_EQ(last.prompt_tokens(), 11);
+  EXPECT_EQ(last.generated_tokens(), 64);
+  ExpectReferenceTokens(prompt, ids);
+  // The unary form gives the same tokens.
+  grpc::ClientContext ctx;
+  v1::GenerateResponse once;
+  ASSERT_TRUE(stub_->GenerateOnce(&ctx, req, &once).ok());
+  EXPECT_EQ(std::vector<int64_t>(once.output_ids().begin(), once.output_ids().end()), ids);
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+}
+
+TEST_F(Generation, ConcurrentStreamsPreemptAndStillMatchTheReference) {
+  const int64_t before = Info().preemptions();
+  std::vector<std::vector<int64_t>> prompts;
+  for (uint32_t i = 0; i < 4; ++i) prompts.push_back(Prompt(5 + 7 * i, 10 + i));
+  std::vector<std::future<std::pair<grpc::Status, std::vector<int64_t>>>> runs;
+  for (const auto& p : prompts) {
+    runs.push_back(std::async(std::launch::async, [this, p] {
+      std::vector<int64_t> ids;
+      v1::GenerateRequest req = Request(p, 40);
+      grpc::Status s = Stream(req, ids);
+      return std::make_pair(s, ids);
+    }));
+  }
+  for (size_t i = 0; i < runs.size(); ++i) {
+    auto [s, ids] = runs[i].get();
+    ASSERT_TRUE(s.ok()) << "stream " << i << ": " << s.error_message();
+    ASSERT_EQ(ids.size(), 40u) << "stream " << i;
+    ExpectReferenceTokens(prompts[i], ids);
+  }
+  v1::GenerationInfo g = Info();
+  EXPECT_GT(g.preemptions(), before) << "the cache was meant to be too small for all four";
+  EXPECT_EQ(g.pages_free(), g.pages_total());
+  EXPECT_EQ(g.running(), 0);
+}
+
+TEST_F(Generation, RestGenerateAndServerSentEventsGiveTheSameTokens) {
+  const std::vector<int64_t> prompt = Prompt(6, 3);
+  std::vector<int64_t> want;
+  ASSERT_TRUE(Stream(Request(prompt, 12), want).ok());
+  std::string body = R"({"input_ids": [)";
+  for (size_t i = 0; i < prompt.size(); ++i) body += (i ? "," : "") + std::to_string(prompt[i]);
+  body += R"(], "parameters": {"max_tokens": 12, "logprobs": true}})";
+  httplib::Client http("127.0.0.1", server_->http_port());
+  http.set_read_timeout(60, 0);
+  auto r = http.Post("/v2/models/dec/generate", body, "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string ids_json;
+  for (size_t i = 0; i < want.size(); ++i) ids_json += (i ? "," : "") + std::to_string(want[i]);
+  EXPECT_NE(r->body.find("\"output_ids\":[" + ids_json + "]"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("\"finish_reason\":\"length\""), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("\"logprobs\":[-"), std::string::npos) << r->body;
+
+  auto sse = http.Post("/v2/models/dec/generate_stream", body, "application/json");
+  ASSERT_TRUE(sse);
+  ASSERT_EQ(sse->status, 200) << sse->body;
+  EXPECT_NE(sse->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::vector<int64_t> streamed;
+  size_t events = 0;
+  for (size_t at = sse->body.find("data: "); at != std::string::npos;
+       at = sse->body.find("data: ", at + 1)) {
+    ++events;
+    const size_t open = sse->body.find("\"output_ids\":[", at), close = sse->body.find(']', open);
+    ASSERT_NE(open, std::string::npos);
+    std::stringstream list(sse->body.substr(open + 14, close - open - 14));
+    for (std::string id; std::getline(list, id, ',');) {
+      if (!id.empty()) streamed.push_back(std::stoll(id));
+    }
+  }
+  EXPECT_EQ(streamed, want);
+  EXPECT_GE(events, 2u) << "one event per step, not one answer: " << sse->body;
+  EXPECT_NE(sse->body.find("\"finish_reason\":\"length\""), std::string::npos);
+
+  auto bad = http.Post("/v2/models/dec/generate", R"({"input_ids": [1], "parameters": {"top_q": 1}})",
+                       "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("parameters.top_q"), std::string::npos) << bad->body;
+  auto vocab = http.Post("/v2/models/dec/generate_stream", R"({"input_ids": [1000]})",
+                         "application/json");
+  ASSERT_TRUE(vocab);
+  EXPECT_EQ(vocab->status, 400) << vocab->body;
+}
+
+TEST_F(Generation, CancelFreesThePagesAndADeadlineEndsTheRequest) {
+  {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest req = Request(Prompt(4, 5), 80);
+    req.set_ignore_eos(true);
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse m;
+    ASSERT_TRUE(reader->Read(&m));
+    ctx.TryCancel();
+    while (reader->Read(&m)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  v1::GenerationInfo g;
+  for (int i = 0; i < 100; ++i) {
+    g = Info();
+    if (g.running() == 0 && g.pages_free() == g.pages_total()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(g.running(), 0);
+  EXPECT_EQ(g.pages_free(), g.pages_total());
+
+  std::vector<int64_t> ids;
+  v1::GenerateRequest slow = Request(Prompt(4, 6), 80);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(5));
+  v1::GenerateResponse once;
+  EXPECT_EQ(stub_->GenerateOnce(&ctx, slow, &once).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+TEST_F(Generation, BadRequestsAreInvalidArgumentAndMetricsCountTokens) {
+  std::vector<int64_t> ids;
+  EXPECT_EQ(Stream(Request({}, 4), ids).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Stream(Request({kVocab}, 4), ids).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Stream(Request(Prompt(96, 1), 4), ids).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // no room in the context
+  v1::GenerateRequest neg = Request({1, 2}, 4);
+  neg.set_temperature(-1);
+  EXPECT_EQ(Stream(neg, ids).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::GenerateRequest missing = Request({1}, 4);
+  missing.set_model("nope");
+  EXPECT_EQ(Stream(missing, ids).error_code(), grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(Stream(Request({1, 2, 3}, 3), ids).ok());
+  httplib::Client http("127.0.0.1", server_->http_port());
+  auto m = http.Get("/metrics");
+  ASSERT_TRUE(m);
+  for (const char* want : {"kiln_generation_tokens_total{model=\"dec\"}",
+                           "kiln_generation_time_to_first_token_seconds_count{model=\"dec\"}",
+                           "kiln_generation_inter_token_seconds_count{model=\"dec\"}",
+                           "kiln_kv_cache_pages{model=\"dec\",state=\"free\"}",
+                           "kiln_generation_sequences{model=\"dec\",state=\"running\"}"}) {
+    EXPECT_NE(m->body.find(want), std::string::npos) << want;
+  }
+}
+
+// Last: the model goes away.
+TEST_F(Generation, ZZUnloadEndsARunningGenerationUnavailable) {
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req = Request(Prompt(4, 7), 80);
+  req.set_ignore_eos(true);
+  auto reader = stub_->Generate(&ctx, req);
+  v1::GenerateResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+  ASSERT_TRUE(server_->Unload("dec", 0, false).ok());
+  while (reader->Read(&m)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
+}  // namespace
+}  // namespace kiln::server::testing
