@@ -20,6 +20,7 @@ BatchDecision DecideBatch(const std::vector<QueuedItem>& queue, Clock::time_poin
   const int64_t max_rows = policy.buckets.empty() ? 1 : policy.buckets.back();
   bool blocked = false;  // the next live request does not fit: the batch cannot grow
   std::optional<Clock::time_point> oldest, earliest_deadline;
+  bool urgent = false;  // a taken request asked to run without waiting
   for (size_t i = 0; i < queue.size(); ++i) {
     const QueuedItem& q = queue[i];
     if (q.deadline && *q.deadline <= now) {
@@ -37,10 +38,11 @@ BatchDecision DecideBatch(const std::vector<QueuedItem>& queue, Clock::time_poin
     if (d.take.empty()) oldest = q.enqueued;
     d.take.push_back(i);
     d.rows += q.rows;
+    urgent |= q.run_now;
   }
   if (d.take.empty()) return d;  // nothing live: sleep until something arrives
   const bool full = blocked || d.rows >= max_rows || !policy.batchable;
-  if (full || now - *oldest >= policy.max_queue_delay) {
+  if (full || urgent || now - *oldest >= policy.max_queue_delay) {
     d.bucket = policy.batchable ? BucketFor(d.rows, policy.buckets) : d.rows;
     return d;
   }
@@ -107,13 +109,13 @@ Batcher::~Batcher() { Stop(); }
 
 absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
     std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
-    AbandonFlag abandoned, RowFinish finish) {
+    AbandonFlag abandoned, RowFinish finish, bool run_now) {
   if (rows < 1 || rows > policy_.buckets.back()) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", rows, " rows; the model takes 1..",
                                                    policy_.buckets.back()));
   }
   Request r;
-  r.item = QueuedItem{rows, Clock::now(), deadline};
+  r.item = QueuedItem{rows, Clock::now(), deadline, run_now};
   r.inputs = std::move(inputs);
   r.abandoned = std::move(abandoned);
   r.finish = std::move(finish);
@@ -276,7 +278,9 @@ absl::Status Batcher::Execute(int worker, std::vector<Request>& batch, int64_t b
   return WithinBudget(memory_, [&]() -> absl::Status {
     RETURN_IF_ERROR(CheckStop());  // every request gave up while it was queued
     std::vector<Tensor> inputs;
-    if (!policy_.batchable) {
+    // One request of the bucket's size (or of a model without a batch dim) is its own batch:
+    // its tensors are the engine's inputs as they are (tensors share their buffers).
+    if (!policy_.batchable || (batch.size() == 1 && batch[0].item.rows == bucket)) {
       inputs = batch[0].inputs;
     } else {
       for (size_t k = 0; k < batch[0].inputs.size(); ++k) {
@@ -315,8 +319,12 @@ void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) 
     offset += r.item.rows;
     r.promise.set_value(WithinBudget(memory_, [&]() -> Result {
       std::vector<Tensor> mine;
-      for (const Tensor& o : outputs) {
-        mine.push_back(policy_.batchable ? SliceRows(o, begin, r.item.rows) : o.Clone());
+      if (batch.size() == 1 && (!policy_.batchable || r.item.rows == bucket)) {
+        mine = std::move(outputs);  // made by this run for this request alone: no copy
+      } else {
+        for (const Tensor& o : outputs) {
+          mine.push_back(policy_.batchable ? SliceRows(o, begin, r.item.rows) : o.Clone());
+        }
       }
       if (r.finish) RETURN_IF_ERROR(r.finish(mine));
       return mine;

@@ -57,6 +57,9 @@ struct QueuedItem {
   int64_t rows = 1;
   Clock::time_point enqueued;
   std::optional<Clock::time_point> deadline;
+  // Run without waiting max_queue_delay for more rows: the caller batched already (a
+  // generation step, server/generate/).
+  bool run_now = false;
 };
 
 struct BatchDecision {
@@ -96,11 +99,12 @@ class Batcher {
   // instance is idle and the policy would run this request alone right away, it runs on the
   // caller's thread before Enqueue returns: two thread hand-offs saved at low load.
   // `abandoned` (optional): see AbandonFlag. The batch's run is also stopped once every
-  // request's deadline has passed. `finish` (optional): see RowFinish.
+  // request's deadline has passed. `finish` (optional): see RowFinish. `run_now`: see
+  // QueuedItem.
   absl::StatusOr<std::future<Result>> Enqueue(std::vector<Tensor> inputs, int64_t rows,
                                               std::optional<Clock::time_point> deadline,
                                               AbandonFlag abandoned = nullptr,
-                                              RowFinish finish = nullptr);
+                                              RowFinish finish = nullptr, bool run_now = false);
   // Fails every queued request with UNAVAILABLE, lets running batches finish, joins.
   // Idempotent.
   void Stop();

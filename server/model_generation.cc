@@ -55,7 +55,9 @@ absl::Status ModelVersion::StartGeneration() {
   setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), past.first);
   setup.step = [this](std::vector<Tensor> in,
                       int64_t rows) -> absl::StatusOr<std::vector<Tensor>> {
-    ASSIGN_OR_RETURN(auto f, Submit(std::move(in), rows, std::nullopt));
+    // The loop batched its sequences already: the step runs at once (inline on the loop's
+    // thread when the engine is idle), not after max_queue_delay.
+    ASSIGN_OR_RETURN(auto f, Submit(std::move(in), rows, std::nullopt, nullptr, /*run_now=*/true));
     return f.get();
   };
   setup.hooks = metrics::GenerationHooksFor(name_);

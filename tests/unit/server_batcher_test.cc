@@ -52,6 +52,16 @@ TEST(DecideBatch, FullBatchRunsAtOnce) {
   EXPECT_EQ(d.bucket, 4);
 }
 
+TEST(DecideBatch, ARunNowRequestDoesNotWaitForTheDelay) {
+  QueuedItem now = Item(2, 0);
+  now.run_now = true;
+  BatchDecision d = DecideBatch({Item(1, 5), now}, kT0, Policy({1, 2, 4, 8}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0, 1}));  // takes what is queued with it
+  EXPECT_EQ(d.bucket, 4);
+  now.run_now = false;  // the negative case: the same queue waits
+  EXPECT_TRUE(DecideBatch({Item(1, 5), now}, kT0, Policy({1, 2, 4, 8}, 1000)).take.empty());
+}
+
 TEST(DecideBatch, NextRequestNotFittingClosesTheBatchFifo) {
   // 3 rows queued, the next request has 2: it would overflow 4, and is never jumped over.
   BatchDecision d = DecideBatch({Item(3, 0), Item(2, 0), Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));
