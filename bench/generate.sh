@@ -5,7 +5,7 @@
 # test: prints tokens/s, time to first token and inter-token latency for both.
 #   bench/generate.sh [--prompts 32,64,128,256] [--new 64] [--streams 16] [--json FILE]
 # Env: BUILD (default build), DECODER_ARGS (default "--hidden 256 --layers 4 --heads 4
-# --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: [1, 64]}"),
+# --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"),
 # MAX_BATCH (default 8), THREADS (default 2).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +20,7 @@ cat > "$work/models/dec/config.yaml" <<YAML
 device: cpu
 max_batch_size: ${MAX_BATCH:-8}
 cpu_threads: ${THREADS:-2}
-dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: [1, 64]}"}
+dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"}
 generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: 64}
 YAML
 port=$((20000 + RANDOM % 20000))

@@ -168,8 +168,19 @@ absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelCo
   } else if (v.IsMap()) {
     for (const auto& kv : v) {
       const std::string k = kv.first.as<std::string>();
+      if (k == "classes") {
+        std::vector<int64_t>& classes = c.dynamic_dim_classes[name];
+        RETURN_IF_ERROR(Read(kv.second, key + ".classes", classes));
+        for (size_t i = 0; i < classes.size(); ++i) {
+          if (classes[i] < 1 || (i > 0 && classes[i] <= classes[i - 1])) {
+            return BadKey(key + ".classes", "sizes must be >= 1 and strictly ascending");
+          }
+        }
+        if (classes.empty()) return BadKey(key + ".classes", "needs at least one size");
+        continue;
+      }
       int64_t* out = k == "min" ? &lo : k == "max" ? &hi : k == "typical" ? &typical : nullptr;
-      if (!out) return BadKey(key + "." + k, "unknown key (min, max, typical)");
+      if (!out) return BadKey(key + "." + k, "unknown key (min, max, typical, classes)");
       RETURN_IF_ERROR(Read(kv.second, key + "." + k, *out));
       if (*out < 1) return BadKey(key + "." + k, absl::StrCat(*out, " is not a size (>= 1)"));
     }
@@ -196,6 +207,7 @@ absl::Status ReadDynamicDims(const YAML::Node& v, ModelConfig& c) {
   if (!v.IsMap()) return BadKey(key, "expected a map of dim name -> warm-up size or range");
   c.dynamic_dims.clear();
   c.dynamic_dim_ranges.clear();
+  c.dynamic_dim_classes.clear();
   for (const auto& kv : v) {
     RETURN_IF_ERROR(ReadDynamicDim(key + "." + kv.first.as<std::string>(), kv.second, c));
   }

@@ -61,6 +61,10 @@ struct ModelConfig {
   // max: 512, typical: 64}}`; otherwise, and for a symbolic dim the config does not name,
   // taken from the model at load (server/dim_profiles.h).
   std::map<std::string, std::pair<int64_t, int64_t>> dynamic_dim_ranges;
+  // The shape classes of a dim (`{min, max, classes: [1, 64]}`), ascending and ending at the
+  // range's max, instead of the ladder server/padding.h makes: a decoder's new positions need
+  // only one token (decoding) and a prefill chunk.
+  std::map<std::string, std::vector<int64_t>> dynamic_dim_classes;
   // How many such specialised shapes a model keeps (each with the engines of the batch
   // buckets its requests used); the least recently used one is dropped beyond it.
   int max_shape_engines = 8;

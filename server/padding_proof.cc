@@ -133,6 +133,17 @@ absl::Status CompareRuns(const Graph& small, const Graph& padded, const DimSymbo
   return absl::OkStatus();
 }
 
+// The config's own classes of `symbol` must cover its served range [lo, hi].
+absl::Status CheckGivenClasses(const std::string& symbol, const std::vector<int64_t>& classes,
+                               int64_t lo, int64_t hi) {
+  if (classes.back() != hi || classes.front() < lo) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dynamic_dims.", symbol, ".classes must lie in the range [", lo, ", ", hi,
+        "] and end at its max ", hi));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& config,
@@ -202,7 +213,13 @@ absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& 
     for (const auto& [symbol, size] : real) {
       if (size == pad.at(symbol)) continue;  // one size: no classes
       const auto [lo, hi] = config.dynamic_dim_ranges.at(symbol);
-      plan.classes[symbol] = ClassLadder(lo, hi, config.dynamic_dims.at(symbol), coarse);
+      auto given = config.dynamic_dim_classes.find(symbol);
+      if (given != config.dynamic_dim_classes.end()) {
+        RETURN_IF_ERROR(CheckGivenClasses(symbol, given->second, lo, hi));
+        plan.classes[symbol] = given->second;
+      } else {
+        plan.classes[symbol] = ClassLadder(lo, hi, config.dynamic_dims.at(symbol), coarse);
+      }
       combinations *= plan.classes[symbol].size();
     }
     if (combinations <= max_classes) return plan;

@@ -248,6 +248,9 @@ void Generator::Decode() {
   // Reserving may have preempted members taken before.
   group.erase(std::remove_if(group.begin(), group.end(), [](const SeqPtr& s) { return !s->running; }),
               group.end());
+  // Rows of similar lengths run together: a step's past is padded to its longest row.
+  std::stable_sort(group.begin(), group.end(),
+                   [](const SeqPtr& a, const SeqPtr& b) { return a->cached < b->cached; });
   for (size_t at = 0; at < group.size(); at += static_cast<size_t>(setup_.max_rows)) {
     const size_t end = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
     RunStep(std::vector<SeqPtr>(group.begin() + at, group.begin() + end), 1);

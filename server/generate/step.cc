@@ -1,9 +1,26 @@
 #include "server/generate/step.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace kiln::server::generate {
 namespace {
+
+// Zeroes positions [lengths[b], past) of every row of `t` ([rows, outer, past, inner]).
+void ZeroPadding(const CacheTensor& c, const std::vector<int64_t>& lengths, int64_t past,
+                 Tensor& t) {
+  const int64_t run = c.inner * static_cast<int64_t>(DTypeSize(c.dtype));
+  char* base = static_cast<char*>(t.raw_mutable());
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    const int64_t len = std::min(lengths[b], past);
+    for (int64_t o = 0; o < c.outer; ++o) {
+      char* row = base + ((static_cast<int64_t>(b) * c.outer + o) * past + len) * run;
+      std::memset(row, 0, static_cast<size_t>((past - len) * run));
+    }
+  }
+}
 
 // [rows, count] (or [rows, past + count] for the mask) of the input's dtype.
 Tensor IntRows(DType dtype, int64_t rows, int64_t cols) { return Tensor(dtype, {rows, cols}); }
@@ -44,7 +61,10 @@ absl::StatusOr<std::vector<Tensor>> BuildStepInputs(const DecoderContract& contr
     std::vector<int64_t> shape = sig.inputs[c.input].shape;
     shape[0] = n;
     shape[static_cast<size_t>(c.axis)] = past;
-    Tensor t(c.dtype, std::move(shape));  // zeros beyond each row's length
+    // Each row's positions past its length are zeroed, the rest gathered: the mask hides
+    // the padding, but a value there still meets a zero weight, so it must be finite.
+    Tensor t = Tensor::Uninitialized(c.dtype, std::move(shape));
+    ZeroPadding(c, lengths, past, t);
     cache.Gather(j, tables, lengths, t);
     in[c.input] = std::move(t);
   }

@@ -1,6 +1,7 @@
 // Token generation end to end: kilnd runs the generation loop of tests/models/decoder_step.py
-// (a GPT-2-style decoder with past/present cache tensors) and streams tokens over gRPC and
-// REST. Every generated token is checked against the reference interpreter recomputing the
+// (a GPT-2-style decoder with past/present cache tensors) and of tests/models/llama_step.py (a
+// LLaMA-style one: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU) and streams
+// tokens over gRPC and REST. Every generated token is checked against the reference interpreter recomputing the
 // whole sequence without a cache (teacher-forced: the reference sees the server's own tokens,
 // so one near-tie cannot cascade into a mismatch of every later token); concurrent streams
 // are checked the same way, over a kv cache small enough that they preempt one another.
@@ -22,17 +23,27 @@ namespace {
 constexpr int64_t kVocab = 1000;  // decoder_step.py's test size
 
 // One kilnd for the suite: loading the decoder builds every shape class once.
+// Writes tests/models/<script> as model `name` of the repository; its bytes ("" on failure).
+std::string WriteDecoder(TestServer& server, const std::string& script, const std::string& name) {
+  const std::string cmd = "/usr/bin/python3 '" + (SourceDir() / "tests/models" / script).string() +
+                          "' --write '" + (server.dir() / name).string() + "' > /dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) return "";
+  const std::string onnx = ReadFile(server.dir() / name / "model.onnx");
+  fs::create_directories(server.repo() / name / "1");
+  std::ofstream(server.repo() / name / "1/model.onnx", std::ios::binary) << onnx;
+  std::ofstream(server.repo() / name / "config.yaml")
+      << "device: cpu\nmax_batch_size: 2\n"
+         "dynamic_dims: {past_sequence_length: [1, 96], sequence: {min: 1, max: 16, classes: [1, 16]}}\n";
+  return onnx;
+}
+
 class Generation : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = new TestServer("generate");
-    const std::string cmd = "/usr/bin/python3 '" +
-                            (SourceDir() / "tests/models/decoder_step.py").string() + "' --write '" +
-                            (server_->dir() / "dec").string() + "' > /dev/null 2>&1";
-    if (std::system(cmd.c_str()) != 0) return;
-    onnx_ = new std::string(ReadFile(server_->dir() / "dec/model.onnx"));
-    fs::create_directories(server_->repo() / "dec/1");
-    std::ofstream(server_->repo() / "dec/1/model.onnx", std::ios::binary) << *onnx_;
+    onnx_ = new std::string(WriteDecoder(*server_, "decoder_step.py", "dec"));
+    llama_ = new std::string(WriteDecoder(*server_, "llama_step.py", "llama"));
+    if (onnx_->empty() || llama_->empty()) return;
     // 6 pages of 16 positions (1 KiB a position at this size): four sequences growing to
     // 65-86 positions need 20, and any two of them near their ends more than 6, so running
     // them together preempts.
@@ -46,16 +57,18 @@ class Generation : public ::testing::Test {
   static void TearDownTestSuite() {
     delete server_;
     delete onnx_;
+    delete llama_;
   }
   void SetUp() override {
-    if (onnx_ == nullptr) GTEST_SKIP() << "decoder_step.py --write failed (python3-onnx?)";
+    if (onnx_->empty() || llama_->empty()) GTEST_SKIP() << "tests/models --write failed (python3-onnx?)";
     ASSERT_TRUE(ready_) << "the decoder did not become READY";
     stub_ = v1::GenerationService::NewStub(server_->channel());
   }
 
-  static v1::GenerateRequest Request(const std::vector<int64_t>& prompt, int64_t max_tokens) {
+  static v1::GenerateRequest Request(const std::vector<int64_t>& prompt, int64_t max_tokens,
+                                     const std::string& model = "dec") {
     v1::GenerateRequest r;
-    r.set_model("dec");
+    r.set_model(model);
     for (int64_t t : prompt) r.add_input_ids(t);
     r.set_max_tokens(max_tokens);
     return r;
@@ -86,8 +99,9 @@ class Generation : public ::testing::Test {
   // recomputed from scratch (the past one masked position of zeros), or within 1e-4 of it
   // (a near-tie float32 may break the other way).
   static void ExpectReferenceTokens(const std::vector<int64_t>& prompt,
-                                    const std::vector<int64_t>& out) {
-    auto graph = onnx_io::ImportModelBytes(*onnx_);
+                                    const std::vector<int64_t>& out,
+                                    const std::string& onnx = *onnx_) {
+    auto graph = onnx_io::ImportModelBytes(onnx);
     ASSERT_TRUE(graph.ok()) << graph.status();
     std::vector<int64_t> seq = prompt;
     for (size_t i = 0; i < out.size(); ++i) {
@@ -100,7 +114,9 @@ class Generation : public ::testing::Test {
       feed["position_ids"] = Tensor::FromInt64(pos, {1, n});
       feed["attention_mask"] = Tensor::FromInt64(mask, {1, n + 1});
       for (const Value* in : (*graph)->inputs) {
-        if (in->name.rfind("past_key_values", 0) == 0) feed[in->name] = Tensor(DType::kFloat32, {1, 4, 1, 16});
+        if (in->name.rfind("past_key_values", 0) != 0) continue;
+        const std::vector<Dim>& d = *in->shape;  // [batch, heads, past, head_dim]
+        feed[in->name] = Tensor(DType::kFloat32, {1, d[1].value, 1, d[3].value});
       }
       auto got = ref::Run(**graph, feed);
       ASSERT_TRUE(got.ok()) << got.status();
@@ -126,13 +142,14 @@ class Generation : public ::testing::Test {
   }
 
   static TestServer* server_;
-  static std::string* onnx_;
+  static std::string *onnx_, *llama_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
 
 TestServer* Generation::server_ = nullptr;
 std::string* Generation::onnx_ = nullptr;
+std::string* Generation::llama_ = nullptr;
 bool Generation::ready_ = false;
 
 TEST_F(Generation, GreedyStreamMatchesTheReferenceFor64Tokens) {
@@ -159,6 +176,18 @@ TEST_F(Generation, GreedyStreamMatchesTheReferenceFor64Tokens) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+}
+
+TEST_F(Generation, LlamaStyleDecoderMatchesTheReferenceFor64Tokens) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("llama", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused() << info.shape_classes_refused();
+  const std::vector<int64_t> prompt = Prompt(9, 4);
+  std::vector<int64_t> ids;
+  grpc::Status s = Stream(Request(prompt, 64, "llama"), ids);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(ids.size(), 64u);
+  ExpectReferenceTokens(prompt, ids, *llama_);
 }
 
 TEST_F(Generation, ConcurrentStreamsPreemptAndStillMatchTheReference) {

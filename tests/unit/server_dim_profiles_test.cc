@@ -86,9 +86,16 @@ TEST(DimProfiles, TheConfigWinsAndBadOnesAreRefused) {
   for (const char* bad : {"dynamic_dims: {sequence: [0, 9]}", "dynamic_dims: {sequence: [9, 2]}",
                           "dynamic_dims: {sequence: [1, 2, 3]}",
                           "dynamic_dims: {sequence: {min: 4, max: 8, typical: 9}}",
-                          "dynamic_dims: {sequence: {lo: 1}}", "dynamic_dims: {sequence: 0}"}) {
+                          "dynamic_dims: {sequence: {lo: 1}}", "dynamic_dims: {sequence: 0}",
+                          "dynamic_dims: {sequence: {min: 1, max: 64, classes: [64, 1]}}",
+                          "dynamic_dims: {sequence: {min: 1, max: 64, classes: []}}",
+                          "dynamic_dims: {sequence: {min: 1, max: 64, classes: [0, 64]}}"}) {
     EXPECT_FALSE(ParseModelConfig(bad, ModelConfig(), "m").ok()) << bad;
   }
+  auto given = ParseModelConfig("dynamic_dims: {sequence: {min: 1, max: 64, classes: [1, 64]}}",
+                                ModelConfig(), "m");
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->dynamic_dim_classes.at("sequence"), (std::vector<int64_t>{1, 64}));
 }
 
 TEST(DimProfiles, BuildsWithNoConfigAndRefusesSizesOutsideTheRange) {

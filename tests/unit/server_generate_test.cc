@@ -14,6 +14,7 @@
 #include "server/generate/generator.h"
 #include "server/generate/kv_cache.h"
 #include "server/generate/sampler.h"
+#include "server/generate/step.h"
 
 namespace kiln::server::generate {
 namespace {
@@ -424,6 +425,44 @@ TEST(KvCache, GrowsWithinItsPagesAndRoundTripsPositions) {
   auto tight = std::make_shared<MemoryAccount>("tight", 100, nullptr);
   EXPECT_EQ(KvCache::Create(*contract, 4, 5 * 4 * 8, tight).status().code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+TEST(StepInputs, PadEachRowsPastWithZerosAndMaskItOut) {
+  auto contract = FindDecoderContract(ToySignature());
+  ASSERT_TRUE(contract.ok());
+  auto cache = KvCache::Create(*contract, 4, 8 * 4 * 8, std::make_shared<MemoryAccount>("t", 0, nullptr));
+  ASSERT_TRUE(cache.ok());
+  // Every page filled with 7s first, so a gather past a row's length shows.
+  PageTable all;
+  ASSERT_TRUE((*cache)->Grow(all, 32));
+  Tensor sevens(DType::kFloat32, {1, 1, 32, 2});
+  for (int i = 0; i < 64; ++i) sevens.mutable_data<float>()[i] = 7.0f;
+  (*cache)->Scatter(0, sevens, 0, 0, 32, all, 0);
+  (*cache)->Release(all);
+  PageTable a, b;
+  ASSERT_TRUE((*cache)->Grow(a, 4) && (*cache)->Grow(b, 7));
+  std::vector<int64_t> ta{1, 2, 3, 4}, tb{5, 6, 7, 8, 9, 10, 11};
+  std::vector<StepRow> rows{{&ta, 3, &a}, {&tb, 6, &b}};
+  auto in = BuildStepInputs(*contract, ToySignature(), **cache, rows, 1, 8);
+  ASSERT_TRUE(in.ok()) << in.status();
+  const Tensor& past = (*in)[3];
+  ASSERT_EQ(past.shape(), (std::vector<int64_t>{2, 1, 8, 2}));
+  for (int64_t r = 0; r < 2; ++r) {
+    const int64_t len = r == 0 ? 3 : 6;
+    for (int64_t p = len; p < 8; ++p) {
+      EXPECT_EQ(past.data<float>()[(r * 8 + p) * 2], 0.0f) << "row " << r << " position " << p;
+    }
+    for (int64_t p = 0; p < 9; ++p) {
+      EXPECT_EQ((*in)[1].GetInt(r * 9 + p), p < len || p == 8 ? 1 : 0) << "mask " << r << "," << p;
+    }
+  }
+  EXPECT_EQ((*in)[0].GetInt(0), 4);   // row 0 feeds its 4th token
+  EXPECT_EQ((*in)[2].GetInt(0), 3);   // at position 3
+  EXPECT_EQ((*in)[0].GetInt(1), 11);  // row 1 its 7th, at 6
+  EXPECT_EQ((*in)[2].GetInt(1), 6);
+  // A row whose cache is longer than the padded past is refused.
+  std::vector<StepRow> bad{{&tb, 6, &b}};
+  EXPECT_FALSE(BuildStepInputs(*contract, ToySignature(), **cache, bad, 1, 4).ok());
 }
 
 TEST(DecoderContract, FindsTheRolesAndSaysWhatIsMissing) {

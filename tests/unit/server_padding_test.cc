@@ -129,6 +129,22 @@ TEST(PaddingProof, AMaskedAttentionMayBePadded) {
   EXPECT_NE(built->padding->ToString().find("sequence: 1 8 16 24 32 40"), std::string::npos);
 }
 
+TEST(PaddingProof, ClassesTheConfigGivesReplaceTheLadder) {
+  ModelConfig c = Classes(40);
+  c.dynamic_dim_classes = {{"sequence", {4, 40}}};
+  auto built = BuildModel(*Attention(Kind::kMasked), c, nullptr);
+  ASSERT_TRUE(built.ok()) << built.status();
+  ASSERT_TRUE(built->padding.has_value()) << built->padding_refused;
+  EXPECT_EQ(built->padding->classes.at("sequence"), (std::vector<int64_t>{4, 40}));
+  // Classes that do not end at the range's max leave sizes unserved: refused, saying why.
+  c.dynamic_dim_classes = {{"sequence", {4, 32}}};
+  auto short_classes = BuildModel(*Attention(Kind::kMasked), c, nullptr);
+  ASSERT_TRUE(short_classes.ok()) << short_classes.status();
+  EXPECT_FALSE(short_classes->padding.has_value());
+  EXPECT_NE(short_classes->padding_refused.find("classes must lie in the range"), std::string::npos)
+      << short_classes->padding_refused;
+}
+
 TEST(PaddingProof, OutputsThatMoveWithThePaddingAreRefused) {
   // Without the mask every key is attended, the padded ones too.
   auto unmasked = BuildModel(*Attention(Kind::kUnmasked), Classes(40), nullptr);
