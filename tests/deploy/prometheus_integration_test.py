@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The monitoring stack end to end, on loopback: the real kilnd and a real Prometheus.
 
-Starts kilnd (a copy of the example model, free ports) and /usr/bin/prometheus with
+Starts kilnd (a copy of the example model and a decoder from tests/models/decoder_step.py
+that generates, free ports) and /usr/bin/prometheus with
 deploy/prometheus/prometheus.yml rewritten to scrape that kilnd every second and load
 deploy/prometheus/rules.yml; sends Predict/BatchPredict traffic (and some bad requests, so
-error series exist); then evaluates through /api/v1/query every PromQL expression of the
+error series exist) and token generation over REST (generate and generate_stream); then evaluates through /api/v1/query every PromQL expression of the
 Grafana dashboards and of the rules (alert expressions without their threshold comparison) and
 requires each to succeed with a non-empty result. Finally every rule must evaluate with health
-"ok". Exit 77 (skip) when prometheus, python3-yaml or python3-grpcio/grpc-tools are missing.
+"ok". Exit 77 (skip) when prometheus, python3-yaml, python3-grpcio/grpc-tools or python3-onnx
+are missing.
 
   prometheus_integration_test.py SOURCE_DIR KILND [PROMETHEUS]
 """
@@ -46,6 +48,11 @@ try:
     import grpc_tools  # noqa: F401
 except ImportError:
     skip("python3-grpcio / python3-grpc-tools are not installed (run with /usr/bin/python3)")
+try:
+    import numpy  # noqa: F401
+    import onnx  # noqa: F401  (tests/models/decoder_step.py writes the decoder)
+except ImportError:
+    skip("python3-onnx / python3-numpy are not installed (run with /usr/bin/python3)")
 if not PROMETHEUS or not os.access(PROMETHEUS, os.X_OK):
     skip("no prometheus server binary (Debian: prometheus)")
 if not os.access(KILND, os.X_OK):
@@ -150,6 +157,12 @@ def run(tmp, procs):
     # kilnd on free loopback ports with a copy of the example model and a disk engine cache.
     models = os.path.join(tmp, "models")
     shutil.copytree(os.path.join(SRC, "config/models/example"), os.path.join(models, "example"))
+    # A decoder that generates (the generation panels and metrics need its traffic).
+    subprocess.run([sys.executable, os.path.join(SRC, "tests/models/decoder_step.py"), "--write",
+                    os.path.join(models, "dec", "1")], check=True)
+    with open(os.path.join(models, "dec", "config.yaml"), "w") as f:
+        f.write("device: cpu\nmax_batch_size: 2\n"
+                "dynamic_dims: {past_sequence_length: [1, 64], sequence: {min: 1, max: 16, classes: [1, 16]}}\n")
     grpc_port, http_port = free_port(), free_port()
     cfg = os.path.join(tmp, "server.yaml")
     with open(cfg, "w") as f:
@@ -242,7 +255,26 @@ def run(tmp, procs):
                     counts["err"] += 1
             time.sleep(0.005)
 
+    def generator():
+        i = 0
+        while not stop.is_set():
+            i += 1
+            route = "generate_stream" if i % 3 == 0 else "generate"
+            body = json.dumps({"input_ids": [1 + i % 50, 2, 3], "parameters": {"max_tokens": 8}})
+            req = urllib.request.Request(f"{kilnd_http}/v2/models/dec/{route}", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    r.read()
+                with lock:
+                    counts["ok"] += 1
+            except (urllib.error.URLError, OSError):
+                with lock:
+                    counts["err"] += 1
+            time.sleep(0.01)
+
     threads = [threading.Thread(target=client, args=(k * 1000,)) for k in range(4)]
+    threads.append(threading.Thread(target=generator))
     for t in threads:
         t.start()
     try:
