@@ -62,7 +62,8 @@ MODEL_REPO = server_cfg["model_repository"]
 http_cc = read("server/http.cc")
 for path in ("/healthz", "/readyz", "/metrics"):
     check(f'Get("{path}"' in http_cc, f"server/http.cc serves no {path}")
-metrics_cc = read("server/metrics/kiln_metrics.cc")
+metrics_cc = "".join(read(f"server/metrics/{f}") for f in sorted(os.listdir(os.path.join(SRC, "server/metrics")))
+                     if f.endswith(".cc"))
 METRICS = set(re.findall(r'"(kiln_[a-z_]+)"', metrics_cc))
 check("kiln_queue_depth" in METRICS, "kiln_queue_depth not found in kiln_metrics.cc")
 check(os.path.isdir(os.path.join(SRC, MODEL_REPO)), f"model_repository {MODEL_REPO} missing")
