@@ -17,6 +17,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const {execFileSync} = require('child_process');
+const {loadOrt} = require('./tools/ort');
 
 function parseArgs(argv) {
   const o = {pasts: [1, 16, 64, 127, 256, 512, 1023], max: 1024, runs: 20, threads: 2};
@@ -48,17 +49,9 @@ function kilnP50(o, past) {
   return JSON.parse(fs.readFileSync(json, 'utf8')).p50_ms;
 }
 
-function loadOrt() {
-  for (const dir of [path.join(__dirname, '../tools/ort/node_modules'), path.join(__dirname, 'tools/node_modules')]) {
-    try { return require(path.join(dir, 'onnxruntime-node')); } catch (e) { /* next */ }
-  }
-  console.error('decode_step: SKIP: onnxruntime-node is not installed (tools/ort: npm ci)');
-  process.exit(77);
-}
-
 async function main() {
   const o = parseArgs(process.argv.slice(2));
-  const ort = loadOrt();
+  const ort = loadOrt('decode_step');
   const session = await ort.InferenceSession.create(o.model, {
     graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1});
   // heads and head_dim from the model's declared cache shape [batch, heads, past, head_dim].

@@ -17,6 +17,7 @@ const fs = require('fs');
 const http = require('http');
 const path = require('path');
 const {execFileSync} = require('child_process');
+const {loadOrt} = require('./tools/ort');
 
 function parseArgs(argv) {
   const o = {prompts: [32, 64, 128, 256], new: 64, streams: 16, threads: 2};
@@ -72,14 +73,6 @@ function kilnStream(o, ids) {
     req.on('error', reject);
     req.end(body);
   });
-}
-
-function loadOrt() {
-  for (const dir of [path.join(__dirname, '../tools/ort/node_modules'), path.join(__dirname, 'tools/node_modules')]) {
-    try { return require(path.join(dir, 'onnxruntime-node')); } catch (e) { /* next */ }
-  }
-  console.error('generate: SKIP: onnxruntime-node is not installed (tools/ort: npm ci)');
-  process.exit(77);
 }
 
 function argmaxLast(logits, vocab) {
@@ -140,7 +133,7 @@ function line(name, s) {
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
-  const ort = loadOrt();
+  const ort = loadOrt('generate');
   const meta = JSON.parse(execFileSync('/usr/bin/python3', ['-c',
     'import onnx,sys,json; m=onnx.load(sys.argv[1], load_external_data=False);' +
     'd=[i for i in m.graph.input if i.name.startswith("past_key_values")][0].type.tensor_type.shape.dim;' +

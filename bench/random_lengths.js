@@ -19,6 +19,7 @@
 const fs = require('fs');
 const path = require('path');
 const http = require('http');
+const {loadOrt} = require('./tools/ort');
 
 function parseArgs(argv) {
   const o = {requests: 100, min: 1, max: 512, vocab: 30522, threads: 2, seed: 7, passes: 2, settle: 300};
@@ -33,14 +34,6 @@ function parseArgs(argv) {
 function rng(seed) {  // xorshift32: the same lengths and ids on every run
   let s = seed >>> 0 || 1;
   return () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s / 4294967296; };
-}
-
-function loadOrt() {
-  for (const dir of [path.join(__dirname, '../tools/ort/node_modules'), path.join(__dirname, 'tools/node_modules')]) {
-    try { return require(path.join(dir, 'onnxruntime-node')); } catch (e) { /* next */ }
-  }
-  console.error('random_lengths: SKIP: onnxruntime-node is not installed (tools/ort: npm ci)');
-  process.exit(77);
 }
 
 function post(url, body) {
@@ -89,7 +82,7 @@ const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
-  const ort = loadOrt();
+  const ort = loadOrt('random_lengths');
   const session = await ort.InferenceSession.create(o.onnx, {
     intraOpNumThreads: o.threads, interOpNumThreads: 1, graphOptimizationLevel: 'all'});
   const r = rng(o.seed);

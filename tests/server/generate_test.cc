@@ -8,6 +8,7 @@
 // Cancellation frees the pages, a deadline ends the request, the metrics count the tokens,
 // and an unload ends a running generation UNAVAILABLE.
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <random>
 #include <sstream>
@@ -133,6 +134,20 @@ class Generation : public ::testing::Test {
           << arg << " (logit " << best << ")";
       seq.push_back(out[i]);
     }
+  }
+
+  // Starts an 80-token stream, reads its first message, runs `then` (a cancel, an unload) and
+  // reads to the end; the stream's final status.
+  grpc::Status Interrupted(uint32_t seed, grpc::ClientContext& ctx, const std::function<void()>& then) {
+    v1::GenerateRequest req = Request(Prompt(4, seed), 80);
+    req.set_ignore_eos(true);
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse m;
+    if (!reader->Read(&m)) return reader->Finish();
+    then();
+    while (reader->Read(&m)) {
+    }
+    return reader->Finish();
   }
 
   v1::GenerationInfo Info() {
@@ -270,15 +285,8 @@ TEST_F(Generation, RestGenerateAndServerSentEventsGiveTheSameTokens) {
 TEST_F(Generation, CancelFreesThePagesAndADeadlineEndsTheRequest) {
   {
     grpc::ClientContext ctx;
-    v1::GenerateRequest req = Request(Prompt(4, 5), 80);
-    req.set_ignore_eos(true);
-    auto reader = stub_->Generate(&ctx, req);
-    v1::GenerateResponse m;
-    ASSERT_TRUE(reader->Read(&m));
-    ctx.TryCancel();
-    while (reader->Read(&m)) {
-    }
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_EQ(Interrupted(5, ctx, [&ctx] { ctx.TryCancel(); }).error_code(),
+              grpc::StatusCode::CANCELLED);
   }
   v1::GenerationInfo g;
   for (int i = 0; i < 100; ++i) {
@@ -326,15 +334,9 @@ TEST_F(Generation, BadRequestsAreInvalidArgumentAndMetricsCountTokens) {
 // Last: the model goes away.
 TEST_F(Generation, ZZUnloadEndsARunningGenerationUnavailable) {
   grpc::ClientContext ctx;
-  v1::GenerateRequest req = Request(Prompt(4, 7), 80);
-  req.set_ignore_eos(true);
-  auto reader = stub_->Generate(&ctx, req);
-  v1::GenerateResponse m;
-  ASSERT_TRUE(reader->Read(&m));
-  ASSERT_TRUE(server_->Unload("dec", 0, false).ok());
-  while (reader->Read(&m)) {
-  }
-  grpc::Status s = reader->Finish();
+  bool unloaded = false;
+  grpc::Status s = Interrupted(7, ctx, [&] { unloaded = server_->Unload("dec", 0, false).ok(); });
+  EXPECT_TRUE(unloaded);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }
 
