@@ -136,25 +136,7 @@ void Worker::Complete(Call* call) {
   std::unique_ptr<Call> owned(call);
   last_done_ = Clock::now();
   --inflight_;
-  const int64_t latency = std::chrono::nanoseconds(last_done_ - call->start).count();
-  const grpc::StatusCode code = call->status.error_code();
-  ++result_.count;
-  result_.latency_sum_ns += static_cast<double>(latency);
-  ++result_.codes[code];
-  std::string error;
-  if (code == grpc::StatusCode::OK) {
-    result_.latencies_ns.push_back(latency);
-  } else {
-    error = absl::StrCat("rpc error: code = ", GoCodeName(static_cast<int>(code)), " desc = ",
-                         call->status.error_message());
-    ++result_.errors[error];
-  }
-  if (result_.details.size() < kMaxDetails) {
-    // The steady clock's start as wall-clock time: now minus how long ago it was.
-    const int64_t unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch()).count();
-    result_.details.push_back({unix_now - latency, latency, static_cast<int>(code), std::move(error)});
-  }
+  RecordCall(result_, std::chrono::nanoseconds(last_done_ - call->start).count(), call->status);
 }
 
 // Sends whatever is due (up to the in-flight cap), then waits for an answer or for the next
@@ -188,6 +170,38 @@ void Worker::Run() {
 
 }  // namespace
 
+void RecordCall(RunResult& r, int64_t latency_ns, const grpc::Status& status) {
+  const grpc::StatusCode code = status.error_code();
+  ++r.count;
+  r.latency_sum_ns += static_cast<double>(latency_ns);
+  ++r.codes[code];
+  std::string error;
+  if (code == grpc::StatusCode::OK) {
+    r.latencies_ns.push_back(latency_ns);
+  } else {
+    error = absl::StrCat("rpc error: code = ", GoCodeName(static_cast<int>(code)), " desc = ",
+                         status.error_message());
+    ++r.errors[error];
+  }
+  if (r.details.size() < kMaxDetails) {
+    // The steady clock's start as wall-clock time: now minus how long ago it was.
+    const int64_t unix_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch()).count();
+    r.details.push_back({unix_now - latency_ns, latency_ns, static_cast<int>(code), std::move(error)});
+  }
+}
+
+void MergeInto(RunResult& into, RunResult& from) {
+  into.latencies_ns.insert(into.latencies_ns.end(), from.latencies_ns.begin(), from.latencies_ns.end());
+  into.count += from.count;
+  into.latency_sum_ns += from.latency_sum_ns;
+  for (CallDetail& d : from.details) {
+    if (into.details.size() < kMaxDetails) into.details.push_back(std::move(d));
+  }
+  for (auto& [code, n] : from.codes) into.codes[code] += n;
+  for (auto& [msg, n] : from.errors) into.errors[msg] += n;
+}
+
 RunResult RunPhase(const Options& options, int64_t total, std::chrono::nanoseconds duration,
                    const RequestPool& pool) {
   const int threads = std::max(1, std::min(options.threads, options.concurrency));
@@ -205,15 +219,7 @@ RunResult RunPhase(const Options& options, int64_t total, std::chrono::nanosecon
   RunResult merged;
   Clock::time_point last = shared.begin;
   for (auto& w : workers) {
-    RunResult& r = w->result();
-    merged.latencies_ns.insert(merged.latencies_ns.end(), r.latencies_ns.begin(), r.latencies_ns.end());
-    merged.count += r.count;
-    merged.latency_sum_ns += r.latency_sum_ns;
-    for (CallDetail& d : r.details) {
-      if (merged.details.size() < kMaxDetails) merged.details.push_back(std::move(d));
-    }
-    for (auto& [code, n] : r.codes) merged.codes[code] += n;
-    for (auto& [msg, n] : r.errors) merged.errors[msg] += n;
+    MergeInto(merged, w->result());
     last = std::max(last, w->last_done());
   }
   merged.total = last - shared.begin;

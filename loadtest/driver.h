@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "loadtest/options.h"
 #include "loadtest/requests.h"
 
@@ -37,6 +39,11 @@ inline constexpr size_t kMaxDetails = 1000000;
 
 // The name Go's grpc gives a status code ("OK", "DeadlineExceeded", ...), as ghz prints it.
 const char* GoCodeName(int code);
+
+// Counts one finished call (`latency_ns` from its start) as ghz does.
+void RecordCall(RunResult& r, int64_t latency_ns, const grpc::Status& status);
+// Adds `from`'s calls to `into` (details up to kMaxDetails; `from` is left moved from).
+void MergeInto(RunResult& into, RunResult& from);
 
 // Runs `total` calls (or for `duration`) per the options: closed loop at `concurrency`, or
 // open loop at `rps` when it is set. Warm-up is the caller's business (it runs a phase too).

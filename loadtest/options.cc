@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace kiln::load {
 
@@ -18,7 +19,11 @@ usage: kiln-load [--target HOST:PORT] (--data FILE | --model NAME) [options]
                        "float_data":[..]}}}); a BatchPredictRequest is accepted too
   --model NAME         random inputs of the model's declared dtypes/shapes (batch 1), read
                        with ModelService.GetModel; with --data, overrides the file's model
-  --call predict|batch_predict   (default predict)
+  --call predict|batch_predict|generate   (default predict); generate: streams of
+                       kiln.v1.GenerationService/Generate (needs --model), reporting tokens/s,
+                       time to first token and inter-token latency too
+  --prompt-len N[,N..] generate: prompt lengths in tokens, cycled (default 32)
+  --max-tokens N       generate: new tokens per request, EOS ignored (default 64)
   --protocol kiln|v2   kiln: kiln.v1 Predict (default); v2: the same requests as KServe v2
                        inference.GRPCInferenceService/ModelInfer (raw_input_contents)
   --samples N          batch_predict: samples per call (default 1)
@@ -85,8 +90,8 @@ const std::map<std::string, Setter>& Setters() {
       {"--model", [](auto&, auto& v, Options& o) { o.model = v; return absl::OkStatus(); }},
       {"--json", [](auto&, auto& v, Options& o) { o.json_file = v; return absl::OkStatus(); }},
       {"--call", [](auto& f, auto& v, Options& o) {
-         if (v != "predict" && v != "batch_predict") {
-           return absl::InvalidArgumentError(absl::StrCat(f, ": predict or batch_predict"));
+         if (v != "predict" && v != "batch_predict" && v != "generate") {
+           return absl::InvalidArgumentError(absl::StrCat(f, ": predict, batch_predict or generate"));
          }
          o.call = v;
          return absl::OkStatus();
@@ -97,6 +102,16 @@ const std::map<std::string, Setter>& Setters() {
          return absl::OkStatus();
        }},
       {"-c", [](auto& f, auto& v, Options& o) { return ParseInt(f, v, 1, &o.concurrency); }},
+      {"--max-tokens", [](auto& f, auto& v, Options& o) { return ParseInt<int64_t>(f, v, 1, &o.max_tokens); }},
+      {"--prompt-len", [](auto& f, auto& v, Options& o) {
+         o.prompt_lens.clear();
+         for (absl::string_view part : absl::StrSplit(v, ',')) {
+           int64_t n = 0;
+           if (absl::Status s = ParseInt<int64_t>(f, std::string(part), 1, &n); !s.ok()) return s;
+           o.prompt_lens.push_back(n);
+         }
+         return absl::OkStatus();
+       }},
       {"-n", [](auto& f, auto& v, Options& o) { return ParseInt<int64_t>(f, v, 1, &o.total); }},
       {"--warmup", [](auto& f, auto& v, Options& o) { return ParseInt<int64_t>(f, v, 0, &o.warmup); }},
       {"--threads", [](auto& f, auto& v, Options& o) { return ParseInt(f, v, 1, &o.threads); }},
@@ -151,6 +166,9 @@ absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError("give -n N or -z DURATION");
   }
   if (o.total > 0 && o.duration.count() > 0) return absl::InvalidArgumentError("-n and -z exclude each other");
+  if (o.call == "generate" && (o.model.empty() || o.rps > 0 || o.protocol != "kiln")) {
+    return absl::InvalidArgumentError("--call generate needs --model, a closed loop and --protocol kiln");
+  }
   if (o.protocol == "v2" && o.call != "predict") {
     return absl::InvalidArgumentError("--protocol v2 sends ModelInfer: --call predict only");
   }

@@ -12,7 +12,7 @@ namespace kiln::load {
 
 struct Options {
   std::string target = "127.0.0.1:8500";
-  std::string call = "predict";  // predict | batch_predict
+  std::string call = "predict";  // predict | batch_predict | generate
   std::string protocol = "kiln";  // kiln (kiln.v1 Predict) | v2 (KServe v2 ModelInfer)
   std::string data_file;         // a PredictRequest (or BatchPredictRequest) in JSON
   std::string model;             // random inputs from GetModel (or overrides the file's model)
@@ -26,6 +26,8 @@ struct Options {
   int samples = 1;               // BatchPredict: samples per call
   std::chrono::milliseconds timeout{20000};  // per-call deadline
   std::chrono::seconds wait_ready{0};        // poll GetModel until READY for this long
+  std::vector<int64_t> prompt_lens{32};      // generate: prompt lengths, cycled
+  int64_t max_tokens = 64;                   // generate: new tokens per request
 };
 
 // Parses "10s", "250ms", "2m", "1.5s", "100us" or a bare number of seconds.

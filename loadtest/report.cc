@@ -132,9 +132,9 @@ std::string GhzJson(const RunResult& r, const Options& options) {
   // ghz's Options: "insecure", "binary" and "CPUs" are always present, "qps" when set.
   out += absl::StrFormat(R"("options":{"host":%s,"call":%s,"insecure":true,)",
                          JsonString(options.target),
-                         JsonString(options.call == "batch_predict"
-                                        ? "kiln.v1.InferenceService.BatchPredict"
-                                        : "kiln.v1.InferenceService.Predict"));
+                         JsonString(options.call == "batch_predict" ? "kiln.v1.InferenceService.BatchPredict"
+                                    : options.call == "generate" ? "kiln.v1.GenerationService.Generate"
+                                                                 : "kiln.v1.InferenceService.Predict"));
   if (options.total > 0) out += absl::StrFormat(R"("total":%d,)", options.total);
   out += absl::StrFormat(R"("concurrency":%d,)", options.concurrency);
   if (options.rps > 0) out += absl::StrFormat(R"("qps":%d,)", static_cast<int64_t>(options.rps));

@@ -73,30 +73,9 @@ absl::Status FillRandom(const v1::TensorInfo& info, std::mt19937& rng, v1::Tenso
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::ModelInfo> GetModel(const Options& options,
-                                       const std::shared_ptr<grpc::Channel>& channel) {
-  auto stub = v1::ModelService::NewStub(channel);
-  const auto give_up = std::chrono::steady_clock::now() + options.wait_ready;
-  while (true) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + options.timeout);
-    v1::GetModelRequest req;
-    req.set_name(options.model);
-    v1::ModelInfo info;
-    const grpc::Status s = stub->GetModel(&ctx, req, &info);
-    if (s.ok() && info.state() == v1::MODEL_STATE_READY) return info;
-    if (std::chrono::steady_clock::now() >= give_up) {
-      return absl::UnavailableError(absl::StrCat(
-          "GetModel ", options.model, ": ",
-          s.ok() ? v1::ModelState_Name(info.state()) + " " + info.reason() : s.error_message()));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
-
 absl::StatusOr<std::vector<v1::PredictRequest>> RandomRequests(
     const Options& options, const std::shared_ptr<grpc::Channel>& channel) {
-  auto info = GetModel(options, channel);
+  auto info = GetReadyModel(options, channel);
   if (!info.ok()) return info.status();
   std::mt19937 rng(42);
   std::vector<v1::PredictRequest> out(kRandomPoolSize);
@@ -189,6 +168,28 @@ std::string RawBytes(const v1::Tensor& t) {
 }
 
 }  // namespace
+
+absl::StatusOr<v1::ModelInfo> GetReadyModel(const Options& options,
+                                       const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = v1::ModelService::NewStub(channel);
+  const auto give_up = std::chrono::steady_clock::now() + options.wait_ready;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + options.timeout);
+    v1::GetModelRequest req;
+    req.set_name(options.model);
+    v1::ModelInfo info;
+    const grpc::Status s = stub->GetModel(&ctx, req, &info);
+    if (s.ok() && info.state() == v1::MODEL_STATE_READY) return info;
+    if (std::chrono::steady_clock::now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          "GetModel ", options.model, ": ",
+          s.ok() ? v1::ModelState_Name(info.state()) + " " + info.reason() : s.error_message()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 
 absl::StatusOr<inference::ModelInferRequest> ToModelInfer(const v1::PredictRequest& p) {
   inference::ModelInferRequest r;

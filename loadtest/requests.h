@@ -27,6 +27,10 @@ absl::StatusOr<inference::ModelInferRequest> ToModelInfer(const v1::PredictReque
 
 // --data (a PredictRequest or BatchPredictRequest in JSON) or --model (random inputs per
 // GetModel's declared inputs, batch 1), shaped for --call and --protocol.
+// The model's info once READY (polling until options.wait_ready), UNAVAILABLE otherwise.
+absl::StatusOr<v1::ModelInfo> GetReadyModel(const Options& options,
+                                            const std::shared_ptr<grpc::Channel>& channel);
+
 absl::StatusOr<RequestPool> BuildRequests(const Options& options,
                                           const std::shared_ptr<grpc::Channel>& channel);
 

@@ -318,7 +318,9 @@ absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tenso
   for (size_t k = 0; k < outputs.size(); ++k) {
     const auto& spec = output_specs_[k];
     if (outputs[k].dtype() != spec.dtype || outputs[k].shape() != spec.shape) {
-      outputs[k] = Tensor(spec.dtype, spec.shape);  // first call only
+      // Not zeroed: the run writes every output whole (its kernel, or the copy below), and a
+      // caller that hands fresh tensors each run (the batcher) would pay a memset per run.
+      outputs[k] = Tensor::Uninitialized(spec.dtype, spec.shape);
     }
   }
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "loadtest/generate_driver.h"
 #include "loadtest/options.h"
 #include "loadtest/report.h"
 
@@ -49,7 +50,11 @@ TEST(ParseOptions, NamesTheBadFlag) {
       {{"--model", "m", "-n", "0"}, "-n: bad value '0'"},
       {{"--model", "m", "-n", "1", "-c", "x"}, "-c: bad value 'x'"},
       {{"--model", "m", "-n", "1", "--rps", "-3"}, "--rps: bad value '-3'"},
-      {{"--model", "m", "-n", "1", "--call", "stream"}, "--call: predict or batch_predict"},
+      {{"--model", "m", "-n", "1", "--call", "stream"}, "--call: predict, batch_predict or generate"},
+      {{"--model", "m", "-n", "1", "--call", "generate", "--rps", "5"},
+       "--call generate needs --model, a closed loop and --protocol kiln"},
+      {{"--model", "m", "-n", "1", "--call", "generate", "--prompt-len", "8,0"},
+       "--prompt-len: bad value '0'"},
       {{"--model", "m", "-n", "1", "-z", "1s"}, "-n and -z exclude each other"},
       {{"--model", "m"}, "give -n N or -z DURATION"},
       {{"-n", "1"}, "give --data FILE or --model NAME"},
@@ -60,6 +65,42 @@ TEST(ParseOptions, NamesTheBadFlag) {
     ASSERT_FALSE(o.ok()) << message;
     EXPECT_EQ(o.status().message(), message);
   }
+}
+
+std::vector<int64_t> OneToHundredValues() {
+  std::vector<int64_t> v(100);
+  for (int64_t i = 0; i < 100; ++i) v[static_cast<size_t>(i)] = 100 - i;
+  return v;
+}
+
+TEST(ParseOptions, ReadsTheGenerationFlags) {
+  auto o = ParseOptions({"--model", "gpt", "-n", "4", "--call", "generate", "--prompt-len",
+                         "32,128", "--max-tokens", "8"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->prompt_lens, (std::vector<int64_t>{32, 128}));
+  EXPECT_EQ(o->max_tokens, 8);
+  auto d = ParseOptions({"--model", "gpt", "-n", "4", "--call", "generate"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->prompt_lens, (std::vector<int64_t>{32}));
+  EXPECT_EQ(d->max_tokens, 64);
+}
+
+TEST(GenerationJson, GivesTokensPerSecondAndPercentiles) {
+  GenerationResult r;
+  r.run.total = std::chrono::seconds(2);
+  r.tokens = 100;
+  r.ttft_ns = {5, 1, 3};
+  r.itl_ns = OneToHundredValues();
+  FinalizeGeneration(r);
+  const std::string j = GenerationJson(r);
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(j, &parsed).ok()) << j;
+  EXPECT_EQ(parsed.fields().at("tokensPerSecond").number_value(), 50);
+  const auto& ttft = parsed.fields().at("timeToFirstToken").struct_value().fields();
+  EXPECT_EQ(ttft.at("p50").number_value(), 3);
+  EXPECT_EQ(ttft.at("count").number_value(), 3);
+  EXPECT_EQ(parsed.fields().at("interToken").struct_value().fields().at("p99").number_value(), 99);
+  EXPECT_NE(GenerationText(r).find("50.0 tokens/s"), std::string::npos) << GenerationText(r);
 }
 
 std::vector<int64_t> OneToHundred() {
