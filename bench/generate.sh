@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Token generation benchmark: makes a decoder with tests/models/decoder_step.py (its size from
-# DECODER_ARGS), serves it from kilnd with a generation config, and runs bench/generate.js
+# Token generation benchmark: makes a decoder with tests/models/$DECODER (decoder_step.py, the
+# GPT-2-style one, by default; llama_step.py the LLaMA-style one; its size from DECODER_ARGS), serves it from kilnd with a generation config, and runs bench/generate.js
 # (Kiln's server loop vs ONNX Runtime's decode loop over the same model). A benchmark, not a
 # test: prints tokens/s, time to first token and inter-token latency for both.
 #   bench/generate.sh [--prompts 32,64,128,256] [--new 64] [--streams 16] [--json FILE]
@@ -13,7 +13,7 @@ build="${BUILD:-$root/build}"
 work="$(mktemp -d)"
 trap 'kill "${pid:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/models/dec/1"
-/usr/bin/python3 "$root/tests/models/decoder_step.py" --write "$work/src" \
+/usr/bin/python3 "$root/tests/models/${DECODER:-decoder_step.py}" --write "$work/src" \
   ${DECODER_ARGS:---hidden 256 --layers 4 --heads 4 --vocab 8000}
 cp "$work/src/model.onnx" "$work/models/dec/1/"
 cat > "$work/models/dec/config.yaml" <<YAML

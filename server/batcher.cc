@@ -109,13 +109,14 @@ Batcher::~Batcher() { Stop(); }
 
 absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
     std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
-    AbandonFlag abandoned, RowFinish finish, bool run_now) {
+    AbandonFlag abandoned, RowFinish finish, RunHints hints) {
   if (rows < 1 || rows > policy_.buckets.back()) {
     return absl::InvalidArgumentError(absl::StrCat("batch of ", rows, " rows; the model takes 1..",
                                                    policy_.buckets.back()));
   }
   Request r;
-  r.item = QueuedItem{rows, Clock::now(), deadline, run_now};
+  r.item = QueuedItem{rows, Clock::now(), deadline, hints.run_now};
+  r.reuse = std::move(hints.outputs);
   r.inputs = std::move(inputs);
   r.abandoned = std::move(abandoned);
   r.finish = std::move(finish);
@@ -301,6 +302,8 @@ absl::Status Batcher::Execute(int worker, std::vector<Request>& batch, int64_t b
 
 void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) {
   std::vector<Tensor> outputs;
+  const bool alone = batch.size() == 1 && (!policy_.batchable || batch[0].item.rows == bucket);
+  if (alone) outputs = std::move(batch[0].reuse);
   absl::Status status = Execute(worker, batch, bucket, outputs);
   for (const Tensor& o : outputs) {
     if (status.ok() && policy_.batchable && (o.rank() < 1 || o.dim(0) != bucket)) {
@@ -319,7 +322,7 @@ void Batcher::RunBatch(int worker, std::vector<Request>& batch, int64_t bucket) 
     offset += r.item.rows;
     r.promise.set_value(WithinBudget(memory_, [&]() -> Result {
       std::vector<Tensor> mine;
-      if (batch.size() == 1 && (!policy_.batchable || r.item.rows == bucket)) {
+      if (alone) {
         mine = std::move(outputs);  // made by this run for this request alone: no copy
       } else {
         for (const Tensor& o : outputs) {

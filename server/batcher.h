@@ -52,6 +52,16 @@ using AbandonFlag = std::shared_ptr<std::atomic<bool>>;
 // error fails that request alone.
 using RowFinish = std::function<absl::Status(std::vector<Tensor>&)>;
 
+// What a caller that forms its own batches asks of one request (a generation step).
+struct RunHints {
+  // Run without waiting max_queue_delay for more rows (QueuedItem::run_now).
+  bool run_now = false;
+  // Tensors to write the outputs into when the request runs alone at its own size (an engine
+  // writes in place into tensors of the right dtype and shape): a caller repeating one shape
+  // reuses its buffers instead of faulting fresh pages in every run.
+  std::vector<Tensor> outputs;
+};
+
 // What DecideBatch sees of a queued request.
 struct QueuedItem {
   int64_t rows = 1;
@@ -99,12 +109,12 @@ class Batcher {
   // instance is idle and the policy would run this request alone right away, it runs on the
   // caller's thread before Enqueue returns: two thread hand-offs saved at low load.
   // `abandoned` (optional): see AbandonFlag. The batch's run is also stopped once every
-  // request's deadline has passed. `finish` (optional): see RowFinish. `run_now`: see
-  // QueuedItem.
+  // request's deadline has passed. `finish` (optional): see RowFinish. `hints`: see
+  // RunHints.
   absl::StatusOr<std::future<Result>> Enqueue(std::vector<Tensor> inputs, int64_t rows,
                                               std::optional<Clock::time_point> deadline,
                                               AbandonFlag abandoned = nullptr,
-                                              RowFinish finish = nullptr, bool run_now = false);
+                                              RowFinish finish = nullptr, RunHints hints = {});
   // Fails every queued request with UNAVAILABLE, lets running batches finish, joins.
   // Idempotent.
   void Stop();
@@ -119,6 +129,7 @@ class Batcher {
     std::promise<Result> promise;
     AbandonFlag abandoned;
     RowFinish finish;
+    std::vector<Tensor> reuse;  // RunHints::outputs
   };
   Batcher(BatchPolicy policy, BatchRunFn run)
       : policy_(std::move(policy)),

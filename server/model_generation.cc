@@ -53,11 +53,15 @@ absl::Status ModelVersion::StartGeneration() {
   setup.max_step = seq.second;
   setup.max_context = past.second;
   setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), past.first);
-  setup.step = [this](std::vector<Tensor> in,
-                      int64_t rows) -> absl::StatusOr<std::vector<Tensor>> {
+  setup.step = [this](std::vector<Tensor> in, int64_t rows,
+                      std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
     // The loop batched its sequences already: the step runs at once (inline on the loop's
-    // thread when the engine is idle), not after max_queue_delay.
-    ASSIGN_OR_RETURN(auto f, Submit(std::move(in), rows, std::nullopt, nullptr, /*run_now=*/true));
+    // thread when the engine is idle), not after max_queue_delay, into the last outputs of
+    // its shape.
+    RunHints hints;
+    hints.run_now = true;
+    hints.outputs = std::move(reuse);
+    ASSIGN_OR_RETURN(auto f, Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
     return f.get();
   };
   setup.hooks = metrics::GenerationHooksFor(name_);

@@ -59,11 +59,11 @@ class ModelVersion {
   const std::string& generation_refused() const { return generation_refused_; }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
-  // `abandoned`: see AbandonFlag (server/batcher.h); `run_now`: see QueuedItem.
+  // `abandoned`: see AbandonFlag (server/batcher.h); `hints`: see RunHints.
   absl::StatusOr<std::future<Batcher::Result>> Submit(std::vector<Tensor> inputs, int64_t rows,
                                                       std::optional<Clock::time_point> deadline,
                                                       AbandonFlag abandoned = nullptr,
-                                                      bool run_now = false);
+                                                      RunHints hints = {});
   // The same for inputs request validation produced: their dynamic dims are taken as it
   // computed them.
   absl::StatusOr<std::future<Batcher::Result>> Submit(ValidatedInputs in,
@@ -90,7 +90,7 @@ class ModelVersion {
   absl::StatusOr<std::future<Batcher::Result>> Route(std::vector<Tensor> inputs, int64_t rows,
                                                      DimValues dims,
                                                      std::optional<Clock::time_point> deadline,
-                                                     AbandonFlag abandoned, bool run_now = false);
+                                                     AbandonFlag abandoned, RunHints hints = {});
 
   const std::string name_;
   const int64_t version_;

@@ -87,13 +87,14 @@ absl::Status ModelVersion::CheckReady() const {
 
 absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
     std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
-    AbandonFlag abandoned, bool run_now) {
+    AbandonFlag abandoned, RunHints hints) {
   RETURN_IF_ERROR(CheckReady());  // before reading shapes_, which Start writes
   DimValues dims;
   if (shapes_) {
     ASSIGN_OR_RETURN(dims, DynamicDimValues(built_.signature, inputs));
   }
-  return Route(std::move(inputs), rows, std::move(dims), deadline, std::move(abandoned), run_now);
+  return Route(std::move(inputs), rows, std::move(dims), deadline, std::move(abandoned),
+               std::move(hints));
 }
 
 absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
@@ -108,7 +109,7 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
 
 absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
     std::vector<Tensor> inputs, int64_t rows, DimValues dims,
-    std::optional<Clock::time_point> deadline, AbandonFlag abandoned, bool run_now) {
+    std::optional<Clock::time_point> deadline, AbandonFlag abandoned, RunHints hints) {
   RowFinish finish;
   if (shapes_) {
     // Validation has checked the sizes; requests at the warm-up sizes take the model's own
@@ -128,11 +129,11 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
     }
     if (dims != built_.signature.default_dims) {
       return shapes_->Enqueue(dims, std::move(inputs), rows, deadline, std::move(abandoned),
-                              std::move(finish), run_now);
+                              std::move(finish), std::move(hints));
     }
   }
   return batcher_->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned),
-                           std::move(finish), run_now);
+                           std::move(finish), std::move(hints));
 }
 
 absl::Status ModelVersion::BuildShapeClasses() {

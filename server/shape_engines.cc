@@ -83,7 +83,7 @@ absl::StatusOr<std::shared_ptr<ShapeEngines::Entry>> ShapeEngines::FindOrInsertL
 absl::StatusOr<std::future<Batcher::Result>> ShapeEngines::Enqueue(
     const DimValues& dims, std::vector<Tensor> inputs, int64_t rows,
     std::optional<Clock::time_point> deadline, AbandonFlag abandoned, RowFinish finish,
-    bool run_now) {
+    RunHints hints) {
   std::shared_ptr<Entry> e;
   std::vector<std::shared_ptr<Entry>> dead;  // freed after mu_ is released (joins a thread)
   {
@@ -96,7 +96,7 @@ absl::StatusOr<std::future<Batcher::Result>> ShapeEngines::Enqueue(
     ReapLocked(dead);
   }
   return e->batcher->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned),
-                             std::move(finish), run_now);
+                             std::move(finish), std::move(hints));
 }
 
 absl::Status ShapeEngines::Prebuild(const DimValues& dims, int64_t bucket, bool check) {

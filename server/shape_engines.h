@@ -105,7 +105,7 @@ class ShapeEngines {
                                                        std::optional<Clock::time_point> deadline,
                                                        AbandonFlag abandoned = nullptr,
                                                        RowFinish finish = nullptr,
-                                                       bool run_now = false);
+                                                       RunHints hints = {});
   // Builds the engine of `dims` at `bucket` now (the shape's entry made when new), before the
   // model serves: a shape class's engines (server/padding.h). Its status is the build's.
   absl::Status Prebuild(const DimValues& dims, int64_t bucket, bool check);

@@ -303,10 +303,13 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count) {
   }
   const int64_t past = setup_.past_size(longest);
   const auto n = static_cast<int64_t>(group.size());
+  StepBuffers& buffers = BuffersFor(n, count, past);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
-    ASSIGN_OR_RETURN(std::vector<Tensor> in,
-                     BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past));
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, setup_.step(std::move(in), n));
+    RETURN_IF_ERROR(BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past,
+                                    buffers.in));
+    ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                     setup_.step(buffers.in, n, std::move(buffers.out)));
+    buffers.out = out;  // written over by the next step of this shape
     RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));
     const Tensor& logits = out.at(setup_.contract.logits);
     if (logits.rank() != 3 || logits.dim(0) != n || logits.dim(1) != count ||
@@ -335,6 +338,22 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count) {
       End(s, absl::OkStatus(), s->stopped ? "stop" : "length");
     }
   }
+}
+
+Generator::StepBuffers& Generator::BuffersFor(int64_t rows, int64_t count, int64_t past) {
+  // Decoding moves through a few shapes at a time (the rows running, the class of the
+  // longest); a shape left behind frees its buffers.
+  constexpr size_t kKept = 4;
+  const std::vector<int64_t> key{rows, count, past};
+  for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
+    if (it->key == key) {
+      buffers_.splice(buffers_.begin(), buffers_, it);
+      return buffers_.front();
+    }
+  }
+  buffers_.push_front(StepBuffers{key, {}, {}});
+  if (buffers_.size() > kKept) buffers_.pop_back();
+  return buffers_.front();
 }
 
 void Generator::Sample(Sequence& seq, const float* logits) {

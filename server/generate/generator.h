@@ -57,8 +57,10 @@ struct GenerateParams {
 };
 
 // Runs one step: `inputs` in signature order, `rows` rows; the outputs in signature order.
-using StepFn = std::function<absl::StatusOr<std::vector<Tensor>>(std::vector<Tensor> inputs,
-                                                                 int64_t rows)>;
+// `reuse`: the outputs of an earlier step of the same shape (or nothing), to be written over
+// when the engine can (RunHints::outputs).
+using StepFn = std::function<absl::StatusOr<std::vector<Tensor>>(
+    std::vector<Tensor> inputs, int64_t rows, std::vector<Tensor> reuse)>;
 // The past size a step runs at for a longest cache of `n` positions (a shape class >= n).
 using PastSizeFn = std::function<int64_t(int64_t n)>;
 
@@ -128,8 +130,17 @@ class Generator {
   void End(const SeqPtr& seq, absl::Status status, std::string reason);
   absl::Status CheckParams(const GenerateParams& p) const;
 
+  // A step's input and output tensors, kept for the next step of the same shape.
+  struct StepBuffers {
+    std::vector<int64_t> key;  // rows, tokens, past
+    std::vector<Tensor> in, out;
+  };
+  // The buffers of that shape, most recently used first (a few shapes are kept).
+  StepBuffers& BuffersFor(int64_t rows, int64_t count, int64_t past);
+
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;
+  std::list<StepBuffers> buffers_;  // scheduler thread only
   std::vector<int64_t> eos_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -22,21 +22,24 @@ void ZeroPadding(const CacheTensor& c, const std::vector<int64_t>& lengths, int6
   }
 }
 
-// [rows, count] (or [rows, past + count] for the mask) of the input's dtype.
-Tensor IntRows(DType dtype, int64_t rows, int64_t cols) { return Tensor(dtype, {rows, cols}); }
+// `t` when it is a `dtype` tensor of `shape` that only `t` holds, else a new one.
+Tensor Reuse(Tensor& t, DType dtype, std::vector<int64_t> shape) {
+  if (t.defined() && t.dtype() == dtype && t.shape() == shape && t.owner().use_count() == 1) {
+    return std::move(t);
+  }
+  return Tensor::Uninitialized(dtype, std::move(shape));
+}
 
 }  // namespace
 
-absl::StatusOr<std::vector<Tensor>> BuildStepInputs(const DecoderContract& contract,
-                                                    const ModelSignature& sig,
-                                                    const KvCache& cache,
-                                                    const std::vector<StepRow>& rows,
-                                                    int64_t count, int64_t past) {
+absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignature& sig,
+                             const KvCache& cache, const std::vector<StepRow>& rows, int64_t count,
+                             int64_t past, std::vector<Tensor>& in) {
   const int64_t n = static_cast<int64_t>(rows.size());
-  std::vector<Tensor> in(sig.inputs.size());
-  Tensor ids = IntRows(contract.ids_dtype, n, count);
-  Tensor pos = IntRows(contract.positions_dtype, n, count);
-  Tensor mask = IntRows(contract.mask_dtype, n, past + count);  // zeros: padding hidden
+  in.resize(sig.inputs.size());
+  Tensor ids = Reuse(in[contract.input_ids], contract.ids_dtype, {n, count});
+  Tensor pos = Reuse(in[contract.position_ids], contract.positions_dtype, {n, count});
+  Tensor mask = Reuse(in[contract.attention_mask], contract.mask_dtype, {n, past + count});
   std::vector<const PageTable*> tables;
   std::vector<int64_t> lengths;
   for (int64_t r = 0; r < n; ++r) {
@@ -47,9 +50,11 @@ absl::StatusOr<std::vector<Tensor>> BuildStepInputs(const DecoderContract& contr
     for (int64_t k = 0; k < count; ++k) {
       ids.SetInt(r * count + k, (*row.tokens)[static_cast<size_t>(row.cached + k)]);
       pos.SetInt(r * count + k, row.cached + k);
-      mask.SetInt(r * (past + count) + past + k, 1);
     }
-    for (int64_t k = 0; k < row.cached; ++k) mask.SetInt(r * (past + count) + k, 1);
+    // 1 over the row's cache and its new positions, 0 over the padding between.
+    for (int64_t k = 0; k < past + count; ++k) {
+      mask.SetInt(r * (past + count) + k, k < row.cached || k >= past ? 1 : 0);
+    }
     tables.push_back(row.table);
     lengths.push_back(row.cached);
   }
@@ -63,12 +68,12 @@ absl::StatusOr<std::vector<Tensor>> BuildStepInputs(const DecoderContract& contr
     shape[static_cast<size_t>(c.axis)] = past;
     // Each row's positions past its length are zeroed, the rest gathered: the mask hides
     // the padding, but a value there still meets a zero weight, so it must be finite.
-    Tensor t = Tensor::Uninitialized(c.dtype, std::move(shape));
+    Tensor t = Reuse(in[c.input], c.dtype, std::move(shape));
     ZeroPadding(c, lengths, past, t);
     cache.Gather(j, tables, lengths, t);
     in[c.input] = std::move(t);
   }
-  return in;
+  return absl::OkStatus();
 }
 
 absl::Status StoreStep(const DecoderContract& contract, KvCache& cache,

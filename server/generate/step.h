@@ -25,13 +25,14 @@ struct StepRow {
   const PageTable* table = nullptr;
 };
 
-// The inputs, in signature order, of a step feeding `count` tokens of every row with the
-// past padded to `past` positions (>= every row's `cached`).
-absl::StatusOr<std::vector<Tensor>> BuildStepInputs(const DecoderContract& contract,
-                                                    const ModelSignature& sig,
-                                                    const KvCache& cache,
-                                                    const std::vector<StepRow>& rows,
-                                                    int64_t count, int64_t past);
+// Fills `in` with the inputs, in signature order, of a step feeding `count` tokens of every
+// row with the past padded to `past` positions (>= every row's `cached`). Tensors already in
+// `in` of the right dtype and shape that nothing else holds are written over (a step that
+// repeats its shape reuses its buffers: a fresh multi-MiB buffer costs its page faults);
+// the others are made.
+absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignature& sig,
+                             const KvCache& cache, const std::vector<StepRow>& rows, int64_t count,
+                             int64_t past, std::vector<Tensor>& in);
 
 // Stores each row's `count` new positions (at [past, past + count) of the present outputs)
 // into its pages at [cached, cached + count). INTERNAL when the outputs are not the shapes

@@ -56,7 +56,8 @@ std::vector<int64_t> Expected(std::vector<int64_t> prompt, int64_t n) {
 // The toy model as a step: present = past ++ (id, position) per new position; each new
 // position's logits are one-hot at the rule applied to the positions its mask and the
 // causal order let it see (weighting the j-th visible one by j + 1).
-absl::StatusOr<std::vector<Tensor>> ToyStep(std::vector<Tensor> in, int64_t rows) {
+absl::StatusOr<std::vector<Tensor>> ToyStep(std::vector<Tensor> in, int64_t rows,
+                                            std::vector<Tensor> = {}) {
   const Tensor &ids = in[0], &mask = in[1], &pos = in[2], &past = in[3];
   const int64_t c = ids.dim(1), P = past.dim(2);
   if (mask.dim(1) != P + c || ids.dim(0) != rows) return absl::InvalidArgumentError("shapes");
@@ -208,7 +209,7 @@ TEST(Generator, ASequenceLargerThanTheWholeCacheFailsAloneAndTheRestRun) {
 
 TEST(Generator, CancelAndDeadlineEndTheSequenceAndFreeItsPages) {
   ToyOptions o;
-  o.step = [](std::vector<Tensor> in, int64_t rows) {
+  o.step = [](std::vector<Tensor> in, int64_t rows, std::vector<Tensor>) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return ToyStep(std::move(in), rows);
   };
@@ -235,7 +236,7 @@ TEST(Generator, CancelAndDeadlineEndTheSequenceAndFreeItsPages) {
 TEST(Generator, StopEndsRunningAndWaitingRequestsUnavailable) {
   ToyOptions o;
   o.max_sequences = 1;
-  o.step = [](std::vector<Tensor> in, int64_t rows) {
+  o.step = [](std::vector<Tensor> in, int64_t rows, std::vector<Tensor>) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return ToyStep(std::move(in), rows);
   };
@@ -251,7 +252,7 @@ TEST(Generator, StopEndsRunningAndWaitingRequestsUnavailable) {
 
 TEST(Generator, AFailedStepEndsItsSequencesWithTheError) {
   ToyOptions o;
-  o.step = [](std::vector<Tensor>, int64_t) -> absl::StatusOr<std::vector<Tensor>> {
+  o.step = [](std::vector<Tensor>, int64_t, std::vector<Tensor>) -> absl::StatusOr<std::vector<Tensor>> {
     return absl::ResourceExhaustedError("no memory for the step");
   };
   auto g = ToyGenerator(o);
@@ -443,9 +444,13 @@ TEST(StepInputs, PadEachRowsPastWithZerosAndMaskItOut) {
   ASSERT_TRUE((*cache)->Grow(a, 4) && (*cache)->Grow(b, 7));
   std::vector<int64_t> ta{1, 2, 3, 4}, tb{5, 6, 7, 8, 9, 10, 11};
   std::vector<StepRow> rows{{&ta, 3, &a}, {&tb, 6, &b}};
-  auto in = BuildStepInputs(*contract, ToySignature(), **cache, rows, 1, 8);
-  ASSERT_TRUE(in.ok()) << in.status();
-  const Tensor& past = (*in)[3];
+  std::vector<Tensor> in;
+  ASSERT_TRUE(BuildStepInputs(*contract, ToySignature(), **cache, rows, 1, 8, in).ok());
+  // Built twice into the same tensors (the second over the first's values): the same inputs.
+  const void* buffer = in[3].raw();
+  ASSERT_TRUE(BuildStepInputs(*contract, ToySignature(), **cache, rows, 1, 8, in).ok());
+  EXPECT_EQ(in[3].raw(), buffer) << "a step of the same shape reuses its buffers";
+  const Tensor& past = in[3];
   ASSERT_EQ(past.shape(), (std::vector<int64_t>{2, 1, 8, 2}));
   for (int64_t r = 0; r < 2; ++r) {
     const int64_t len = r == 0 ? 3 : 6;
@@ -453,16 +458,17 @@ TEST(StepInputs, PadEachRowsPastWithZerosAndMaskItOut) {
       EXPECT_EQ(past.data<float>()[(r * 8 + p) * 2], 0.0f) << "row " << r << " position " << p;
     }
     for (int64_t p = 0; p < 9; ++p) {
-      EXPECT_EQ((*in)[1].GetInt(r * 9 + p), p < len || p == 8 ? 1 : 0) << "mask " << r << "," << p;
+      EXPECT_EQ(in[1].GetInt(r * 9 + p), p < len || p == 8 ? 1 : 0) << "mask " << r << "," << p;
     }
   }
-  EXPECT_EQ((*in)[0].GetInt(0), 4);   // row 0 feeds its 4th token
-  EXPECT_EQ((*in)[2].GetInt(0), 3);   // at position 3
-  EXPECT_EQ((*in)[0].GetInt(1), 11);  // row 1 its 7th, at 6
-  EXPECT_EQ((*in)[2].GetInt(1), 6);
+  EXPECT_EQ(in[0].GetInt(0), 4);   // row 0 feeds its 4th token
+  EXPECT_EQ(in[2].GetInt(0), 3);   // at position 3
+  EXPECT_EQ(in[0].GetInt(1), 11);  // row 1 its 7th, at 6
+  EXPECT_EQ(in[2].GetInt(1), 6);
   // A row whose cache is longer than the padded past is refused.
   std::vector<StepRow> bad{{&tb, 6, &b}};
-  EXPECT_FALSE(BuildStepInputs(*contract, ToySignature(), **cache, bad, 1, 4).ok());
+  std::vector<Tensor> none;
+  EXPECT_FALSE(BuildStepInputs(*contract, ToySignature(), **cache, bad, 1, 4, none).ok());
 }
 
 TEST(DecoderContract, FindsTheRolesAndSaysWhatIsMissing) {
