@@ -318,9 +318,10 @@ absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tenso
   for (size_t k = 0; k < outputs.size(); ++k) {
     const auto& spec = output_specs_[k];
     if (outputs[k].dtype() != spec.dtype || outputs[k].shape() != spec.shape) {
-      // Zeroed: with the buffer's old bytes left in place a decoder step ran 6.4 ms instead of
-      // 0.85 (tests/models/decoder_step.py, hidden 256, past 128): a kernel reads an output
-      // before it writes it.
+      // Zeroed, though every output is written whole (cpu_engine_test runs over NaN-filled
+      // outputs): left uninitialized, `kiln bench` of a decoder step (decoder_step.py, hidden
+      // 256, past 128) took 6.4 ms instead of 0.85-1.8, its pages then first touched inside
+      // the parallel kernels.
       outputs[k] = Tensor(spec.dtype, spec.shape);
     }
   }
