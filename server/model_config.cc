@@ -85,6 +85,8 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
       RETURN_IF_ERROR(Read(v, full, g.page_tokens));
     } else if (key == "prefill_chunk") {
       RETURN_IF_ERROR(Read(v, full, g.prefill_chunk));
+    } else if (key == "prefill_budget") {
+      RETURN_IF_ERROR(Read(v, full, g.prefill_budget));
     } else if (key == "max_new_tokens") {
       RETURN_IF_ERROR(Read(v, full, g.max_new_tokens));
     } else if (key == "eos_token_ids") {
@@ -108,6 +110,7 @@ absl::Status CheckGeneration(const generate::GenerationConfig& g) {
     return BadKey("generation.page_tokens", "must be in 1..4096");
   }
   if (g.prefill_chunk < 1) return BadKey("generation.prefill_chunk", "must be >= 1");
+  if (g.prefill_budget < 1) return BadKey("generation.prefill_budget", "must be >= 1");
   if (g.max_new_tokens < 1) return BadKey("generation.max_new_tokens", "must be >= 1");
   return absl::OkStatus();
 }

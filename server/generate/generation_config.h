@@ -15,6 +15,10 @@ struct GenerationConfig {
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int64_t page_tokens = 16;
   int64_t prefill_chunk = 64;  // prompt tokens per engine run
+  // Prompt tokens read per scheduler iteration (in chunks, oldest sequence first) before the
+  // running sequences decode their next token: more reads prompts sooner when many arrive,
+  // less keeps the running streams' inter-token latency lower.
+  int64_t prefill_budget = 256;
   int64_t max_new_tokens = 4096;  // a request's max_tokens above this is refused
   std::vector<int64_t> eos_token_ids;  // end a sequence (unless a request ignores them)
 };

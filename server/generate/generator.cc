@@ -226,12 +226,17 @@ void Generator::Admit() {
 }
 
 void Generator::Prefill() {
-  for (const SeqPtr& s : running_) {
-    if (s->pending() <= 1) continue;
-    const int64_t count =
-        std::min({s->pending(), setup_.config.prefill_chunk, setup_.max_step});
-    RunStep({s}, count);
-    return;  // one chunk per iteration: the decodes keep their pace
+  int64_t budget = setup_.config.prefill_budget;
+  // A copy: a failed step ends (removes) its sequence.
+  const std::vector<SeqPtr> order(running_.begin(), running_.end());
+  for (const SeqPtr& s : order) {
+    while (budget > 0 && s->running && s->pending() > 1) {
+      const int64_t count =
+          std::min({s->pending(), setup_.config.prefill_chunk, setup_.max_step});
+      RunStep({s}, count);
+      budget -= count;
+    }
+    if (budget <= 0) return;  // the decodes keep their pace
   }
 }
 

@@ -6,9 +6,9 @@
 //      freed at once),
 //   2. admits waiting requests, oldest first, while there is a free running slot and the
 //      cache holds their prompt (requests join at step boundaries),
-//   3. prefills one chunk (at most `prefill_chunk` tokens) of the oldest sequence still
-//      reading its prompt, so a long prompt never stalls the running decodes for longer than
-//      one chunk,
+//   3. reads prompts in chunks of `prefill_chunk` tokens, oldest sequence first, until
+//      `prefill_budget` tokens were read this iteration, so a long prompt never stalls the
+//      running decodes for longer than the budget,
 //   4. runs one decode step for every other running sequence, batched (at most `max_rows`
 //      rows per engine run), each at its own length: the past padded to one shape class,
 //      the attention mask hiding the padding (server/generate/step.h).

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <mutex>
 #include <thread>
 
 #include "server/generate/decoder_contract.h"
@@ -85,7 +86,7 @@ absl::StatusOr<std::vector<Tensor>> ToyStep(std::vector<Tensor> in, int64_t rows
 
 struct ToyOptions {
   int64_t kv_bytes = 1 << 20;
-  int64_t max_rows = 4, max_sequences = 16, prefill_chunk = 8;
+  int64_t max_rows = 4, max_sequences = 16, prefill_chunk = 8, prefill_budget = 256;
   StepFn step = ToyStep;
 };
 
@@ -98,6 +99,7 @@ std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
   s.config.kv_cache_bytes = o.kv_bytes;
   s.config.page_tokens = 4;
   s.config.prefill_chunk = o.prefill_chunk;
+  s.config.prefill_budget = o.prefill_budget;
   s.config.max_sequences = o.max_sequences;
   s.config.eos_token_ids = {};
   s.max_rows = o.max_rows;
@@ -301,6 +303,47 @@ TEST(Generator, ALongRequestIsCutAtTheContextWithReasonLength) {
   ASSERT_TRUE(o.end.status.ok()) << o.end.status;
   EXPECT_EQ(o.tokens.size(), 10u);  // 190 + 10 = the context of 200
   EXPECT_EQ(o.end.finish_reason, "length");
+}
+
+// The tokens each step fed per row, in order, for a long prompt arriving while another
+// sequence decodes, with prefill_budget `budget` (chunks of 8).
+std::vector<int64_t> StepSizesWithPrefillBudget(int64_t budget) {
+  auto sizes = std::make_shared<std::vector<int64_t>>();
+  auto mu = std::make_shared<std::mutex>();
+  ToyOptions o;
+  o.prefill_budget = budget;
+  o.step = [sizes, mu](std::vector<Tensor> in, int64_t rows, std::vector<Tensor>) {
+    {
+      std::lock_guard<std::mutex> lk(*mu);
+      sizes->push_back(in[0].dim(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // A still runs when B comes
+    return ToyStep(std::move(in), rows);
+  };
+  auto g = ToyGenerator(o);
+  auto a = g->Submit(Greedy(Prompt(2, 1), 100));
+  EXPECT_TRUE(a.ok());
+  size_t got = (*a)->Take(Clock::now() + std::chrono::seconds(10)).tokens.size();
+  EXPECT_GT(got, 0u);
+  auto b = g->Submit(Greedy(Prompt(40, 2), 2));
+  EXPECT_EQ(Drain(**b).tokens, Expected(Prompt(40, 2), 2));
+  got += Drain(**a).tokens.size();
+  EXPECT_EQ(got, 100u);
+  std::lock_guard<std::mutex> lk(*mu);
+  return *sizes;
+}
+
+TEST(Generator, ThePrefillBudgetInterleavesLongPromptsWithDecodes) {
+  // Budget 8: one chunk of B's prompt, then A's decode, then the next chunk.
+  std::vector<int64_t> one = StepSizesWithPrefillBudget(8);
+  auto first = std::find(one.begin(), one.end(), 8);
+  ASSERT_NE(first, one.end());
+  EXPECT_EQ(std::vector<int64_t>(first, first + 4), (std::vector<int64_t>{8, 1, 8, 1}));
+  // Budget 40: the whole prompt in one iteration, five chunks back to back.
+  std::vector<int64_t> all = StepSizesWithPrefillBudget(40);
+  first = std::find(all.begin(), all.end(), 8);
+  ASSERT_NE(first, all.end());
+  EXPECT_EQ(std::vector<int64_t>(first, first + 5), std::vector<int64_t>(5, 8));
 }
 
 TEST(Generator, SameSeedSameTokensAndLogprobsAreLogProbabilities) {
