@@ -142,11 +142,15 @@ void Generator::Loop() {
     cv_.wait(lk, [&] { return stopping_ || !waiting_.empty(); });
   }
   std::string why;
+  std::deque<SeqPtr> waiting;  // preempted while Stop took the queue
   {
     std::lock_guard<std::mutex> lk(mu_);
     why = stop_reason_;
+    waiting.swap(waiting_);
+    stats_.waiting = 0;
   }
   while (!running_.empty()) End(running_.front(), absl::UnavailableError(why), "");
+  for (const SeqPtr& s : waiting) End(s, absl::UnavailableError(why), "");
 }
 
 bool Generator::Iterate() {
@@ -198,31 +202,39 @@ void Generator::Admit() {
     // Headroom of a page per running sequence, so admitting one does not preempt another
     // at the next decode step (which would then be readmitted and preempt again).
     const int64_t headroom = static_cast<int64_t>(running_.size());
-    const bool fits = cache_->PagesFor(need) + headroom <= cache_->pages_free();
-    if (!fits || !cache_->Grow(s->table, need)) {
-      if (!running_.empty()) return;  // pages free up as running sequences end
+    bool placed = cache_->PagesFor(need) + headroom <= cache_->pages_free() &&
+                  cache_->Grow(s->table, need);
+    if (!placed && running_.empty()) {  // alone: only the whole cache's size can refuse it
       if (cache_->PagesFor(need) > cache_->pages_total()) {
-        {
-          std::lock_guard<std::mutex> lk(mu_);
-          waiting_.pop_front();
-          stats_.waiting = static_cast<int64_t>(waiting_.size());
+        if (TakeWaiting(s)) {
+          End(s, absl::ResourceExhaustedError(absl::StrCat(
+                     "the sequence needs ", need, " cached positions; the kv cache holds ",
+                     cache_->pages_total() * cache_->page_tokens())),
+              "");
         }
-        End(s, absl::ResourceExhaustedError(absl::StrCat(
-                   "the sequence needs ", need, " cached positions; the kv cache holds ",
-                   cache_->pages_total() * cache_->page_tokens())),
-            "");
         continue;
       }
-      if (!cache_->Grow(s->table, need)) return;
+      placed = cache_->Grow(s->table, need);
     }
-    std::lock_guard<std::mutex> lk(mu_);
-    waiting_.pop_front();
+    if (!placed) return;  // pages free up as running sequences end
+    if (!TakeWaiting(s)) {  // Stop emptied the queue meanwhile
+      cache_->Release(s->table);
+      return;
+    }
     s->running = true;
     running_.push_back(s);
-    stats_.waiting = static_cast<int64_t>(waiting_.size());
+    std::lock_guard<std::mutex> lk(mu_);
     stats_.running = static_cast<int64_t>(running_.size());
     stats_.pages_free = cache_->pages_free();
   }
+}
+
+bool Generator::TakeWaiting(const SeqPtr& s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (waiting_.empty() || waiting_.front() != s) return false;
+  waiting_.pop_front();
+  stats_.waiting = static_cast<int64_t>(waiting_.size());
+  return true;
 }
 
 void Generator::Prefill() {

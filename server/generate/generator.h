@@ -117,6 +117,9 @@ class Generator {
   bool Iterate();
   void ReapEnded();
   void Admit();
+  // Removes `s` from the head of the queue; false when it is no longer there (Stop took the
+  // queue while the scheduler was placing it).
+  bool TakeWaiting(const SeqPtr& s);
   void Prefill();
   void Decode();
   // Runs one step feeding `count` tokens of each of `group`; samples each row's next token

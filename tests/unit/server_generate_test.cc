@@ -187,6 +187,30 @@ TEST(Generator, StopEndsRunningAndWaitingRequestsUnavailable) {
   EXPECT_EQ(g->Submit(Greedy({1}, 1)).status().code(), absl::StatusCode::kUnavailable);
 }
 
+TEST(Generator, StopAtAnyMomentEndsEveryRequest) {
+  // Stop lands while sequences are admitted, preempted (a cache for two) and queued: every
+  // stream still ends, none waits forever.
+  for (int round = 0; round < 30; ++round) {
+    ToyOptions o;
+    o.kv_bytes = 6 * 4 * 8;
+    o.step = [](std::vector<Tensor> in, int64_t rows, std::vector<Tensor>) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      return ToyStep(std::move(in), rows);
+    };
+    auto g = ToyGenerator(o);
+    std::vector<std::shared_ptr<GenerationStream>> streams;
+    for (int i = 0; i < 6; ++i) streams.push_back(*g->Submit(Greedy(Prompt(3 + i, i), 12)));
+    std::this_thread::sleep_for(std::chrono::microseconds(300 * (round % 7)));
+    g->Stop("test");
+    for (auto& s : streams) {
+      bool done = false;
+      const auto until = Clock::now() + std::chrono::seconds(5);
+      while (!done && Clock::now() < until) done = s->Take(until).done;
+      ASSERT_TRUE(done) << "round " << round << ": a stream never ended";
+    }
+  }
+}
+
 TEST(Generator, AFailedStepEndsItsSequencesWithTheError) {
   ToyOptions o;
   o.step = [](std::vector<Tensor>, int64_t, std::vector<Tensor>) -> absl::StatusOr<std::vector<Tensor>> {
