@@ -230,6 +230,53 @@ TEST_F(Generation, ConcurrentStreamsPreemptAndStillMatchTheReference) {
   EXPECT_EQ(g.running(), 0);
 }
 
+TEST_F(Generation, PredictOnTheSameEnginesWhileItGeneratesStaysRight) {
+  // Generation steps and Predict requests share the version's batchers: a Predict of one
+  // decoder step (past 17, a class of its own) runs between and beside the loop's steps and
+  // still matches the reference, and the stream's tokens still match theirs.
+  auto graph = onnx_io::ImportModelBytes(*onnx_);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  ref::TensorMap feed;
+  feed["input_ids"] = Tensor::FromInt64({7}, {1, 1});
+  feed["position_ids"] = Tensor::FromInt64({17}, {1, 1});
+  feed["attention_mask"] = Tensor::FromInt64(std::vector<int64_t>(18, 1), {1, 18});
+  for (const Value* in : (*graph)->inputs) {
+    if (in->name.rfind("past_key_values", 0) != 0) continue;
+    Tensor t(DType::kFloat32, {1, 4, 17, 16});
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = normal(rng);
+    feed[in->name] = t;
+  }
+  auto want = ref::Run(**graph, feed);
+  ASSERT_TRUE(want.ok()) << want.status();
+  v1::PredictRequest req;
+  req.set_model("dec");
+  for (const auto& [name, t] : feed) EncodeTensor(t, false, &(*req.mutable_inputs())[name]);
+  const std::vector<int64_t> prompt = Prompt(7, 9);
+  auto stream = std::async(std::launch::async, [&] {
+    std::vector<int64_t> ids;
+    grpc::Status st = Stream(Request(prompt, 48), ids);
+    return std::make_pair(st, ids);
+  });
+  for (int i = 0; i < 20; ++i) {
+    v1::PredictResponse out;
+    grpc::Status st = server_->Predict(req, &out);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    auto got = DecodeTensor(out.outputs().at("logits"), "logits");
+    ASSERT_TRUE(got.ok()) << got.status();
+    const Tensor& w = want->at("logits");
+    for (int64_t k = 0; k < w.numel(); ++k) {
+      ASSERT_NEAR(got->GetDouble(k), w.GetDouble(k), 1e-4 + 1e-3 * std::abs(w.GetDouble(k)))
+          << "Predict " << i << ", logit " << k;
+    }
+  }
+  auto [st, ids] = stream.get();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(ids.size(), 48u);
+  ExpectReferenceTokens(prompt, ids);
+}
+
 TEST_F(Generation, RestGenerateAndServerSentEventsGiveTheSameTokens) {
   const std::vector<int64_t> prompt = Prompt(6, 3);
   std::vector<int64_t> want;
