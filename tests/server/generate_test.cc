@@ -7,6 +7,11 @@
 // are checked the same way, over a kv cache small enough that they preempt one another.
 // Cancellation frees the pages, a deadline ends the request, the metrics count the tokens,
 // and an unload ends a running generation UNAVAILABLE.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <functional>
 #include <future>
@@ -327,6 +332,39 @@ TEST_F(Generation, RestGenerateAndServerSentEventsGiveTheSameTokens) {
                          "application/json");
   ASSERT_TRUE(vocab);
   EXPECT_EQ(vocab->status, 400) << vocab->body;
+}
+
+TEST_F(Generation, AnEventStreamClientThatHangsUpFreesItsSequence) {
+  const int64_t tokens_before = Info().tokens();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(server_->http_port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string body = R"({"input_ids": [1, 2, 3], "parameters": {"max_tokens": 90, "ignore_eos": true}})";
+  const std::string req = "POST /v2/models/dec/generate_stream HTTP/1.1\r\nHost: x\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);  // mid-stream
+  v1::GenerationInfo g;
+  for (int i = 0; i < 250; ++i) {
+    g = Info();
+    if (g.running() == 0 && g.pages_free() == g.pages_total()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(g.running(), 0);
+  EXPECT_EQ(g.pages_free(), g.pages_total());
+  // Ended by the hang-up, not by running out its 90 tokens.
+  EXPECT_LT(g.tokens() - tokens_before, 90);
 }
 
 TEST_F(Generation, CancelFreesThePagesAndADeadlineEndsTheRequest) {
