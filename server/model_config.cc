@@ -53,6 +53,9 @@ absl::Status ApplyWarmup(const YAML::Node& node, WarmupConfig& w) {
     } else if (key == "int_range") {
       double lo = 0, hi = 0;
       RETURN_IF_ERROR(ReadRange(v, full, lo, hi));
+      // 2^53: every integer below is a double, and the cast below stays defined.
+      constexpr double kExact = 9007199254740992.0;
+      if (!(lo >= -kExact && hi <= kExact)) return BadKey(full, "values must be within +-2^53");
       w.int_lo = static_cast<int64_t>(lo);
       w.int_hi = static_cast<int64_t>(hi);
     } else if (key == "input_ranges") {

@@ -224,6 +224,18 @@ TEST(ModelConfig, Errors) {
             std::string::npos);
   EXPECT_EQ(msg("opt_level: O9").find("m/config.yaml: "), 0u);
   EXPECT_NE(msg("opt_level: O9").find("'opt_level': unknown optimization level"), std::string::npos);
+  // A range no int64 holds is refused, not cast (found by fuzz_config).
+  EXPECT_NE(msg("warmup: {int_range: [0, 1.88889e+23]}").find("warmup.int_range"), std::string::npos);
+  EXPECT_NE(msg("generation: {mode: sometimes}").find("'generation.mode'"), std::string::npos);
+  EXPECT_NE(msg("generation: {page_tokens: 0}").find("generation.page_tokens"), std::string::npos);
+  EXPECT_NE(msg("generation: {prefill_budget: 0}").find("generation.prefill_budget"), std::string::npos);
+  EXPECT_NE(msg("generation: {colour: red}").find("'generation.colour': unknown key"), std::string::npos);
+  auto g = ParseModelConfig("generation: {max_sequences: 4, eos_token_ids: [2, 7], kv_cache_bytes: 1024}",
+                            ModelConfig{}, "m");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->generation.max_sequences, 4);
+  EXPECT_EQ(g->generation.eos_token_ids, (std::vector<int64_t>{2, 7}));
+  EXPECT_EQ(g->generation.kv_cache_bytes, 1024);
 }
 
 }  // namespace

@@ -211,6 +211,20 @@ TEST(Generator, StopAtAnyMomentEndsEveryRequest) {
   }
 }
 
+TEST(Generator, AnIdleLoopHoldsNoStepBuffers) {
+  // The step tensors are charged to the process budget; once nothing runs they are freed.
+  const int64_t before = ProcessMemory()->used();
+  auto g = ToyGenerator();
+  Outcome o = Drain(**g->Submit(Greedy(Prompt(9, 1), 30)));
+  ASSERT_TRUE(o.end.status.ok()) << o.end.status;
+  int64_t after = -1;
+  for (int i = 0; i < 200 && after != before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    after = ProcessMemory()->used();
+  }
+  EXPECT_EQ(after, before);
+}
+
 TEST(Generator, AFailedStepEndsItsSequencesWithTheError) {
   ToyOptions o;
   o.step = [](std::vector<Tensor>, int64_t, std::vector<Tensor>) -> absl::StatusOr<std::vector<Tensor>> {
