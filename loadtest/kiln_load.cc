@@ -16,6 +16,15 @@
 namespace kiln::load {
 namespace {
 
+// Writes the JSON report to --json (when given); false, having said why, when it cannot.
+bool WriteReport(const Options& options, const std::string& json) {
+  if (options.json_file.empty()) return true;
+  std::ofstream out(options.json_file);
+  out << json;
+  if (!out) std::cerr << "kiln-load: cannot write " << options.json_file << "\n";
+  return static_cast<bool>(out);
+}
+
 // --call generate: warm-up and the measured phase, the reports with the generation figures.
 int RunGenerate(const Options& options, const std::shared_ptr<grpc::Channel>& channel) {
   if (options.warmup > 0) {
@@ -31,17 +40,10 @@ int RunGenerate(const Options& options, const std::shared_ptr<grpc::Channel>& ch
   }
   FinalizeGeneration(*result);
   std::cout << TextReport(result->run) << GenerationText(*result);
-  if (options.json_file.empty()) return 0;
   std::string json = GhzJson(result->run, options);
   // ghz's report plus one object of its own: ghz tooling ignores fields it does not know.
   json.insert(json.rfind('}'), ",\"generation\":" + GenerationJson(*result));
-  std::ofstream out(options.json_file);
-  out << json;
-  if (!out) {
-    std::cerr << "kiln-load: cannot write " << options.json_file << "\n";
-    return 1;
-  }
-  return 0;
+  return WriteReport(options, json) ? 0 : 1;
 }
 
 int Main(const std::vector<std::string>& args) {
@@ -73,15 +75,7 @@ int Main(const std::vector<std::string>& args) {
   RunResult result = RunPhase(*options, options->total, options->duration, *pool);
   Finalize(result);
   std::cout << TextReport(result);
-  if (!options->json_file.empty()) {
-    std::ofstream out(options->json_file);
-    out << GhzJson(result, *options);
-    if (!out) {
-      std::cerr << "kiln-load: cannot write " << options->json_file << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  return WriteReport(*options, GhzJson(result, *options)) ? 0 : 1;
 }
 
 }  // namespace

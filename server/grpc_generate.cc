@@ -22,13 +22,14 @@ void Append(const generate::StreamChunk& c, bool logprobs, v1::GenerateResponse*
 }  // namespace
 
 generate::GenerateParams ParamsFromProto(const v1::GenerateRequest& req) {
+  // A proto field left at 0 keeps GenerateParams' default (the REST body's absent key).
   generate::GenerateParams p;
   p.prompt.assign(req.input_ids().begin(), req.input_ids().end());
-  p.max_tokens = req.max_tokens() == 0 ? 16 : req.max_tokens();
+  if (req.max_tokens() != 0) p.max_tokens = req.max_tokens();
   p.sampling.temperature = req.temperature();
   p.sampling.top_k = req.top_k();
-  p.sampling.top_p = req.top_p() == 0 ? 1.0 : req.top_p();
-  p.sampling.repetition_penalty = req.repetition_penalty() == 0 ? 1.0 : req.repetition_penalty();
+  if (req.top_p() != 0) p.sampling.top_p = req.top_p();
+  if (req.repetition_penalty() != 0) p.sampling.repetition_penalty = req.repetition_penalty();
   p.sampling.frequency_penalty = req.frequency_penalty();
   p.sampling.presence_penalty = req.presence_penalty();
   if (req.has_seed()) p.sampling.seed = req.seed().value();
@@ -46,9 +47,8 @@ absl::Status GenerationServiceImpl::Run(
     const std::function<bool(const std::string&, int64_t, const generate::StreamChunk&)>& emit) {
   RequestRecorder record(registry_, method);
   auto run = [&]() -> absl::Status {
-    const std::optional<int64_t> version =
-        req.version() != 0 ? std::optional<int64_t>(req.version()) : std::nullopt;
-    ASSIGN_OR_RETURN(FoundGenerator found, FindGenerator(registry_, req.model(), version));
+    ASSIGN_OR_RETURN(FoundGenerator found,
+                     FindGenerator(registry_, req.model(), VersionOf(req.version())));
     record.Reached(found.version);
     generate::GenerateParams params = ParamsFromProto(req);
     params.deadline = DeadlineOf(ctx);

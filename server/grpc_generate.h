@@ -11,8 +11,8 @@
 
 namespace kiln::server {
 
-// The request's parameters with the proto's defaults read (max_tokens 0 -> 16, top_p and
-// repetition_penalty 0 -> 1). The sampling values are validated by the generator.
+// The request's parameters; max_tokens, top_p and repetition_penalty at 0 keep
+// GenerateParams' defaults (16, 1, 1). The sampling values are validated by the generator.
 generate::GenerateParams ParamsFromProto(const v1::GenerateRequest& req);
 
 class GenerationServiceImpl final : public v1::GenerationService::Service {

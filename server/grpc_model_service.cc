@@ -12,10 +12,6 @@
 namespace kiln::server {
 namespace {
 
-// Versions are >= 1; 0 (the proto default) means "not given". proto3 `optional` would say
-// it better, but Debian's python3-grpc-tools (protoc 3.12) rejects it.
-std::optional<int64_t> VersionOf(int64_t v) { return v != 0 ? std::optional(v) : std::nullopt; }
-
 v1::ModelState ProtoState(ModelState s) {
   switch (s) {
     case ModelState::kLoading: return v1::MODEL_STATE_LOADING;

@@ -8,10 +8,6 @@
 namespace kiln::server {
 namespace {
 
-// Versions are >= 1; 0 (the proto default) means "not given". proto3 `optional` would say
-// it better, but Debian's python3-grpc-tools (protoc 3.12) rejects it.
-std::optional<int64_t> VersionOf(int64_t v) { return v != 0 ? std::optional(v) : std::nullopt; }
-
 void FillOutputs(const ModelSignature& sig, const std::vector<size_t>& selected,
                  const std::vector<Tensor>& outputs, bool typed,
                  google::protobuf::Map<std::string, v1::Tensor>* out) {

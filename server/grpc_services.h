@@ -22,6 +22,13 @@ namespace kiln::server {
 inline constexpr size_t kMaxStatusMessageBytes = 2048;
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
+// A kiln.v1 request's version field: versions are >= 1, and 0 (the proto default) means "not
+// given". proto3 `optional` would say it better, but Debian's python3-grpc-tools (protoc 3.12)
+// rejects it.
+inline std::optional<int64_t> VersionOf(int64_t v) {
+  return v != 0 ? std::optional<int64_t>(v) : std::nullopt;
+}
+
 // The call's deadline on the batcher's clock (gRPC deadlines are wall-clock); none when the
 // client set none.
 std::optional<Clock::time_point> DeadlineOf(const grpc::ServerContext& ctx);

@@ -1,7 +1,6 @@
 #include "server/http_generate.h"
 
 #include <memory>
-#include <sstream>
 
 #include "server/generation_api.h"
 #include "server/http_connection.h"
@@ -86,11 +85,6 @@ std::string ChunkJson(const FoundGenerator& f, const generate::StreamChunk& c, b
   return w.EndObject().Take();
 }
 
-std::string ErrorJson(const absl::Status& s) {
-  json::Writer w;
-  return w.BeginObject().Key("error").String(std::string(s.message().substr(0, 2048))).EndObject().Take();
-}
-
 // The request's generation, submitted; the version and the stream are held by the caller.
 absl::StatusOr<std::pair<FoundGenerator, std::shared_ptr<generate::GenerationStream>>> Start(
     ModelRegistry& registry, const json::Limits& limits, const httplib::Request& req,
@@ -149,9 +143,7 @@ void GenerateStreamRoute(ModelRegistry& registry, const json::Limits& limits,
   record.Reached(started->first.version);
   conn->TakeOver();
   auto chunk = [](const std::string& event) {
-    std::ostringstream hex;
-    hex << std::hex << event.size();
-    return absl::StrCat(hex.str(), "\r\n", event, "\r\n");
+    return absl::StrCat(absl::Hex(event.size()), "\r\n", event, "\r\n");
   };
   absl::Status s = absl::CancelledError("the client went away");
   if (conn->Write("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -161,7 +153,7 @@ void GenerateStreamRoute(ModelRegistry& registry, const json::Limits& limits,
         *started->second,
         [&](const generate::StreamChunk& c) {
           const std::string data = c.done && !c.status.ok()
-                                       ? ErrorJson(c.status)
+                                       ? ErrorBody(c.status)
                                        : ChunkJson(started->first, c, params.logprobs);
           return conn->Write(chunk(absl::StrCat("data: ", data, "\n\n")));
         },

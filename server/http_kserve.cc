@@ -444,14 +444,17 @@ void AddWriteRoutes(httplib::Server& router, ModelRegistry& registry, const Http
 
 }  // namespace
 
-void SendError(httplib::Response& res, const absl::Status& s) {
-  res.status = HttpStatusFor(s.code());
+std::string ErrorBody(const absl::Status& s) {
   std::string message(s.message().substr(0, kMaxErrorBytes));
   if (s.message().size() > kMaxErrorBytes) message += "...";
-  if (s.code() == absl::StatusCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
   json::Writer w;
-  w.BeginObject().Key("error").String(message).EndObject();
-  res.set_content(w.Take(), kJson);
+  return w.BeginObject().Key("error").String(message).EndObject().Take();
+}
+
+void SendError(httplib::Response& res, const absl::Status& s) {
+  res.status = HttpStatusFor(s.code());
+  if (s.code() == absl::StatusCode::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(ErrorBody(s), kJson);
 }
 
 void AddKServeRoutes(httplib::Server& router, ModelRegistry& registry, const HttpOptions& options) {

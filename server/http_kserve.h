@@ -18,7 +18,9 @@ namespace kiln::server {
 // The HTTP status for an absl code (400 bad request, 404 unknown model, 503 not ready, ...).
 int HttpStatusFor(absl::StatusCode code);
 
-// {"error": "<message>"} with the status's HTTP code (messages cut at 2 KB).
+// {"error": "<message>"}, the message cut at 2 KB; SendError answers it with the status's HTTP
+// code.
+std::string ErrorBody(const absl::Status& s);
 void SendError(httplib::Response& res, const absl::Status& s);
 
 // Registers every /v2 route on `router`; `registry` must outlive it.

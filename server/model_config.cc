@@ -101,21 +101,11 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
   return absl::OkStatus();
 }
 
+// The generator's own check, worded as every model config error ("model config: 'key': why").
 absl::Status CheckGeneration(const generate::GenerationConfig& g) {
-  if (g.mode != "auto" && g.mode != "off") {
-    return BadKey("generation.mode", absl::StrCat("'", g.mode, "' is not one of: auto, off"));
-  }
-  if (g.max_sequences < 1 || g.max_sequences > 4096) {
-    return BadKey("generation.max_sequences", "must be in 1..4096");
-  }
-  if (g.kv_cache_bytes < 1) return BadKey("generation.kv_cache_bytes", "must be >= 1");
-  if (g.page_tokens < 1 || g.page_tokens > 4096) {
-    return BadKey("generation.page_tokens", "must be in 1..4096");
-  }
-  if (g.prefill_chunk < 1) return BadKey("generation.prefill_chunk", "must be >= 1");
-  if (g.prefill_budget < 1) return BadKey("generation.prefill_budget", "must be >= 1");
-  if (g.max_new_tokens < 1) return BadKey("generation.max_new_tokens", "must be >= 1");
-  return absl::OkStatus();
+  const absl::Status s = generate::ValidateGenerationConfig(g);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat("model config: ", s.message()));
 }
 
 absl::Status ApplyPipelineKey(const std::string& key, const YAML::Node& v, ModelConfig& c) {

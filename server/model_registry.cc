@@ -381,9 +381,10 @@ void ModelRegistry::StopAll() {
   std::vector<std::shared_ptr<ModelVersion>> all = List();
   for (auto& mv : all) {
     // READY is published after batcher_ is set, so this never races a load in progress.
-    if (mv->state() == ModelState::kReady && mv->generator_) mv->generator_->Stop("the server is stopping");
-    if (mv->state() == ModelState::kReady) mv->batcher_->Stop();
-    if (mv->state() == ModelState::kReady && mv->shapes_) mv->shapes_->Stop();
+    if (mv->state() != ModelState::kReady) continue;
+    if (mv->generator_) mv->generator_->Stop("the server is stopping");
+    mv->batcher_->Stop();
+    if (mv->shapes_) mv->shapes_->Stop();
   }
 }
 

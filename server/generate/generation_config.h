@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace kiln::server::generate {
 
 // Model config `generation:` (docs/generation.md).
@@ -22,5 +24,9 @@ struct GenerationConfig {
   int64_t max_new_tokens = 4096;  // a request's max_tokens above this is refused
   std::vector<int64_t> eos_token_ids;  // end a sequence (unless a request ignores them)
 };
+
+// INVALID_ARGUMENT "'generation.<key>': <why>" for a value outside its range (the model
+// config's check and the generator's own, so the two cannot drift).
+absl::Status ValidateGenerationConfig(const GenerationConfig& c);
 
 }  // namespace kiln::server::generate

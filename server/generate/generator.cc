@@ -10,7 +10,7 @@ namespace kiln::server::generate {
 
 struct Generator::Sequence {
   explicit Sequence(GenerateParams p)
-      : params(std::move(p)), sampler(params.sampling), submitted(Clock::now()) {}
+      : params(std::move(p)), sampler(params.sampling, params.logprobs), submitted(Clock::now()) {}
   GenerateParams params;
   std::shared_ptr<GenerationStream> stream = std::make_shared<GenerationStream>();
   std::vector<int64_t> tokens;  // prompt, then generated
@@ -37,13 +37,26 @@ bool EndsWith(const std::vector<int64_t>& tokens, const std::vector<int64_t>& ta
 
 }  // namespace
 
+absl::Status ValidateGenerationConfig(const GenerationConfig& c) {
+  auto bad = [](const char* key, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("'generation.", key, "': ", why));
+  };
+  if (c.mode != "auto" && c.mode != "off") {
+    return bad("mode", absl::StrCat("'", c.mode, "' is not one of: auto, off"));
+  }
+  if (c.max_sequences < 1 || c.max_sequences > 4096) return bad("max_sequences", "must be in 1..4096");
+  if (c.kv_cache_bytes < 1) return bad("kv_cache_bytes", "must be >= 1");
+  if (c.page_tokens < 1 || c.page_tokens > 4096) return bad("page_tokens", "must be in 1..4096");
+  if (c.prefill_chunk < 1) return bad("prefill_chunk", "must be >= 1");
+  if (c.prefill_budget < 1) return bad("prefill_budget", "must be >= 1");
+  if (c.max_new_tokens < 1) return bad("max_new_tokens", "must be >= 1");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
     GeneratorSetup setup, std::shared_ptr<MemoryAccount> account) {
   const GenerationConfig& c = setup.config;
-  if (c.max_sequences < 1 || c.prefill_chunk < 1 || c.max_new_tokens < 1) {
-    return absl::InvalidArgumentError(
-        "generation: max_sequences, prefill_chunk and max_new_tokens must be >= 1");
-  }
+  RETURN_IF_ERROR(ValidateGenerationConfig(c));
   if (setup.min_step > 1 || setup.max_step < 1 || setup.max_context < 2) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the model's '", setup.contract.sequence_symbol, "' range must admit one token and '",
@@ -392,7 +405,7 @@ void Generator::Sample(Sequence& seq, const float* logits) {
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.tokens;
   }
-  seq.stream->Push({x.token, seq.params.logprobs ? x.logprob : 0.0});
+  seq.stream->Push({x.token, x.logprob});
   const auto& stops = seq.params.stop_token_ids;
   bool stop = std::find(stops.begin(), stops.end(), x.token) != stops.end();
   if (!seq.params.ignore_eos) stop |= std::find(eos_.begin(), eos_.end(), x.token) != eos_.end();

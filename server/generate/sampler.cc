@@ -50,7 +50,8 @@ absl::Status ValidateSampling(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params) {
+Sampler::Sampler(const SamplingParams& params, bool logprobs)
+    : params_(params), logprobs_(logprobs) {
   rng_.seed(params.seed ? *params.seed : std::random_device{}());
 }
 
@@ -58,11 +59,11 @@ Sampled Sampler::Next(const float* logits, int64_t vocab,
                       const std::unordered_map<int64_t, int64_t>& counts) {
   work_.assign(logits, logits + vocab);
   ApplyPenalties(params_, counts, work_);
-  const double norm = LogSumExp(work_);
+  const double norm = logprobs_ ? LogSumExp(work_) : 0.0;
   Sampled out;
   if (params_.temperature == 0.0 || params_.top_k == 1) {
     out.token = std::max_element(work_.begin(), work_.end()) - work_.begin();
-    out.logprob = work_[static_cast<size_t>(out.token)] - norm;
+    if (logprobs_) out.logprob = work_[static_cast<size_t>(out.token)] - norm;
     return out;
   }
   // Candidates by descending logit (ties by id, so a seed reproduces), cut by top-k.
@@ -93,7 +94,7 @@ Sampled Sampler::Next(const float* logits, int64_t vocab,
   }
   std::discrete_distribution<size_t> draw(prob.begin(), prob.begin() + static_cast<std::ptrdiff_t>(keep));
   out.token = order_[draw(rng_)];
-  out.logprob = work_[static_cast<size_t>(out.token)] - norm;
+  if (logprobs_) out.logprob = work_[static_cast<size_t>(out.token)] - norm;
   return out;
 }
 

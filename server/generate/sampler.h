@@ -44,7 +44,8 @@ struct Sampled {
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
+  // `logprobs`: compute Sampled::logprob (a pass over the vocabulary per token; 0 otherwise).
+  explicit Sampler(const SamplingParams& params, bool logprobs = true);
   // `logits`: one position's row of `vocab` values. `counts`: how often each token occurs
   // in the sequence so far (prompt and generated), for the penalties.
   Sampled Next(const float* logits, int64_t vocab,
@@ -52,6 +53,7 @@ class Sampler {
 
  private:
   SamplingParams params_;
+  bool logprobs_;
   std::mt19937_64 rng_;
   std::vector<double> work_;    // adjusted logits, per call
   std::vector<int64_t> order_;  // candidate ids, per call

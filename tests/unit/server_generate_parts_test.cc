@@ -28,6 +28,10 @@ TEST(Sampler, GreedyTakesTheLargestLogitAndTheLowestIdOnTies) {
   double z = 0;
   for (float v : l) z += std::exp(static_cast<double>(v));
   EXPECT_NEAR(x.logprob, 2.0 - std::log(z), 1e-9);
+  // Not asked for: the same token, and no pass over the vocabulary for its log-probability.
+  Sampled y = Sampler(SamplingParams{}, /*logprobs=*/false).Next(l.data(), 4, {});
+  EXPECT_EQ(y.token, 1);
+  EXPECT_EQ(y.logprob, 0.0);
 }
 
 TEST(Sampler, TopKAndTopPKeepOnlyTheirCandidates) {
