@@ -57,11 +57,13 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
 base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings absl_flat_hash_map \
              absl_flat_hash_set))
 # The server targets' uninstrumented dependencies: every library the CMake build made below
-# proto/, compiler/ and runtime/ (the linker takes only the members the targets use; the
-# server's own library is left out, its sources under test are compiled here instead).
+# proto/, compiler/ and runtime/, and the server's generation library below the rest of it
+# (the linker takes only the members the targets use; the server's own library is left out,
+# its sources under test are compiled here instead).
 server_libs=(-Wl,--start-group
              $(find "$build/base" "$build/proto" "$build/compiler" "$build/runtime" -name 'libkiln_*.a' \
                  -not -path '*/CMakeFiles/*' 2>/dev/null | sort)
+             "$build/server/libkiln_generate.a"
              -Wl,--end-group -lonnx_proto $(pkg-config --libs spdlog yaml-cpp) -lgomp)
 
 case "$target" in
