@@ -11,6 +11,7 @@
 #include "compiler/passes/fold_constants.h"
 #include "compiler/passes/fold_pad.h"
 #include "compiler/passes/fold_scale_into_weights.h"
+#include "compiler/passes/fold_transpose_into_matmul.h"
 #include "compiler/passes/fuse_conv_epilogue.h"
 #include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
@@ -34,6 +35,8 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fuse_conv_epilogue", [] { return std::make_unique<passes::FuseConvEpiloguePass>(); }},
       {"fuse_matmul_epilogue",
        [] { return std::make_unique<passes::FuseMatMulEpiloguePass>(); }},
+      {"fold_transpose_into_matmul",
+       [] { return std::make_unique<passes::FoldTransposeIntoMatMulPass>(); }},
       {"fuse_elementwise", [] { return std::make_unique<passes::FuseElementwisePass>(); }},
       {"fuse_qdq", [] { return std::make_unique<passes::FuseQdqPass>(); }},
       {"lower_einsum", [] { return std::make_unique<passes::LowerEinsumPass>(); }},
@@ -130,8 +133,10 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   std::vector<std::string> o2 = o1;
   // Element-wise fusion comes after the epilogue fusions, which take the activations that
   // can run as post-ops of a convolution or matrix product.
+  // fold_transpose_into_matmul after the epilogue fusion, which fuses only plain MatMul/Gemm
+  // (a MatMul it turns into a FusedMatMul first would lose its bias and activation).
   o2.insert(o2.end() - 1, {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue",
-                           "fuse_elementwise"});
+                           "fold_transpose_into_matmul", "fuse_elementwise"});
   // recognize_patterns after the first fold_constants/eliminate_identity (in-graph constants
   // such as sqrt(2) are literals by then, no Identity sits inside a chain) and before CSE
   // (two LayerNorms of one x would share their normalization chain, whose values then have

@@ -3,8 +3,9 @@
 // agree on.
 //
 // FusedConv(X, W, B?, R...)   = epilogue(Conv(X, W, B)); Conv's attributes as in ai.onnx.
-// FusedMatMul(A, B, C?, R...) = epilogue(alpha * op(A) @ op(B) + beta * C); transA/transB
-//                               (2-D operands only), alpha, beta as in Gemm; otherwise MatMul's
+// FusedMatMul(A, B, C?, R...) = epilogue(alpha * op(A) @ op(B) + beta * C); alpha, beta as in
+//                               Gemm; op() swaps an operand's last two dims when transA/transB
+//                               is set (rank >= 2; 2-D operands are Gemm's case), then MatMul's
 //                               batched broadcasting. C broadcasts against the product.
 // Epilogue (both): string list `epilogue` of steps applied in order, float lists
 // `epilogue_alpha` and `epilogue_beta` (one per step). A step is an activation (below) or

@@ -21,6 +21,10 @@ void RegisterSignalRules(RuleRegistry& r);    // DFT, STFT, windows, MelWeightMa
 // nullopt when either rank is unknown.
 absl::StatusOr<std::optional<Shape>> MatMulOutputShape(const InferContext& ctx, size_t ai,
                                                        size_t bi);
+// The same for given operand shapes (ai.kiln FusedMatMul passes them with transA/transB's
+// last-two swap applied).
+absl::StatusOr<std::optional<Shape>> MatMulShapes(const InferContext& ctx, std::optional<Shape> a,
+                                                  std::optional<Shape> b);
 // Conv's (or ConvTranspose's) output shape for X at input xi and W at input wi; nullopt when
 // X's rank is unknown.
 absl::StatusOr<std::optional<Shape>> ConvOutputShape(const InferContext& ctx, size_t xi,

@@ -2,6 +2,7 @@
 // wraps (an epilogue never changes the shape: residuals must broadcast to the output).
 #include "compiler/ir/kiln_ops.h"
 #include "compiler/shape/infer.h"
+#include "compiler/shape/nn_rules.h"
 #include "compiler/shape/shape_util.h"
 
 namespace kiln::shape {
@@ -43,7 +44,15 @@ void RegisterKilnRules(RuleRegistry& r) {
     // 2-D operands follow Gemm (transA/transB, C); anything else is MatMul's broadcasting.
     auto a = ctx.input_shape(0), b = ctx.input_shape(1);
     if (a && b && a->size() == 2 && b->size() == 2) return DelegateRule(ctx, ctx.graph(), "Gemm", FirstInputs(n, 3));
-    return DelegateRule(ctx, ctx.graph(), "MatMul", FirstInputs(n, 2));
+    // N-D: transA/transB swap the operand's last two dims, then MatMul's broadcasting.
+    for (auto [s, flag] : {std::pair{&a, "transA"}, std::pair{&b, "transB"}}) {
+      if (!*s || n.GetInt(flag, 0) == 0) continue;
+      if ((*s)->size() < 2) return ctx.Invalid(std::string(flag) + " needs an operand of rank >= 2");
+      std::swap((*s)->at((*s)->size() - 1), (*s)->at((*s)->size() - 2));
+    }
+    ASSIGN_OR_RETURN(std::optional<Shape> out, MatMulShapes(ctx, a, b));
+    ctx.set_output(0, ctx.input_dtype(0), out);
+    return absl::OkStatus();
   });
   r.Register(kKilnDomain, kiln_ops::kFusedElementwise, [](InferContext& ctx) -> absl::Status {
     ASSIGN_OR_RETURN(kiln_ops::Program p, kiln_ops::ReadProgram(ctx.node()));

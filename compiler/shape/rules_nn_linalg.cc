@@ -78,7 +78,11 @@ absl::Status EinsumRule(InferContext& ctx) {
 
 absl::StatusOr<std::optional<Shape>> MatMulOutputShape(const InferContext& ctx, size_t ai,
                                                        size_t bi) {
-  std::optional<Shape> a = ctx.input_shape(ai), b = ctx.input_shape(bi);
+  return MatMulShapes(ctx, ctx.input_shape(ai), ctx.input_shape(bi));
+}
+
+absl::StatusOr<std::optional<Shape>> MatMulShapes(const InferContext& ctx, std::optional<Shape> a,
+                                                  std::optional<Shape> b) {
   if (!a || !b) return std::optional<Shape>();
   if (a->empty() || b->empty()) return ctx.Invalid("MatMul operands must have rank >= 1");
   const bool a_vec = a->size() == 1, b_vec = b->size() == 1;

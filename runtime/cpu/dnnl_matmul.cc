@@ -36,12 +36,23 @@ memory::dims PadTo(const std::vector<int64_t>& dims, size_t rank) {
   return d;
 }
 
-// A row-major desc of logical dims, or its transpose's storage when `trans` (2-D only).
+// A row-major desc of logical dims, or, when `trans`, of logical dims whose storage is
+// row-major with the last two swapped: each matrix's logical (i, j) is at j * rows + i.
 memory::desc OperandMd(const memory::dims& d, bool trans) {
   if (!trans) return memory::desc(d, memory::data_type::f32, PlainTag(d.size()));
-  // Logical (i, j) is stored at j * rows + i.
-  return memory::desc(d, memory::data_type::f32, memory::dims{1, d[0]});
+  const size_t n = d.size();
+  memory::dims strides(n);
+  strides[n - 2] = 1;
+  strides[n - 1] = d[n - 2];
+  memory::dim next = d[n - 2] * d[n - 1];
+  for (size_t i = n - 2; i-- > 0;) {
+    strides[i] = next;
+    next *= d[i];
+  }
+  return memory::desc(d, memory::data_type::f32, strides);
 }
+
+void SwapLastTwo(memory::dims& d) { std::swap(d[d.size() - 1], d[d.size() - 2]); }
 
 // Broadcast operand (C or a residual) desc: every dim 1 or the output's.
 std::optional<memory::desc> BroadcastMd(const std::vector<int64_t>& shape,
@@ -204,13 +215,10 @@ void BindSlots(BuildContext& ctx, const Operands& op, const dnnl::matmul::primit
 }
 
 bool ShapesSupported(const std::vector<int64_t>& as, const std::vector<int64_t>& bs,
-                     const std::vector<int64_t>& ys, const MatMulSpec& spec) {
+                     const std::vector<int64_t>& ys) {
   const size_t rank = ys.size();
-  if (as.size() < 2 || bs.size() < 2 || rank < 2 || rank > 6 || NumElements(ys) == 0 ||
-      as.size() > rank || bs.size() > rank) {
-    return false;
-  }
-  return !(spec.trans_a || spec.trans_b) || (as.size() == 2 && bs.size() == 2);
+  return as.size() >= 2 && bs.size() >= 2 && rank >= 2 && rank <= 6 && NumElements(ys) != 0 &&
+         as.size() <= rank && bs.size() <= rank;
 }
 
 // oneDNN's matmul runs a product only where it is at its best and exact: its brgemm
@@ -244,13 +252,13 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
   const std::vector<int64_t> as = views.Of(ctx.slots[op.a].shape);
   std::vector<int64_t> bs = ctx.slots[op.b].shape;
   if (views.flat) bs.erase(bs.begin(), bs.end() - 2);
-  if (!ShapesSupported(as, bs, ys, *spec)) return nullptr;
+  if (!ShapesSupported(as, bs, ys)) return nullptr;
   const Value* bv = node.input(1);
   if (spec->alpha != 1.f && !bv->is_constant()) return nullptr;
   memory::dims ad = PadTo(as, ys.size());
   memory::dims bd = PadTo(bs, ys.size());
-  if (spec->trans_a) std::swap(ad[0], ad[1]);
-  if (spec->trans_b) std::swap(bd[0], bd[1]);
+  if (spec->trans_a) SwapLastTwo(ad);
+  if (spec->trans_b) SwapLastTwo(bd);
   const memory::desc a_md = OperandMd(ad, spec->trans_a), b_store = OperandMd(bd, spec->trans_b);
   // A constant B lets the primitive pick its packed layout; it is reordered once, here.
   const memory::desc b_md =

@@ -178,7 +178,8 @@ struct Geometry {
 std::optional<Geometry> ReadGeometry(std::vector<int64_t> as, std::vector<int64_t> bs,
                                      const std::vector<int64_t>& ys, const Spec& spec) {
   if (as.empty() || bs.empty()) return std::nullopt;
-  if ((spec.trans_a || spec.trans_b) && (as.size() != 2 || bs.size() != 2)) return std::nullopt;
+  // A transposed operand swaps its last two dims (a vector has none to swap).
+  if ((spec.trans_a && as.size() < 2) || (spec.trans_b && bs.size() < 2)) return std::nullopt;
   Geometry g;
   if (as.size() == 1) as.insert(as.begin(), 1);
   if (bs.size() == 1) bs.push_back(1);

@@ -43,17 +43,21 @@ absl::Status Geometry(const Node& node, MatmulPlan& p) {
   ASSIGN_OR_RETURN(std::vector<int64_t> y, Dims(node.output(0), node));
   const bool gemm = node.op_type == "Gemm";
   const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
-  if ((gemm || ta || tb) && (a.size() != 2 || b.size() != 2)) {
-    return absl::InvalidArgumentError(node.Describe() + ": transposed operands must be 2-D");
+  if (gemm && (a.size() != 2 || b.size() != 2)) {
+    return absl::InvalidArgumentError(node.Describe() + ": Gemm operands must be 2-D");
+  }
+  // FusedMatMul's transA/transB swap an operand's last two dims: any rank >= 2.
+  if ((ta && a.size() < 2) || (tb && b.size() < 2)) {
+    return absl::InvalidArgumentError(node.Describe() + ": a transposed operand needs rank >= 2");
   }
   if (a.empty() || b.empty()) return absl::InvalidArgumentError(node.Describe() + ": scalar operand");
   // numpy's 1-D rules: a vector A is a row [1, k], a vector B a column [k, 1].
   if (a.size() == 1) a.insert(a.begin(), 1);
   if (b.size() == 1) b.push_back(1);
-  p.m = ta ? a[1] : a[a.size() - 2];
-  p.k = ta ? a[0] : a.back();
-  p.n = tb ? b[0] : b.back();
-  const int64_t kb = tb ? b[1] : b[b.size() - 2];
+  p.m = ta ? a.back() : a[a.size() - 2];
+  p.k = ta ? a[a.size() - 2] : a.back();
+  p.n = tb ? b[b.size() - 2] : b.back();
+  const int64_t kb = tb ? b.back() : b[b.size() - 2];
   if (kb != p.k) return absl::InvalidArgumentError(node.Describe() + ": inner dims differ");
   if (p.m == 0 || p.n == 0 || p.k == 0) return absl::UnimplementedError(node.Describe() + ": an empty product");
   std::vector<int64_t> batch;

@@ -1,6 +1,8 @@
 // Reference kernels for Kiln's fused operators (domain ai.kiln). Each is, by definition, the
 // composition of the ai.onnx reference kernels it replaced, so the oracle for a fused graph
 // is exactly as trustworthy as the oracle for the original one.
+#include <numeric>
+
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/reference/interpreter.h"
 #include "runtime/reference/kernel_util.h"
@@ -86,9 +88,13 @@ absl::StatusOr<std::vector<Tensor>> FusedConv(const Node& node, const KernelInpu
   return std::vector<Tensor>{std::move(y)};
 }
 
+// transA/transB: the operand with its last two dims swapped (any rank >= 2).
 absl::StatusOr<Tensor> TransposeLast2(const Node& node, const Tensor& t) {
-  if (t.rank() != 2) return InvalidInput(node, "transA/transB need 2-D operands");
-  return RunStep(node, "Transpose", {&t}, {{"perm", Attribute::Ints({1, 0})}});
+  if (t.rank() < 2) return InvalidInput(node, "transA/transB need operands of rank >= 2");
+  std::vector<int64_t> perm(t.rank());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return RunStep(node, "Transpose", {&t}, {{"perm", Attribute::Ints(perm)}});
 }
 
 absl::StatusOr<std::vector<Tensor>> FusedMatMul(const Node& node, const KernelInputs& in) {

@@ -143,8 +143,9 @@ class Generation : public ::testing::Test {
 
   // Starts an 80-token stream, reads its first message, runs `then` (a cancel, an unload) and
   // reads to the end; the stream's final status.
-  grpc::Status Interrupted(uint32_t seed, grpc::ClientContext& ctx, const std::function<void()>& then) {
-    v1::GenerateRequest req = Request(Prompt(4, seed), 80);
+  grpc::Status Interrupted(uint32_t seed, grpc::ClientContext& ctx, const std::function<void()>& then,
+                           const std::string& model = "dec") {
+    v1::GenerateRequest req = Request(Prompt(4, seed), 80, model);
     req.set_ignore_eos(true);
     auto reader = stub_->Generate(&ctx, req);
     v1::GenerateResponse m;
@@ -345,32 +346,45 @@ TEST_F(Generation, RestGenerateAndServerSentEventsGiveTheSameTokens) {
   EXPECT_EQ(vocab->status, 400) << vocab->body;
 }
 
-TEST_F(Generation, AnEventStreamClientThatHangsUpFreesItsSequence) {
-  const int64_t tokens_before = Info().tokens();
+// One event-stream request for 90 tokens whose client hangs up after the first event; the
+// tokens the sequence made before it ended.
+int64_t HangUpAfterTheFirstEvent(int port, const std::function<v1::GenerationInfo()>& idle) {
+  const int64_t tokens_before = idle().tokens();
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(server_->http_port()));
+  a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   const std::string body = R"({"input_ids": [1, 2, 3], "parameters": {"max_tokens": 90, "ignore_eos": true}})";
   const std::string req = "POST /v2/models/dec/generate_stream HTTP/1.1\r\nHost: x\r\n"
                           "Content-Type: application/json\r\nContent-Length: " +
                           std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+  EXPECT_EQ(send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
   std::string got;
   char buf[4096];
   while (got.find("data: ") == std::string::npos) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    ASSERT_GT(n, 0) << got;
+    if (n <= 0) break;
     got.append(buf, static_cast<size_t>(n));
   }
+  EXPECT_NE(got.find("data: "), std::string::npos) << got;
   close(fd);  // mid-stream
-  const v1::GenerationInfo g = InfoOnceIdle();
+  const v1::GenerationInfo g = idle();
   EXPECT_EQ(g.running(), 0);
   EXPECT_EQ(g.pages_free(), g.pages_total());
-  // Ended by the hang-up, not by running out its 90 tokens.
-  EXPECT_LT(g.tokens() - tokens_before, 90);
+  return g.tokens() - tokens_before;
+}
+
+TEST_F(Generation, AnEventStreamClientThatHangsUpFreesItsSequence) {
+  // 90 tokens take this decoder about 9 ms: a writer thread descheduled that long on a loaded
+  // machine sees the hang-up only after the last token. Every try must free its pages; at
+  // least one of three must end early (fewer than its 90 tokens), or hang-ups are not seen.
+  int64_t fewest = 90;
+  for (int attempt = 0; attempt < 3 && fewest >= 90; ++attempt) {
+    fewest = std::min(fewest, HangUpAfterTheFirstEvent(server_->http_port(), [this] { return InfoOnceIdle(); }));
+  }
+  EXPECT_LT(fewest, 90);
 }
 
 TEST_F(Generation, CancelFreesThePagesAndADeadlineEndsTheRequest) {
@@ -422,12 +436,21 @@ TEST_F(Generation, BadRequestsAreInvalidArgumentAndMetricsCountTokens) {
 }
 
 // Last: the model goes away.
+// 80 tokens take these decoders about 8 ms: on a loaded machine the Unload call can arrive
+// after the last, and the stream then ends OK. Each model is unloaded mid-stream once; every
+// stream ends OK (it finished first) or UNAVAILABLE, and at least one must be UNAVAILABLE.
 TEST_F(Generation, ZZUnloadEndsARunningGenerationUnavailable) {
-  grpc::ClientContext ctx;
-  bool unloaded = false;
-  grpc::Status s = Interrupted(7, ctx, [&] { unloaded = server_->Unload("dec", 0, false).ok(); });
-  EXPECT_TRUE(unloaded);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  int unavailable = 0;
+  for (const std::string model : {"llama", "dec"}) {
+    grpc::ClientContext ctx;
+    bool unloaded = false;
+    grpc::Status s = Interrupted(7, ctx, [&] { unloaded = server_->Unload(model, 0, false).ok(); }, model);
+    EXPECT_TRUE(unloaded) << model;
+    EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE) << model << ": " << s.error_message();
+    unavailable += s.error_code() == grpc::StatusCode::UNAVAILABLE;
+    if (unavailable > 0) break;
+  }
+  EXPECT_GE(unavailable, 1);
 }
 
 }  // namespace
