@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "compiler/passes/assign_precision.h"
 #include "compiler/passes/eliminate_common_subexpressions.h"
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/eliminate_identity.h"
@@ -45,6 +46,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fold_pad", [] { return std::make_unique<passes::FoldPadPass>(); }},
       {"fold_scale_into_weights",
        [] { return std::make_unique<passes::FoldScaleIntoWeightsPass>(); }},
+      {"assign_precision", [] { return std::make_unique<passes::AssignPrecisionPass>(); }},
   };
   return *factories;
 }
@@ -185,6 +187,14 @@ absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
   std::vector<std::string> names = PipelinePasses(options.level);
   if (options.prefix >= 0 && static_cast<size_t>(options.prefix) < names.size()) {
     names.resize(options.prefix);
+  }
+  if (options.precision != "float32") {
+    if (options.precision != "bf16") {
+      return absl::InvalidArgumentError("unknown precision '" + options.precision + "' (float32, bf16)");
+    }
+    // Last: it marks the products the fusions produced; a bisection's prefix runs without it
+    // (the reference ignores it anyway).
+    if (options.prefix < 0 && options.level != OptLevel::kO0) names.push_back("assign_precision");
   }
   std::vector<passes::PassStats> stats;
   for (const std::string& name : names) {

@@ -30,6 +30,9 @@ struct PipelineOptions {
   // large constant once and fold_batchnorm rescales each weight once
   // (compiler/passes/fold_cache.h). Null: no sharing.
   std::shared_ptr<passes::FoldCache> fold_cache;
+  // "float32" (exact: the default) or "bf16": assign_precision then runs after the level's
+  // passes and marks the weight products a backend may compute in bfloat16.
+  std::string precision = "float32";
 };
 
 // Passes whose output a backend has no fast kernels for, so they stay off there. "cuda" (or

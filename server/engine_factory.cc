@@ -18,6 +18,14 @@ std::set<std::string> PassesOffOn(const std::string& device) {
   return PassesOffFor(device);
 }
 
+std::string LowerPrecisionOn(const std::string& device) {
+#ifdef KILN_HAVE_CPU_ENGINE
+  if (device == "cpu" && cpu::HasBf16DotProduct()) return "bf16";
+#endif
+  (void)device;
+  return "";
+}
+
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
                                                              int cpu_threads, bool tune_threads,

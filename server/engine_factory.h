@@ -23,6 +23,10 @@ namespace kiln::server {
 // The passes that stay off for engines on `device` (compiler/pipeline.h PassesOffFor, with
 // this CPU's int8 dot product for "cpu").
 std::set<std::string> PassesOffOn(const std::string& device);
+// The lower precision `device`'s engines multiply natively (PipelineOptions::precision):
+// "bf16" on a CPU with AVX512_BF16 or AMX (at the ISA level in force), else "" (none yet:
+// the CUDA engine computes float32, TF32 only when asked).
+std::string LowerPrecisionOn(const std::string& device);
 
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,

@@ -157,6 +157,8 @@ void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
   c->set_nonfinite_checked(b.check.nonfinite_checked);
   c->set_nonfinite_ok(b.check.nonfinite_ok);
   c->set_nonfinite_message(b.check.nonfinite_message);
+  c->set_precision(b.check.precision);
+  c->set_precision_message(b.check.precision_message);
   v1::LoadTimes* t = out->mutable_load_times();
   t->set_reference_ms(b.times.reference_ms);
   t->set_compile_ms(b.times.compile_ms);

@@ -24,6 +24,7 @@
 #include "server/metrics/kiln_metrics.h"
 #include "server/bucket_engines.h"
 #include "server/model_dims.h"
+#include "server/precision.h"
 #include "server/warmup_check.h"
 #include "server/warmup_samples.h"
 
@@ -62,7 +63,8 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
   // The level's pass list, not just its number: a registered test pass changes it.
   key.options = absl::StrCat("O", static_cast<int>(pipeline.level), ";passes=",
                              absl::StrJoin(PipelinePasses(pipeline.level), ","), ";disabled=",
-                             absl::StrJoin(pipeline.disabled, ","), ";warmup=", warmup,
+                             absl::StrJoin(pipeline.disabled, ","), ";precision=",
+                             PrecisionKey(config, pipeline), ";warmup=", warmup,
                              ";inputs=", InputDimsOf(config).ToString());
   key.device = DeviceFingerprint(config.device);
   key.batch = batch;
@@ -115,8 +117,8 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
                                              const std::vector<CheckCase>& cases,
                                              PipelineOptions& pipeline, CheckSummary& check,
                                              LoadTimes& times) {
-  const check::Tolerance tol{config.warmup.rtol, config.warmup.atol, {}};
   for (int attempt = 0;; ++attempt) {
+    const check::Tolerance tol = ToleranceOf(config, pipeline);
     BucketResult r;
     CompileOptions options;
     options.batch = batch;
@@ -144,7 +146,8 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
       const check::Tolerance case_tol = ToleranceFor(raw, c.want, tol);
       ASSIGN_OR_RETURN(d, CheckEngine(*r.engine, c.feed, c.want, case_tol, c.checked_block));
       if (c.nonfinite) check.nonfinite_checked = true;
-      if (!c.nonfinite) {
+      // A lowered engine's failing errors go to its fallback message, not to the summary.
+      if (!c.nonfinite && (d.ok || pipeline.precision == "float32")) {
         check.max_abs_err = std::max(check.max_abs_err, d.max_abs_err);
         check.max_rel_err = std::max(check.max_rel_err, d.max_rel_err);
       }
@@ -156,6 +159,12 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     }
     times.check_ms += MsSince(t0);
     if (!failed) return r;
+    if (pipeline.precision != "float32" && !failed->nonfinite) {
+      // The lowered products exceed the budget: no pass is at fault, the precision is.
+      FallBackToFloat32(batch, d, pipeline, check);
+      --attempt;
+      continue;
+    }
     t0 = Clock::now();
     const std::string where = absl::StrCat(
         "batch ", batch, failed->nonfinite ? ", non-finite inputs" : "", ": ", d.message);
@@ -240,7 +249,7 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
     std::shared_ptr<const EngineCacheEntry> e = prepared ? prepared->entry : cache.cache->Lookup(key);
     times.cache_ms += MsSince(t0);
     if (e) {
-      const check::Tolerance tol{config.warmup.rtol, config.warmup.atol, {}};
+      const check::Tolerance tol = ToleranceOf(config, pipeline);
       absl::StatusOr<BucketResult> r = absl::UnknownError("no feed");
       int64_t block = 0;
       if (!config.warmup.enabled) {
@@ -272,6 +281,8 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
     // The first case's outputs: what CachedFeedFor's feed gets from the reference.
     const ref::TensorMap want = cases.empty() ? ref::TensorMap{} : cases.front().want;
     std::optional<EngineCacheEntry> e = EntryFor(r, check, config, want);
+    // Under the key of what was built: a lowered compile that fell back is a float32 entry.
+    key = CacheKeyFor(cache, config, pipeline, batch);
     absl::Status s = e ? cache.cache->Store(key, std::move(*e)) : absl::OkStatus();
     if (!s.ok()) spdlog::warn("{}", std::string(s.message()));
   }
@@ -385,6 +396,11 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   pipeline.level = config.opt_level;
   pipeline.disabled = config.disabled_passes;
   for (const std::string& p : PassesOffOn(config.device)) pipeline.disabled.insert(p);
+  if (config.precision.mode == "auto") {
+    const std::string lower = LowerPrecisionOn(config.device);
+    if (!lower.empty()) pipeline.precision = lower;
+    if (lower.empty()) m.check.precision_message = "no lower precision on " + config.device + " here; float32";
+  }
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
   // weights per bucket before), and so their engines share one prepacked copy of it.
   m.fold_cache = fold_cache ? std::move(fold_cache) : std::make_shared<passes::FoldCache>();
@@ -435,6 +451,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     if (s.shape.empty()) s.shape = DeclaredShape(imported, s.name);  // rank known only there
     m.signature.outputs.push_back(std::move(s));
   }
+  m.check.precision = PrecisionOf(m.engines);
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
   if (m.signature.dynamic() && config.shape_classes == "auto") ProveClasses(model, config, m);
   return m;
@@ -450,6 +467,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
   c.max_batch_size = bucket;
   c.instances = 1;  // a shape's batcher runs one batch at a time
   c.shape_classes = "off";  // proven (or refused) once, by the model's own build
+  if (base.check.precision == "float32") c.precision.mode = "float32";  // the check's verdict
   if (!check) c.warmup.enabled = false;
   c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
   if (!base.engines.empty() && !base.engines.begin()->second.empty()) {

@@ -51,6 +51,10 @@ struct CheckSummary {
   bool nonfinite_checked = false;
   bool nonfinite_ok = true;
   std::string nonfinite_message;
+  // What the engines compute in ("float32", "bf16": the first bucket's engine, as built) and,
+  // when `precision: {mode: auto}` lowered it or tried to, what the check found.
+  std::string precision = "float32";
+  std::string precision_message;
 };
 
 // Where a load's time went (milliseconds, all buckets): GetModel and the log report it.

@@ -1,6 +1,7 @@
 #include "server/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include <yaml-cpp/yaml.h>
@@ -65,6 +66,26 @@ absl::Status ApplyWarmup(const YAML::Node& node, WarmupConfig& w) {
         RETURN_IF_ERROR(ReadRange(r.second, full + "." + r.first.as<std::string>(),
                                   range.first, range.second));
       }
+    } else {
+      return BadKey(full, "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyPrecision(const YAML::Node& node, PrecisionConfig& p) {
+  if (!node.IsMap()) return BadKey("precision", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    const std::string full = "precision." + key;
+    if (key == "mode") {
+      RETURN_IF_ERROR(Read(v, full, p.mode));
+      if (p.mode != "float32" && p.mode != "auto") return BadKey(full, "float32 or auto");
+    } else if (key == "max_abs_error" || key == "max_rel_error") {
+      double& out = key == "max_abs_error" ? p.max_abs_error : p.max_rel_error;
+      RETURN_IF_ERROR(Read(v, full, out));
+      if (!(out >= 0) || !std::isfinite(out)) return BadKey(full, "must be a finite number >= 0");
     } else {
       return BadKey(full, "unknown key");
     }
@@ -238,6 +259,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(ApplyPipelineKey(key, v, c));
     } else if (key == "warmup") {
       RETURN_IF_ERROR(ApplyWarmup(v, c.warmup));
+    } else if (key == "precision") {
+      RETURN_IF_ERROR(ApplyPrecision(v, c.precision));
     } else if (key == "input_shapes") {
       RETURN_IF_ERROR(ReadInputShapes(v, c));
     } else if (key == "dynamic_dims") {

@@ -32,6 +32,18 @@ struct WarmupConfig {
   std::string samples_dir, samples_key;
 };
 
+// The arithmetic precision the engines may use (`precision: {mode: auto, max_abs_error: ..,
+// max_rel_error: ..}`). float32 (the default) computes as the model says. auto lets the
+// compiler lower the weight products to bfloat16 where the device multiplies bf16 natively
+// (cpu: AVX512_BF16 or AMX); the warm-up check then compares with the float32 reference
+// within this budget (an element passes when |engine - reference| <= max_abs_error +
+// max_rel_error * |reference|, each output at its own scale as the check does), and a model
+// whose lowered engine exceeds it is served in float32, GetModel saying why.
+struct PrecisionConfig {
+  std::string mode = "float32";  // float32 | auto
+  double max_abs_error = 1e-2, max_rel_error = 1e-2;
+};
+
 struct ModelConfig {
   int64_t max_batch_size = 8;
   std::vector<int64_t> batch_buckets;  // ascending, last == max_batch_size after Finalize
@@ -48,6 +60,7 @@ struct ModelConfig {
   OptLevel opt_level = OptLevel::kO2;
   std::set<std::string> disabled_passes;
   WarmupConfig warmup;
+  PrecisionConfig precision;
   // Sizes for symbolic input dims other than the batch (a sequence length): input name ->
   // its whole shape, -1 keeping a dim as the model declares it. A size given for a named dim
   // applies to every input carrying that name (compiler/shape/bind_dims.h).

@@ -167,6 +167,12 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
       std::chrono::duration<double, std::milli>(build_start - import_start).count();
   spdlog::info("model {} version {}: built {} bucket(s): {}", mv.name(), mv.version(),
                built->buckets.size(), built->times.ToString());
+  if (built->check.precision != "float32" || !built->check.precision_message.empty()) {
+    spdlog::info("model {} version {}: precision {} (check max_abs_err {:.3g}, max_rel_err {:.3g}){}{}",
+                 mv.name(), mv.version(), built->check.precision, built->check.max_abs_err,
+                 built->check.max_rel_err, built->check.precision_message.empty() ? "" : ": ",
+                 built->check.precision_message);
+  }
   const bool dynamic = built->signature.dynamic();
   if (!built->padding_refused.empty()) {
     spdlog::info("model {} version {}: one engine set per exact shape, not shape classes: {}",

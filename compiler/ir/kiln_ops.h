@@ -11,6 +11,10 @@
 // `epilogue_alpha` and `epilogue_beta` (one per step). A step is an activation (below) or
 // "Add", which adds the next residual input R (numpy broadcasting).
 //
+// `kiln_precision` (string, on MatMul, Gemm and FusedMatMul; written by assign_precision):
+// "bf16" lets a backend multiply the operands rounded to bfloat16, accumulating in float32.
+// The reference computes in float32 whatever it says; the warm-up check bounds the difference.
+//
 // FusedElementwise(I...) = a straight-line program of ai.onnx element-wise operators:
 //   `ops` (strings): the operator of each instruction;
 //   `arity` (ints): operand count of each instruction;
@@ -31,6 +35,7 @@ namespace kiln::kiln_ops {
 inline constexpr char kFusedConv[] = "FusedConv";
 inline constexpr char kFusedMatMul[] = "FusedMatMul";
 inline constexpr char kFusedElementwise[] = "FusedElementwise";
+inline constexpr char kPrecisionAttr[] = "kiln_precision";
 
 struct EpilogueStep {
   std::string op;  // Relu LeakyRelu Clip Sigmoid HardSigmoid HardSwish Tanh Gelu GeluTanh SiLU Add

@@ -84,6 +84,7 @@ struct BuildContext {
   // Ops whose oneDNN primitive is a reference implementation (correct, very slow): reported
   // in EngineInfo like fallback ops. "Type (impl)" per op.
   std::vector<std::string> slow_ops;
+  int bf16_ops = 0;  // products built with bfloat16 operands
 
   int SlotOf(const Value* v) const;
   // Records a slow implementation for the node being built (see slow_ops).

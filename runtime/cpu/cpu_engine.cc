@@ -273,6 +273,7 @@ absl::Status CpuEngine::BuildKernels() {
   info_.total_ops = static_cast<int>(nodes.size());
   info_.fallback_op_types.assign(fallback_types.begin(), fallback_types.end());
   info_.slow_ops = ctx_.slow_ops;
+  info_.bf16_ops = ctx_.bf16_ops;
   info_.isa = std::string(IsaName(ActiveIsa())) + " (oneDNN " + CpuIsa().onednn + ")";
   return absl::OkStatus();
 }

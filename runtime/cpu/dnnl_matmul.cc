@@ -25,6 +25,9 @@ class MatMulKernel : public CpuKernel {
 
 struct MatMulSpec {
   bool trans_a = false, trans_b = false;
+  // kiln_precision "bf16" on a product with constant weights: A is converted to bf16 each
+  // run (a reorder before the product) and B once, at build; the result stays float32.
+  bool bf16 = false;
   float alpha = 1.f, beta = 1.f;
   std::vector<kiln_ops::EpilogueStep> steps;
 };
@@ -38,8 +41,9 @@ memory::dims PadTo(const std::vector<int64_t>& dims, size_t rank) {
 
 // A row-major desc of logical dims, or, when `trans`, of logical dims whose storage is
 // row-major with the last two swapped: each matrix's logical (i, j) is at j * rows + i.
-memory::desc OperandMd(const memory::dims& d, bool trans) {
-  if (!trans) return memory::desc(d, memory::data_type::f32, PlainTag(d.size()));
+memory::desc OperandMd(const memory::dims& d, bool trans,
+                       memory::data_type type = memory::data_type::f32) {
+  if (!trans) return memory::desc(d, type, PlainTag(d.size()));
   const size_t n = d.size();
   memory::dims strides(n);
   strides[n - 2] = 1;
@@ -49,7 +53,7 @@ memory::desc OperandMd(const memory::dims& d, bool trans) {
     strides[i] = next;
     next *= d[i];
   }
-  return memory::desc(d, memory::data_type::f32, strides);
+  return memory::desc(d, type, strides);
 }
 
 void SwapLastTwo(memory::dims& d) { std::swap(d[d.size() - 1], d[d.size() - 2]); }
@@ -137,6 +141,8 @@ std::optional<MatMulSpec> ReadSpec(const Node& node) {
     s.beta = node.GetFloat("beta", 1.f);
   }
   if (fused) s.steps = kiln_ops::ReadEpilogue(node);
+  s.bf16 = node.GetString(kiln_ops::kPrecisionAttr, "") == "bf16" && node.input(1) &&
+           node.input(1)->is_constant();
   return s;
 }
 
@@ -197,7 +203,13 @@ std::optional<Epilogue> ReadEpilogue(BuildContext& ctx, const Node& node, const 
 void BindSlots(BuildContext& ctx, const Operands& op, const dnnl::matmul::primitive_desc& pd,
                const memory::desc& a_md, const memory::desc& y_md, const Epilogue& e,
                bool flat, DnnlCall& call) {
-  call.Arg(DNNL_ARG_SRC, a_md, ctx.ReadAs(op.a, ctx.PlainMd(op.a)), ctx.engine);
+  // A's plain storage in A's type: float32 as stored, or a bf16 copy made before the product.
+  const memory::desc a_plain = ctx.PlainMd(op.a);
+  const memory::desc a_read =
+      a_md.data_type() == a_plain.data_type()
+          ? a_plain
+          : memory::desc(a_plain.dims(), a_md.data_type(), PlainTag(a_plain.dims().size()));
+  call.Arg(DNNL_ARG_SRC, a_md, ctx.ReadAs(op.a, a_read), ctx.engine);
   // A flattened output is the plain output seen as 2-D: written in place.
   const int dst = ctx.WriteAs(op.y, flat ? ctx.PlainMd(op.y) : y_md);
   call.Arg(DNNL_ARG_DST, y_md, dst, ctx.engine);
@@ -259,11 +271,12 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
   memory::dims bd = PadTo(bs, ys.size());
   if (spec->trans_a) SwapLastTwo(ad);
   if (spec->trans_b) SwapLastTwo(bd);
-  const memory::desc a_md = OperandMd(ad, spec->trans_a), b_store = OperandMd(bd, spec->trans_b);
-  // A constant B lets the primitive pick its packed layout; it is reordered once, here.
+  const memory::data_type operand_type = spec->bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::desc a_md = OperandMd(ad, spec->trans_a, operand_type);
+  const memory::desc b_store = OperandMd(bd, spec->trans_b);
+  // A constant B lets the primitive pick its packed layout (and type); it is reordered once, here.
   const memory::desc b_md =
-      bv->is_constant() ? memory::desc(bd, memory::data_type::f32, memory::format_tag::any)
-                        : b_store;
+      bv->is_constant() ? memory::desc(bd, operand_type, memory::format_tag::any) : b_store;
   const memory::desc y_md(ToDims(ys), memory::data_type::f32, PlainTag(ys.size()));
   std::optional<Epilogue> e = ReadEpilogue(ctx, node, *spec, views);
   if (!e) return nullptr;
@@ -294,6 +307,7 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
     k->call_.Owned(DNNL_ARG_BIAS, *bm);
   }
   BindSlots(ctx, op, pd, a_md, y_md, *e, views.flat, k->call_);
+  ctx.bf16_ops += spec->bf16;
   return k;
 }
 

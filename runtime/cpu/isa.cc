@@ -156,4 +156,12 @@ bool HasInt8DotProduct() {
          (isa.rfind("avx512_core_", 0) == 0 && isa != "avx512_core");
 }
 
+bool HasBf16DotProduct() {
+  const std::string& isa = CpuIsa().onednn;
+  for (const char* level : {"bf16", "amx", "fp16"}) {  // avx512_core_fp16 includes AVX512_BF16
+    if (isa.find(level) != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace kiln::cpu

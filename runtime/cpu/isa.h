@@ -37,6 +37,9 @@ const IsaReport& CpuIsa();
 // avx512_core_* level above plain avx512_core, avx2_vnni); without it they pair products in
 // saturating 16-bit sums (runtime/cpu/qlinear.h).
 bool HasInt8DotProduct();
+// Whether oneDNN's kernels at that level multiply bf16 operands natively (AVX512_BF16 or AMX):
+// where a product computed in bf16 is faster than in float32, not emulated.
+bool HasBf16DotProduct();
 // The level the own kernels dispatch to: CpuIsa().active unless a test lowered it.
 Isa ActiveIsa();
 

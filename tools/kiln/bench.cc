@@ -35,6 +35,7 @@ struct BenchArgs {
   std::string json_path;
   shape::InputDims dims;
   bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
+  std::string precision = "float32";  // --precision bf16: the weight products in bfloat16
 };
 
 absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& v) {
@@ -54,7 +55,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
         a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" &&
-        a != "--opt" && a != "--dim" && a != "--gap-ms") {
+        a != "--opt" && a != "--dim" && a != "--gap-ms" && a != "--precision") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -65,6 +66,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     if (i + 1 >= args.size()) return absl::InvalidArgumentError(a + " needs a value");
     const std::string& v = args[++i];
     if (a == "--backend") b.backend = v;
+    if (a == "--precision") b.precision = v;
     if (a == "--json") b.json_path = v;
     if (a == "--batch") {
       ASSIGN_OR_RETURN(b.batch, ParsePositive(a, v));
@@ -92,6 +94,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
   }
   if (b.model.empty()) return absl::InvalidArgumentError("no MODEL given");
+  if (b.precision != "float32" && b.precision != "bf16") {
+    return absl::InvalidArgumentError("--precision: float32 or bf16 (got " + b.precision + ")");
+  }
   if (b.backend != "cpu" && b.backend != "cuda") {
     return absl::InvalidArgumentError("unknown backend " + b.backend + " (have: cpu, cuda)");
   }
@@ -125,6 +130,7 @@ absl::Status Bench(const BenchArgs& b) {
   co.dims = b.dims;
   co.pipeline.level = b.opt;
   co.pipeline.disabled = PassesOffHere(b.backend);
+  co.pipeline.precision = b.precision;
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, BuildBenchEngine(b, compiled));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));
@@ -171,6 +177,8 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("omp_wait_policy", policy ? policy : "default");
   w.Field("gomp_spincount", spin ? spin : "default");
   w.Field("weight_bytes", info.weight_bytes);
+  w.Field("precision", b.precision);
+  w.Field("bf16_ops", static_cast<int64_t>(info.bf16_ops));
   std::printf("%s}\n", w.str().c_str());
   if (!b.json_path.empty()) {
     // The file also carries every timed run, for scripts that pool runs across processes.

@@ -1,0 +1,30 @@
+// assign_precision: marks the matrix products a backend may compute in bfloat16 (attribute
+// kiln_precision = "bf16", compiler/ir/kiln_ops.h). Runs only when the compile asks for a
+// lower precision (PipelineOptions::precision, set by kilnd's `precision: {mode: auto}` on a
+// CPU with native bf16 products); the warm-up check then bounds the error against the float32
+// reference and the server falls back to float32 when it exceeds the model's budget.
+// Marks: MatMul, Gemm and FusedMatMul whose B is a constant float32 matrix (the weights: the
+// products whose cost is the model's cost, and whose bf16 copy is packed once at build).
+// Leaves alone: products of two activations (attention's scores and mixing: two per-run
+// conversions would cost what bf16 saves there), non-float32 products, and everything else.
+#pragma once
+
+#include "compiler/passes/pass.h"
+
+namespace kiln::passes {
+
+absl::StatusOr<bool> AssignPrecision(Graph& graph, const std::string& precision);
+
+class AssignPrecisionPass : public Pass {
+ public:
+  explicit AssignPrecisionPass(std::string precision = "bf16") : precision_(std::move(precision)) {}
+  std::string name() const override { return "assign_precision"; }
+
+ protected:
+  absl::StatusOr<bool> RunImpl(Graph& graph) override { return AssignPrecision(graph, precision_); }
+
+ private:
+  std::string precision_;
+};
+
+}  // namespace kiln::passes

@@ -1,0 +1,86 @@
+// `precision: {mode: auto}`: the config keys and their errors, and the build's decision: a
+// budget the bf16 engine meets serves bf16 (where the CPU multiplies bf16 natively), one it
+// exceeds falls back to float32 with the measured errors said, and a CPU without native bf16
+// says so and serves float32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compiler/ir/builder.h"
+#include "runtime/cpu/isa.h"
+#include "server/model_builder.h"
+#include "server/model_config.h"
+
+namespace kiln::server {
+namespace {
+
+TEST(PrecisionConfig, ParsesModeAndBudgetAndRefusesTheRest) {
+  absl::StatusOr<ModelConfig> c =
+      ParseModelConfig("precision: {mode: auto, max_abs_error: 0.02, max_rel_error: 0.03}\n", {}, "t");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->precision.mode, "auto");
+  EXPECT_EQ(c->precision.max_abs_error, 0.02);
+  EXPECT_EQ(c->precision.max_rel_error, 0.03);
+  EXPECT_EQ(ModelConfig().precision.mode, "float32");  // exact by default
+  for (const char* bad : {"precision: {mode: fast}\n", "precision: {max_abs_error: -1}\n",
+                          "precision: {max_rel_error: .nan}\n", "precision: {budget: 1}\n",
+                          "precision: auto\n"}) {
+    absl::StatusOr<ModelConfig> r = ParseModelConfig(bad, {}, "t");
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("precision"), std::string::npos) << r.status();
+    }
+  }
+}
+
+// Uniform in [-1, 1] from a seeded LCG: no structure for the products' sums to cancel on
+// (a cancelling sum makes any rounding large against the output's scale).
+Tensor Wave(std::vector<int64_t> shape, double seed) {
+  Tensor t(DType::kFloat32, std::move(shape));
+  uint64_t s = static_cast<uint64_t>(seed * 1e6) * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    t.SetDouble(i, static_cast<double>((s >> 33) % 20001) / 10000.0 - 1.0);
+  }
+  return t;
+}
+
+std::unique_ptr<Graph> TwoLayers() {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {Dim::Symbol("batch"), Dim(64)});
+  Value* h = b.Op("Relu", {b.Op("MatMul", {x, b.Constant("w1", Wave({64, 128}, 0.37))})});
+  b.Output(b.Op("MatMul", {h, b.Constant("w2", Wave({128, 32}, 0.23))}));
+  return b.Build();
+}
+
+BuiltModel Build(double budget) {
+  ModelConfig config;
+  config.max_batch_size = 2;
+  config.precision.mode = "auto";
+  config.precision.max_abs_error = config.precision.max_rel_error = budget;
+  EXPECT_TRUE(FinalizeModelConfig(config).ok());
+  absl::StatusOr<BuiltModel> built = BuildModel(*TwoLayers(), config, nullptr);
+  EXPECT_TRUE(built.ok()) << built.status();
+  return built.ok() ? std::move(*built) : BuiltModel{};
+}
+
+TEST(PrecisionAuto, ServesBf16WithinTheBudgetAndFloat32Beyond) {
+  BuiltModel loose = Build(0.05);
+  BuiltModel tight = Build(1e-7);
+  EXPECT_TRUE(loose.check.ok && tight.check.ok);
+  if (!cpu::HasBf16DotProduct()) {
+    EXPECT_EQ(loose.check.precision, "float32");
+    EXPECT_NE(loose.check.precision_message.find("no lower precision"), std::string::npos)
+        << loose.check.precision_message;
+    GTEST_SKIP() << "this CPU (at the ISA level in force) has no native bf16 products";
+  }
+  EXPECT_EQ(loose.check.precision, "bf16") << loose.check.precision_message;
+  EXPECT_GT(loose.check.max_abs_err, 0.0);  // the lowered engines' measured error
+  EXPECT_EQ(tight.check.precision, "float32");
+  EXPECT_NE(tight.check.precision_message.find("exceeded the budget"), std::string::npos)
+      << tight.check.precision_message;
+  for (const auto& [batch, list] : tight.engines) EXPECT_EQ(list[0]->info().bf16_ops, 0) << batch;
+}
+
+}  // namespace
+}  // namespace kiln::server
