@@ -11,7 +11,8 @@
 // `epilogue_alpha` and `epilogue_beta` (one per step). A step is an activation (below) or
 // "Add", which adds the next residual input R (numpy broadcasting).
 //
-// `kiln_precision` (string, on MatMul, Gemm and FusedMatMul; written by assign_precision):
+// `kiln_precision` (string, on MatMul, Gemm, FusedMatMul, Conv and FusedConv; written by
+// assign_precision):
 // "bf16" lets a backend multiply the operands rounded to bfloat16, accumulating in float32.
 // The reference computes in float32 whatever it says; the warm-up check bounds the difference.
 //

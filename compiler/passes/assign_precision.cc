@@ -6,8 +6,9 @@ namespace kiln::passes {
 namespace {
 
 bool IsProduct(const Node& n) {
-  if (n.domain.empty()) return n.op_type == "MatMul" || n.op_type == "Gemm";
-  return n.domain == kKilnDomain && n.op_type == kiln_ops::kFusedMatMul;
+  if (n.domain.empty()) return n.op_type == "MatMul" || n.op_type == "Gemm" || n.op_type == "Conv";
+  return n.domain == kKilnDomain &&
+         (n.op_type == kiln_ops::kFusedMatMul || n.op_type == kiln_ops::kFusedConv);
 }
 
 bool Float32(const Value* v) { return v && v->dtype == DType::kFloat32; }

@@ -3,8 +3,9 @@
 // lower precision (PipelineOptions::precision, set by kilnd's `precision: {mode: auto}` on a
 // CPU with native bf16 products); the warm-up check then bounds the error against the float32
 // reference and the server falls back to float32 when it exceeds the model's budget.
-// Marks: MatMul, Gemm and FusedMatMul whose B is a constant float32 matrix (the weights: the
-// products whose cost is the model's cost, and whose bf16 copy is packed once at build).
+// Marks: MatMul, Gemm, FusedMatMul, Conv and FusedConv whose weights (input 1) are a constant
+// float32 tensor of rank >= 2 (the products whose cost is the model's cost, and whose bf16
+// copy is packed once at build).
 // Leaves alone: products of two activations (attention's scores and mixing: two per-run
 // conversions would cost what bf16 saves there), non-float32 products, and everything else.
 #pragma once

@@ -51,6 +51,11 @@ class ConvKernel : public CpuKernel {
   bool epilogue_apart = false;
   int x_slot = -1, src_slot = -1, res_slot = -1, dst_slot = -1, y_slot = -1;
   int64_t src_floats = 0, res_floats = 0, dst_floats = 0;
+  // Where the input bound is scanned: src, or x itself when src is its bf16 copy; and the
+  // bound's slack for rounding (bf16 operands round by up to 2^-8 each).
+  int scan_slot = -1;
+  int64_t scan_floats = 0;
+  float slack = 1.001f;
   float w_l1 = 0.f, b_max = 0.f;  // max over output channels of sum |w|; max |bias|
   std::vector<kiln_ops::EpilogueStep> steps;
   // For the exact path.
@@ -76,8 +81,8 @@ float ConvKernel::OutputBound(const ExecContext& ctx, bool scan) const {
     return known < kInf || !scan ? known : ctx.bounds->Of(slot, ctx.ptrs[slot], n);
   };
   float xb = ctx.bounds->Known(x_slot);
-  if (!(xb < kInf)) xb = bound(src_slot, src_floats);
-  float b = (w_l1 * xb + b_max) * 1.001f;
+  if (!(xb < kInf)) xb = bound(scan_slot, scan_floats);
+  float b = (w_l1 * xb + b_max) * slack;
   for (const kiln_ops::EpilogueStep& s : steps) {
     if (!(b <= kSafeBound)) return kInf;
     b = s.op == "Add" ? b + bound(res_slot, res_floats) : ActivationBound(s, b);
@@ -105,7 +110,8 @@ absl::Status ConvKernel::MakeExact() {
   const ConvGeometry& g = geometry;
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
                                     dnnl::algorithm::convolution_direct, pd.src_desc(),
-                                    memory::desc(pd.weights_desc().dims(), memory::data_type::f32,
+                                    memory::desc(pd.weights_desc().dims(),
+                                                 pd.weights_desc().data_type(),
                                                  memory::format_tag::any),
                                     g.bias_md, pd.dst_desc(), g.strides, g.dilations, g.pad_begin,
                                     g.pad_end);
@@ -221,7 +227,7 @@ struct ConvPrimitive {
 // attributes are outside what oneDNN takes or oneDNN has no implementation.
 std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node,
                                              const ConvShapes& sh, const dnnl::post_ops& po,
-                                             bool block) {
+                                             bool block, bool bf16 = false) {
   std::vector<int64_t> in(sh.x->shape.begin() + 2, sh.x->shape.end());
   std::vector<int64_t> out(sh.y->shape.begin() + 2, sh.y->shape.end());
   std::vector<int64_t> ker(sh.w->shape.begin() + 2, sh.w->shape.end());
@@ -231,6 +237,8 @@ std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node
   memory::dims dil;
   for (int64_t d : g->dilations) dil.push_back(d - 1);  // oneDNN counts the gaps
   const auto f32 = memory::data_type::f32;
+  // kiln_precision "bf16": src (converted each run) and weights (once) in bf16, dst float32.
+  const auto operand = bf16 ? memory::data_type::bf16 : f32;
   const auto any = memory::format_tag::any;
   // Blocked: 16-channel blocks for the activations. The source of a layer with under 8
   // channels (an image's RGB) stays the primitive's choice: blocking 3 channels to 16 would
@@ -249,7 +257,7 @@ std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node
   try {
     dnnl::convolution_forward::desc d(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        memory::desc(ToDims(sh.x->shape), f32, src_tag), memory::desc(wdims, f32, any), c.b_md,
+        memory::desc(ToDims(sh.x->shape), operand, src_tag), memory::desc(wdims, operand, any), c.b_md,
         memory::desc(ToDims(sh.y->shape), f32, dst_tag), ToDims(g->strides), dil,
         ToDims(g->pad_begin), ToDims(g->pad_end));
     c.pd = dnnl::convolution_forward::primitive_desc(d, attr, ctx.engine);
@@ -337,8 +345,16 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   // Never a reference implementation where a JIT one exists: a blocked layout oneDNN has
   // no kernel for on this CPU falls back to the primitive's own choice of layout.
   const bool blocked = ctx.layout == ActivationLayout::kBlocked;
-  std::optional<ConvPrimitive> c = CreatePrimitive(ctx, node, sh, po, blocked);
-  if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
+  // bf16 only where oneDNN has a JIT kernel for it (else this convolution stays float32).
+  bool bf16 = node.GetString(kiln_ops::kPrecisionAttr, "") == "bf16";
+  std::optional<ConvPrimitive> c;
+  if (bf16) {
+    c = CreatePrimitive(ctx, node, sh, po, blocked, true);
+    if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) c = CreatePrimitive(ctx, node, sh, po, false, true);
+    bf16 = c && !IsReferenceImpl(c->pd.impl_info_str());
+  }
+  if (!bf16) c = CreatePrimitive(ctx, node, sh, po, blocked);
+  if (!bf16 && blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
     c = CreatePrimitive(ctx, node, sh, po, false);
   }
   const bool apart = c && IsReferenceImpl(c->pd.impl_info_str()) && EpilogueRunsApart(node, po);
@@ -386,6 +402,10 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->dst_slot = dst;
   k->y_slot = ys;
   k->src_floats = static_cast<int64_t>(pd.src_desc().get_size() / sizeof(float));
+  k->scan_slot = bf16 ? xs : src;
+  k->scan_floats = bf16 ? static_cast<int64_t>(ctx.StoredMd(xs).get_size() / sizeof(float)) : k->src_floats;
+  k->slack = bf16 ? 1.01f : 1.001f;
+  ctx.bf16_ops += bf16;
   k->res_floats = residual ? static_cast<int64_t>(ctx.StoredMd(rs).get_size() / sizeof(float)) : 0;
   k->dst_floats = static_cast<int64_t>(pd.dst_desc().get_size() / sizeof(float));
   WeightGains(node, &k->w_l1, &k->b_max);

@@ -30,14 +30,20 @@ TEST(AssignPrecision, MarksWeightProductsOnly) {
   Value* s = b.Op("MatMul", {h, k});                                        // two activations
   Value* g = b.Op("Gemm", {b.Input("a", DType::kFloat32, {3, 8}), b.Constant("wg", Wave({8, 2}))});
   Value* v = b.Op("MatMul", {x, b.Constant("vec", Wave({8}))});             // a vector B
-  for (Value* o : {s, g, v}) b.Output(o);
+  Value* img = b.Input("img", DType::kFloat32, {1, 2, 5, 5});
+  Value* conv = b.Op("Conv", {img, b.Constant("wc", Wave({3, 2, 3, 3}))});   // weights: marked
+  Value* dyn = b.Op("Conv", {img, b.Input("wd", DType::kFloat32, {3, 2, 1, 1})});  // runtime W
+  for (Value* o : {s, g, v, conv, dyn}) b.Output(o);
   std::unique_ptr<Graph> graph = b.Build();
-  const ref::TensorMap feeds = {{"x", Wave({2, 4, 8})}, {"k", Wave({2, 8, 4})}, {"a", Wave({3, 8})}};
+  const ref::TensorMap feeds = {{"x", Wave({2, 4, 8})}, {"k", Wave({2, 8, 4})}, {"a", Wave({3, 8})},
+                                {"img", Wave({1, 2, 5, 5})}, {"wd", Wave({3, 2, 1, 1})}};
   EXPECT_TRUE(testing::RunPassAndCompare(*graph, [](Graph& gr) { return AssignPrecision(gr, "bf16"); }, feeds));
   EXPECT_EQ(Mark(*h->producer), "bf16");
   EXPECT_EQ(Mark(*g->producer), "bf16");
   EXPECT_EQ(Mark(*s->producer), "");
   EXPECT_EQ(Mark(*v->producer), "");
+  EXPECT_EQ(Mark(*conv->producer), "bf16");
+  EXPECT_EQ(Mark(*dyn->producer), "");
   // Idempotent: a second run changes nothing.
   absl::StatusOr<bool> again = AssignPrecision(*graph, "bf16");
   ASSERT_TRUE(again.ok());
