@@ -30,8 +30,9 @@ struct PipelineOptions {
   // large constant once and fold_batchnorm rescales each weight once
   // (compiler/passes/fold_cache.h). Null: no sharing.
   std::shared_ptr<passes::FoldCache> fold_cache;
-  // "float32" (exact: the default) or "bf16": assign_precision then runs after the level's
-  // passes and marks the weight products a backend may compute in bfloat16.
+  // "float32" (exact: the default), "bf16" or "bf16-mixed": assign_precision then runs after
+  // the level's passes and marks the weight products a backend may compute in bfloat16
+  // (bf16-mixed keeps attention's score projections in float32: assign_precision.h).
   std::string precision = "float32";
 };
 

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'C', '\0', '\1'};
 // 2: the engine's layout. 3: constants of kBlobMinBytes or more in shared blob files.
-constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kFormatVersion = 4;  // 4: norm_rel_err
 constexpr size_t kChecksumBytes = 32;  // the hex ContentHash of everything before it
 constexpr char kBlobMagic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'B', '\1'};
 constexpr uint32_t kBlobVersion = 1;
@@ -291,6 +291,7 @@ std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& e) {
   w.Str(e.check_message);
   w.F64(e.max_abs_err);
   w.F64(e.max_rel_err);
+  w.F64(e.norm_rel_err);
   w.U32(e.checked ? 1 : 0);
   w.U32(static_cast<uint32_t>(e.outputs.size()));
   for (const auto& [name, t] : e.outputs) WriteTensor(w, name, t);
@@ -332,7 +333,7 @@ absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
     e.disabled_passes.insert(std::move(p));
   }
   if (!r.Str(e.check_message) || !r.F64(e.max_abs_err) || !r.F64(e.max_rel_err) ||
-      !r.U32(checked) || !r.U32(n)) {
+      !r.F64(e.norm_rel_err) || !r.U32(checked) || !r.U32(n)) {
     return Corrupt("truncated check result");
   }
   e.checked = checked != 0;

@@ -83,6 +83,7 @@ struct EngineCacheEntry {
   std::set<std::string> disabled_passes;  // by the warm-up bisection, so far for this model
   std::string check_message;
   double max_abs_err = 0.0, max_rel_err = 0.0;
+  double norm_rel_err = 0.0;  // the check's relative error (CheckSummary::norm_rel_err)
   bool checked = false;  // the warm-up check ran; `outputs` hold the reference's answers
   std::vector<std::pair<std::string, Tensor>> outputs;
   // The engine's layout choice ("blocked", "primitive"; empty: none), so a warm start builds

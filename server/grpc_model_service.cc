@@ -159,6 +159,7 @@ void FillModelInfo(const ModelVersion& mv, bool full, v1::ModelInfo* out) {
   c->set_nonfinite_message(b.check.nonfinite_message);
   c->set_precision(b.check.precision);
   c->set_precision_message(b.check.precision_message);
+  c->set_norm_rel_err(b.check.norm_rel_err);
   v1::LoadTimes* t = out->mutable_load_times();
   t->set_reference_ms(b.times.reference_ms);
   t->set_compile_ms(b.times.compile_ms);

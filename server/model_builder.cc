@@ -80,6 +80,7 @@ using Threads = EngineCacheEntry::Threads;
 // reference outputs stored with it (the reference run is what a hit saves). Any failure
 // means the entry is not used.
 absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
+                                       const PipelineOptions& pipeline,
                                        const Graph& raw, int64_t checked_block,
                                        const ref::TensorMap& feed, const check::Tolerance& tol,
                                        LoadTimes& times, std::optional<PreparedBucket>& prepared) {
@@ -104,6 +105,7 @@ absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelCon
         CheckEngine(*r.engine, feed, want, ToleranceFor(raw, want, tol), checked_block);
     times.check_ms += MsSince(t0);
     if (!d.ok()) return d.status();
+    WithinBudget(config, pipeline, *d);
     if (!d->ok) return absl::DataLossError("re-verification failed: " + d->message);
   }
   if (ahead) ++times.built_ahead;
@@ -145,11 +147,13 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
       // within its own scale (differential.h).
       const check::Tolerance case_tol = ToleranceFor(raw, c.want, tol);
       ASSIGN_OR_RETURN(d, CheckEngine(*r.engine, c.feed, c.want, case_tol, c.checked_block));
+      if (!c.nonfinite) WithinBudget(config, pipeline, d);
       if (c.nonfinite) check.nonfinite_checked = true;
       // A lowered engine's failing errors go to its fallback message, not to the summary.
       if (!c.nonfinite && (d.ok || pipeline.precision == "float32")) {
         check.max_abs_err = std::max(check.max_abs_err, d.max_abs_err);
         check.max_rel_err = std::max(check.max_rel_err, d.max_rel_err);
+        check.norm_rel_err = std::max(check.norm_rel_err, d.norm_rel_err);
       }
       if (!d.ok) {
         failed = &c;
@@ -161,7 +165,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     if (!failed) return r;
     if (pipeline.precision != "float32" && !failed->nonfinite) {
       // The lowered products exceed the budget: no pass is at fault, the precision is.
-      FallBackToFloat32(batch, d, pipeline, check);
+      FallBack(batch, d, pipeline, check);
       --attempt;
       continue;
     }
@@ -207,6 +211,7 @@ std::optional<EngineCacheEntry> EntryFor(const BucketResult& r, const CheckSumma
   e.check_message = check.message;
   e.max_abs_err = check.max_abs_err;
   e.max_rel_err = check.max_rel_err;
+  e.norm_rel_err = check.norm_rel_err;
   e.checked = config.warmup.enabled;
   e.engine_layout = r.engine->info().layout;
   if (config.cpu_threads == 0) {  // FirstEngine measured one thread against the team
@@ -224,6 +229,7 @@ void MergeCachedCheck(const EngineCacheEntry& e, PipelineOptions& pipeline, Chec
   check.ran |= e.checked;
   check.max_abs_err = std::max(check.max_abs_err, e.max_abs_err);
   check.max_rel_err = std::max(check.max_rel_err, e.max_rel_err);
+  check.norm_rel_err = std::max(check.norm_rel_err, e.norm_rel_err);
   for (const std::string& p : e.disabled_passes) {
     pipeline.disabled.insert(p);
     check.disabled_passes.insert(p);
@@ -253,9 +259,9 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
       absl::StatusOr<BucketResult> r = absl::UnknownError("no feed");
       int64_t block = 0;
       if (!config.warmup.enabled) {
-        r = FromCache(*e, config, *raw, 0, {}, tol, times, prepared);
+        r = FromCache(*e, config, pipeline, *raw, 0, {}, tol, times, prepared);
       } else if (auto feed = CachedFeedFor(*rows, *raw, batch, config, &block); feed.ok()) {
-        r = FromCache(*e, config, *raw, block, *feed, tol, times, prepared);
+        r = FromCache(*e, config, pipeline, *raw, block, *feed, tol, times, prepared);
       }
       if (r.ok()) {
         MergeCachedCheck(*e, pipeline, check);
@@ -398,7 +404,10 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   for (const std::string& p : PassesOffOn(config.device)) pipeline.disabled.insert(p);
   if (config.precision.mode == "auto") {
     const std::string lower = LowerPrecisionOn(config.device);
-    if (!lower.empty()) pipeline.precision = lower;
+    const std::string& start = config.precision.start;
+    if (!lower.empty()) {
+      pipeline.precision = start.empty() ? lower : (start == "bf16" || start == "bf16-mixed" ? start : "float32");
+    }
     if (lower.empty()) m.check.precision_message = "no lower precision on " + config.device + " here; float32";
   }
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
@@ -451,7 +460,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     if (s.shape.empty()) s.shape = DeclaredShape(imported, s.name);  // rank known only there
     m.signature.outputs.push_back(std::move(s));
   }
-  m.check.precision = PrecisionOf(m.engines);
+  m.check.precision = PrecisionOf(m.engines, pipeline);
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
   if (m.signature.dynamic() && config.shape_classes == "auto") ProveClasses(model, config, m);
   return m;
@@ -467,7 +476,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
   c.max_batch_size = bucket;
   c.instances = 1;  // a shape's batcher runs one batch at a time
   c.shape_classes = "off";  // proven (or refused) once, by the model's own build
-  if (base.check.precision == "float32") c.precision.mode = "float32";  // the check's verdict
+  c.precision.start = base.check.precision;  // the model's check's verdict
   if (!check) c.warmup.enabled = false;
   c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
   if (!base.engines.empty() && !base.engines.begin()->second.empty()) {

@@ -43,6 +43,7 @@ struct CheckSummary {
   bool ran = false;
   bool ok = true;
   double max_abs_err = 0.0, max_rel_err = 0.0;
+  double norm_rel_err = 0.0;  // the largest output's ||engine - reference|| / ||reference||
   std::string message;
   std::set<std::string> disabled_passes;  // switched off by the bisection
   // The second feed, with NaN, infinities, -0 and denormals in the float inputs: an engine

@@ -168,9 +168,9 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
   spdlog::info("model {} version {}: built {} bucket(s): {}", mv.name(), mv.version(),
                built->buckets.size(), built->times.ToString());
   if (built->check.precision != "float32" || !built->check.precision_message.empty()) {
-    spdlog::info("model {} version {}: precision {} (check max_abs_err {:.3g}, max_rel_err {:.3g}){}{}",
-                 mv.name(), mv.version(), built->check.precision, built->check.max_abs_err,
-                 built->check.max_rel_err, built->check.precision_message.empty() ? "" : ": ",
+    spdlog::info("model {} version {}: precision {} (check: relative error {:.3g}, max_abs_err {:.3g}){}{}",
+                 mv.name(), mv.version(), built->check.precision, built->check.norm_rel_err,
+                 built->check.max_abs_err, built->check.precision_message.empty() ? "" : ": ",
                  built->check.precision_message);
   }
   const bool dynamic = built->signature.dynamic();

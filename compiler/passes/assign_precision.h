@@ -6,7 +6,10 @@
 // Marks: MatMul, Gemm, FusedMatMul, Conv and FusedConv whose weights (input 1) are a constant
 // float32 tensor of rank >= 2 (the products whose cost is the model's cost, and whose bf16
 // copy is packed once at build).
-// Leaves alone: products of two activations (attention's scores and mixing: two per-run
+// "bf16-mixed" (the server's second try when "bf16" exceeds the budget) also leaves in float32
+// the weight products upstream of a Softmax along its score path (through layout, scaling,
+// masking ops and the q @ k^T product): attention's query and key projections, whose rounding
+// exp() amplifies. Leaves alone: products of two activations (attention's scores and mixing: two per-run
 // conversions would cost what bf16 saves there), non-float32 products, and everything else.
 #pragma once
 
@@ -18,6 +21,7 @@ absl::StatusOr<bool> AssignPrecision(Graph& graph, const std::string& precision)
 
 class AssignPrecisionPass : public Pass {
  public:
+  // precision: "bf16" or "bf16-mixed".
   explicit AssignPrecisionPass(std::string precision = "bf16") : precision_(std::move(precision)) {}
   std::string name() const override { return "assign_precision"; }
 

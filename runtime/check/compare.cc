@@ -25,6 +25,7 @@ Divergence CompareTensors(const Tensor& actual, const Tensor& expected, const To
   const bool exact = !IsFloatDType(expected.dtype()) && !IsNarrowFloatDType(expected.dtype());
   int64_t worst = -1;
   double worst_excess = 0.0;
+  double diff_sq = 0.0, ref_sq = 0.0;
   for (int64_t i = 0; i < expected.numel(); ++i) {
     double a = actual.GetDouble(i), e = expected.GetDouble(i);
     if (exact) {
@@ -49,6 +50,8 @@ Divergence CompareTensors(const Tensor& actual, const Tensor& expected, const To
       continue;
     }
     double abs_err = std::fabs(a - e);
+    diff_sq += abs_err * abs_err;
+    ref_sq += e * e;
     c.max_abs_err = std::max(c.max_abs_err, abs_err);
     if (e != 0.0) c.max_rel_err = std::max(c.max_rel_err, abs_err / std::fabs(e));
     double excess = abs_err - (atol + rtol * std::fabs(e));
@@ -60,6 +63,7 @@ Divergence CompareTensors(const Tensor& actual, const Tensor& expected, const To
       }
     }
   }
+  if (diff_sq > 0) c.norm_rel_err = ref_sq > 0 ? std::sqrt(diff_sq / ref_sq) : INFINITY;
   if (!c.ok) {
     std::ostringstream os;
     os.precision(9);

@@ -23,6 +23,9 @@ struct Divergence {
   bool ok = true;
   double max_abs_err = 0.0;
   double max_rel_err = 0.0;
+  // ||actual - expected||_2 / ||expected||_2 over the finite elements of a float tensor (the
+  // largest over a map's outputs): a tensor's relative error, which a precision budget bounds.
+  double norm_rel_err = 0.0;
   std::string message;  // the first failure: dtype, shape, or the worst element
 };
 

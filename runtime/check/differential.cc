@@ -129,6 +129,7 @@ Divergence CompareOutputs(const ref::TensorMap& want, const ref::TensorMap& got,
     const Divergence one = CompareTensors(it->second, w, t);
     d.max_abs_err = std::max(d.max_abs_err, one.max_abs_err);
     d.max_rel_err = std::max(d.max_rel_err, one.max_rel_err);
+    d.norm_rel_err = std::max(d.norm_rel_err, one.norm_rel_err);
     if (!one.ok && d.ok) d.message = "output '" + name + "': " + one.message;
     d.ok = d.ok && one.ok;
   }

@@ -73,5 +73,33 @@ TEST(AssignPrecision, RunsOnlyWhenThePipelineAsksForIt) {
   EXPECT_TRUE(absl::IsInvalidArgument(RunPipeline(*g, bad).status()));
 }
 
+TEST(AssignPrecision, MixedKeepsTheAttentionScoreProjectionsInFloat32) {
+  // x -> q, k, v projections; softmax(q @ k^T * s) @ v -> output projection.
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 6, 8});
+  Value* q = b.Op("MatMul", {x, b.Constant("wq", Wave({8, 8}))});
+  Value* k = b.Op("MatMul", {x, b.Constant("wk", Wave({8, 8}))});
+  Value* v = b.Op("MatMul", {x, b.Constant("wv", Wave({8, 8}))});
+  Value* kt = b.Op("Transpose", {k}, {{"perm", Attribute::Ints({0, 2, 1})}});
+  Value* s = b.Op("Mul", {b.Op("MatMul", {q, kt}), b.Constant("scale", Tensor::Scalar(DType::kFloat32, 0.35))});
+  Value* p = b.Op("Softmax", {s}, {{"axis", Attribute::Int(-1)}});
+  Value* o = b.Op("MatMul", {b.Op("MatMul", {p, v}), b.Constant("wo", Wave({8, 8}))});
+  b.Output(o);
+  for (const std::string precision : {"bf16", "bf16-mixed"}) {
+    std::unique_ptr<Graph> g = b.graph().Clone();
+    ASSERT_TRUE(shape::InferShapes(*g).ok());
+    ASSERT_TRUE(AssignPrecision(*g, precision).ok());
+    std::map<std::string, std::string> marks;
+    for (const auto& n : g->nodes()) {
+      if (n->op_type == "MatMul" && n->input(1)->is_constant()) marks[n->input(1)->name] = Mark(*n);
+    }
+    const std::string scores = precision == "bf16" ? "bf16" : "";
+    EXPECT_EQ(marks["wq"], scores) << precision;
+    EXPECT_EQ(marks["wk"], scores) << precision;
+    EXPECT_EQ(marks["wv"], "bf16") << precision;  // after the softmax: not amplified by exp
+    EXPECT_EQ(marks["wo"], "bf16") << precision;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::passes

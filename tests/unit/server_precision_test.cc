@@ -76,6 +76,12 @@ TEST(PrecisionAuto, ServesBf16WithinTheBudgetAndFloat32Beyond) {
   }
   EXPECT_EQ(loose.check.precision, "bf16") << loose.check.precision_message;
   EXPECT_GT(loose.check.max_abs_err, 0.0);  // the lowered engines' measured error
+  EXPECT_GT(loose.check.norm_rel_err, 0.0);
+  EXPECT_LE(loose.check.norm_rel_err, 0.05);
+  // The ladder: bf16, then bf16 with the score projections in float32 (none here), then
+  // float32, each step said.
+  EXPECT_NE(tight.check.precision_message.find("bf16-mixed exceeded the budget"), std::string::npos)
+      << tight.check.precision_message;
   EXPECT_EQ(tight.check.precision, "float32");
   EXPECT_NE(tight.check.precision_message.find("exceeded the budget"), std::string::npos)
       << tight.check.precision_message;

@@ -26,6 +26,17 @@ TEST(Compare, BeyondToleranceFailsAndNamesElement) {
   EXPECT_NE(c.message.find("element 1"), std::string::npos) << c.message;
 }
 
+TEST(Compare, NormRelativeErrorIsTheTensorsRelativeError) {
+  // ||(0.1, 0, 0.2)|| / ||(3, 4, 0)|| = sqrt(0.05) / 5.
+  const Tensor e = Tensor::FromFloat({3.0f, 4.0f, 0.0f});
+  check::Divergence c = check::CompareTensors(Tensor::FromFloat({3.1f, 4.0f, 0.2f}), e, {1, 1});
+  EXPECT_TRUE(c.ok);
+  EXPECT_NEAR(c.norm_rel_err, std::sqrt(0.05) / 5, 1e-6);
+  EXPECT_EQ(check::CompareTensors(e, e, {0, 0}).norm_rel_err, 0.0);
+  // Any error against an all-zero reference is infinitely relative.
+  EXPECT_TRUE(std::isinf(check::CompareTensors(Tensor::FromFloat({1.0f}), Tensor::FromFloat({0.0f}), {1, 1}).norm_rel_err));
+}
+
 TEST(Compare, NanMatchesNanOnly) {
   Tensor a = Tensor::FromFloat({NAN, 1.0f});
   EXPECT_TRUE(check::CompareTensors(a, Tensor::FromFloat({NAN, 1.0f}), {0, 0}).ok);

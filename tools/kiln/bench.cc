@@ -94,8 +94,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
   }
   if (b.model.empty()) return absl::InvalidArgumentError("no MODEL given");
-  if (b.precision != "float32" && b.precision != "bf16") {
-    return absl::InvalidArgumentError("--precision: float32 or bf16 (got " + b.precision + ")");
+  if (b.precision != "float32" && b.precision != "bf16" && b.precision != "bf16-mixed") {
+    return absl::InvalidArgumentError("--precision: float32, bf16 or bf16-mixed (got " + b.precision + ")");
   }
   if (b.backend != "cpu" && b.backend != "cuda") {
     return absl::InvalidArgumentError("unknown backend " + b.backend + " (have: cpu, cuda)");

@@ -33,7 +33,7 @@ void Usage() {
                "      the O2 graph)\n"
                "  bench MODEL [--backend cpu|cuda] [--tf32] [--batch N] [--threads T] [--runs R] [--json FILE]\n"
                "        [--layout primitive|blocked|tune] [--opt O0|O1|O2] [--dim NAME=N ...] [--gap-ms G]\n"
-               "        [--precision float32|bf16]\n"
+               "        [--precision float32|bf16|bf16-mixed]\n"
                "      time an engine on random inputs; prints p50/p99 latency (--gap-ms: idle\n"
                "      G ms before each timed run, as a server between requests; --precision\n"
                "      bf16: the weight products in bfloat16 where the CPU has native bf16)\n"
