@@ -4,27 +4,20 @@
 // semantics on the host and comparing with the reference interpreter.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "compiler/ir/builder.h"
 #include "compiler/ir/kiln_ops.h"
 #include "compiler/shape/infer.h"
 #include "runtime/check/compare.h"
 #include "runtime/cuda/matmul_plan.h"
 #include "runtime/reference/interpreter.h"
+#include "tests/unit/test_tensors.h"
 
 namespace kiln::cuda {
 namespace {
 
 using V = std::vector<int64_t>;
 
-Tensor Random(V shape, uint32_t seed) {
-  Tensor t(DType::kFloat32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-2.f, 2.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
-  return t;
-}
+Tensor Random(V shape, uint32_t seed) { return testing::SeededUniform(std::move(shape), seed); }
 
 // op(X)(r, c) of a column-major stored matrix X (element (i, j) at j * ld + i), batch `b`:
 // CUBLAS_OP_T reads X(c, r).

@@ -7,6 +7,7 @@
 #include "compiler/ir/builder.h"
 #include "compiler/passes/fold_pad.h"
 #include "tests/unit/pass_test_util.h"
+#include "tests/unit/test_tensors.h"
 
 namespace kiln::passes {
 namespace {
@@ -15,9 +16,7 @@ using testing::CountOps;
 using testing::FindOp;
 
 Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
-  Tensor t(DType::kFloat32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.SetDouble(i, std::sin(i * scale) + offset);
-  return t;
+  return testing::SineRamp(std::move(shape), scale, offset);
 }
 
 const ref::TensorMap kImage = {{"x", Ramp({1, 2, 5, 6}, 0.37, 0.1)}};

@@ -10,6 +10,7 @@
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/fold_transpose_into_matmul.h"
 #include "tests/unit/pass_test_util.h"
+#include "tests/unit/test_tensors.h"
 
 namespace kiln::passes {
 namespace {
@@ -18,9 +19,7 @@ using testing::CountOps;
 using testing::FindOp;
 
 Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
-  Tensor t(DType::kFloat32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.SetDouble(i, std::sin(i * scale) + offset);
-  return t;
+  return testing::SineRamp(std::move(shape), scale, offset);
 }
 
 Attribute Perm(std::vector<int64_t> p) { return Attribute::Ints(std::move(p)); }

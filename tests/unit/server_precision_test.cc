@@ -10,6 +10,7 @@
 #include "runtime/cpu/isa.h"
 #include "server/model_builder.h"
 #include "server/model_config.h"
+#include "tests/unit/test_tensors.h"
 
 namespace kiln::server {
 namespace {
@@ -33,16 +34,8 @@ TEST(PrecisionConfig, ParsesModeAndBudgetAndRefusesTheRest) {
   }
 }
 
-// Uniform in [-1, 1] from a seeded LCG: no structure for the products' sums to cancel on
-// (a cancelling sum makes any rounding large against the output's scale).
 Tensor Wave(std::vector<int64_t> shape, double seed) {
-  Tensor t(DType::kFloat32, std::move(shape));
-  uint64_t s = static_cast<uint64_t>(seed * 1e6) * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    t.SetDouble(i, static_cast<double>((s >> 33) % 20001) / 10000.0 - 1.0);
-  }
-  return t;
+  return testing::SeededUniform(std::move(shape), static_cast<uint64_t>(seed * 1e6));
 }
 
 std::unique_ptr<Graph> TwoLayers() {
