@@ -6,7 +6,8 @@
 #   bench/generate.sh [--prompts 32,64,128,256] [--new 64] [--streams 16] [--json FILE]
 # Env: BUILD (default build), DECODER_ARGS (default "--hidden 256 --layers 4 --heads 4
 # --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"),
-# MAX_BATCH (default 8), THREADS (default 2).
+# MAX_BATCH (default 8), THREADS (default 2), PRECISION (float32 by default; auto: bf16 where
+# the warm-up check allows it, docs/server.md Precision).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD:-$root/build}"
@@ -22,6 +23,7 @@ max_batch_size: ${MAX_BATCH:-8}
 cpu_threads: ${THREADS:-2}
 dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"}
 generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: 64}
+precision: {mode: ${PRECISION:-float32}}
 YAML
 port=$((20000 + RANDOM % 20000))
 "$build/server/kilnd" --model-repository "$work/models" --grpc-address "127.0.0.1:$((port + 1))" \
