@@ -11,6 +11,7 @@
 #include "compiler/ir/kiln_ops.h"
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/dnnl_post_ops.h"
+#include "runtime/cpu/matmul_spec.h"
 
 namespace kiln::cpu {
 namespace {
@@ -23,14 +24,6 @@ class MatMulKernel : public CpuKernel {
   DnnlCall call_;
 };
 
-struct MatMulSpec {
-  bool trans_a = false, trans_b = false;
-  // kiln_precision "bf16" on a product with constant weights: A is converted to bf16 each
-  // run (a reorder before the product) and B once, at build; the result stays float32.
-  bool bf16 = false;
-  float alpha = 1.f, beta = 1.f;
-  std::vector<kiln_ops::EpilogueStep> steps;
-};
 
 // `dims` padded with leading 1s to `rank`.
 memory::dims PadTo(const std::vector<int64_t>& dims, size_t rank) {
@@ -129,22 +122,6 @@ Views MakeViews(const BuildContext& ctx, const Node& node, bool trans_a) {
   return v;
 }
 
-std::optional<MatMulSpec> ReadSpec(const Node& node) {
-  MatMulSpec s;
-  const bool fused = node.domain == kKilnDomain && node.op_type == "FusedMatMul";
-  const bool gemm = node.domain.empty() && node.op_type == "Gemm";
-  if (!fused && !gemm && !(node.domain.empty() && node.op_type == "MatMul")) return std::nullopt;
-  if (fused || gemm) {
-    s.trans_a = node.GetInt("transA", 0) != 0;
-    s.trans_b = node.GetInt("transB", 0) != 0;
-    s.alpha = node.GetFloat("alpha", 1.f);
-    s.beta = node.GetFloat("beta", 1.f);
-  }
-  if (fused) s.steps = kiln_ops::ReadEpilogue(node);
-  s.bf16 = node.GetString(kiln_ops::kPrecisionAttr, "") == "bf16" && node.input(1) &&
-           node.input(1)->is_constant();
-  return s;
-}
 
 struct Operands {
   int a = -1, b = -1, c = -1, y = -1;
@@ -253,7 +230,7 @@ bool KeepOneDnnMatMul(const dnnl::matmul::primitive_desc& pd,
 }  // namespace
 
 std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
-  std::optional<MatMulSpec> spec = ReadSpec(node);
+  std::optional<MatMulSpec> spec = ReadMatMulSpec(node);
   if (!spec || !node.input(0) || !node.input(1) || !node.output(0) || !AllF32(ctx, node)) {
     return nullptr;
   }

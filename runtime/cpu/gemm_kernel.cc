@@ -12,6 +12,7 @@
 #include "runtime/cpu/elementwise_ops.h"
 #include "runtime/cpu/epilogue_ops.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/matmul_spec.h"
 #include "runtime/cpu/own_kernels.h"
 
 namespace kiln::cpu {
@@ -132,26 +133,7 @@ absl::Status GemmKernel::Run(const ExecContext& ctx) {
 
 // ---- building ----
 
-struct Spec {
-  bool trans_a = false, trans_b = false;
-  float alpha = 1.f, beta = 1.f;
-  std::vector<kiln_ops::EpilogueStep> steps;
-};
 
-std::optional<Spec> ReadSpec(const Node& node) {
-  Spec s;
-  const bool fused = node.domain == kKilnDomain && node.op_type == "FusedMatMul";
-  const bool gemm = node.domain.empty() && node.op_type == "Gemm";
-  if (!fused && !gemm && !(node.domain.empty() && node.op_type == "MatMul")) return std::nullopt;
-  if (fused || gemm) {
-    s.trans_a = node.GetInt("transA", 0) != 0;
-    s.trans_b = node.GetInt("transB", 0) != 0;
-    s.alpha = node.GetFloat("alpha", 1.f);
-    s.beta = node.GetFloat("beta", 1.f);
-  }
-  if (fused) s.steps = kiln_ops::ReadEpilogue(node);
-  return s;
-}
 
 std::vector<int64_t> Prod(const std::vector<int64_t>& dims, size_t from, size_t to) {
   return std::vector<int64_t>(dims.begin() + from, dims.begin() + to);
@@ -176,7 +158,7 @@ struct Geometry {
 };
 
 std::optional<Geometry> ReadGeometry(std::vector<int64_t> as, std::vector<int64_t> bs,
-                                     const std::vector<int64_t>& ys, const Spec& spec) {
+                                     const std::vector<int64_t>& ys, const MatMulSpec& spec) {
   if (as.empty() || bs.empty()) return std::nullopt;
   // A transposed operand swaps its last two dims (a vector has none to swap).
   if ((spec.trans_a && as.size() < 2) || (spec.trans_b && bs.size() < 2)) return std::nullopt;
@@ -259,7 +241,7 @@ bool AddActivation(const kiln_ops::EpilogueStep& e, std::vector<Step>& steps) {
 }
 
 // The epilogue: beta * C, then the fused steps in order; false if a step is not available.
-bool ReadSteps(BuildContext& ctx, const Node& node, const Spec& spec, const Geometry& g,
+bool ReadSteps(BuildContext& ctx, const Node& node, const MatMulSpec& spec, const Geometry& g,
                bool flat, std::vector<Step>& steps) {
   if (const Value* c = node.input(2); c && !AddOperand(ctx, c, spec.beta, g, flat, steps)) {
     return false;
@@ -274,7 +256,7 @@ bool ReadSteps(BuildContext& ctx, const Node& node, const Spec& spec, const Geom
 }
 
 // B packed at build (constant) or into an arena temp each run.
-bool SetUpB(BuildContext& ctx, const Value* bv, const Geometry& g, const Spec& spec,
+bool SetUpB(BuildContext& ctx, const Value* bv, const Geometry& g, const MatMulSpec& spec,
             GemmKernel& kern) {
   const std::vector<int64_t> own_batch = Prod(g.b, 0, g.b.size() - 2);
   kern.b_count = NumElements(own_batch);
@@ -322,7 +304,7 @@ bool AllF32(const BuildContext& ctx, const Node& node) {
 }  // namespace
 
 std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node) {
-  std::optional<Spec> spec = ReadSpec(node);
+  std::optional<MatMulSpec> spec = ReadMatMulSpec(node);
   if (!spec || !node.input(0) || !node.input(1) || !AllF32(ctx, node)) return nullptr;
   const int as = ctx.SlotOf(node.input(0)), bs = ctx.SlotOf(node.input(1));
   const int ys = ctx.SlotOf(node.output(0));
