@@ -4,7 +4,6 @@
 #include <functional>
 #include <map>
 
-#include "compiler/passes/assign_precision.h"
 #include "compiler/passes/eliminate_common_subexpressions.h"
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/eliminate_identity.h"
@@ -188,21 +187,23 @@ absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
   if (options.prefix >= 0 && static_cast<size_t>(options.prefix) < names.size()) {
     names.resize(options.prefix);
   }
-  if (options.precision != "float32") {
-    if (options.precision != "bf16" && options.precision != "bf16-mixed") {
-      return absl::InvalidArgumentError("unknown precision '" + options.precision +
-                                        "' (float32, bf16, bf16-mixed)");
-    }
+  const bool lower = passes::IsLowerPrecision(options.precision);
+  if (!lower && options.precision != "float32") {
+    return absl::InvalidArgumentError("unknown precision '" + options.precision +
+                                      "' (float32, bf16, bf16-mixed)");
   }
   // Last: it marks the products the fusions produced; a bisection's prefix runs without it
   // (the reference ignores it anyway).
-  const bool lower = options.precision != "float32" && options.prefix < 0 && options.level != OptLevel::kO0;
+  if (lower && options.prefix < 0 && options.level != OptLevel::kO0) names.push_back("assign_precision");
   std::vector<passes::PassStats> stats;
-  if (lower) names.push_back("assign_precision");
   for (const std::string& name : names) {
     if (options.disabled.count(name)) continue;
-    ASSIGN_OR_RETURN(std::unique_ptr<passes::Pass> pass, MakePass(name));
-    if (name == "assign_precision") pass = std::make_unique<passes::AssignPrecisionPass>(options.precision);
+    std::unique_ptr<passes::Pass> pass;
+    if (name == "assign_precision") {
+      pass = std::make_unique<passes::AssignPrecisionPass>(options.precision);  // the factory's is bf16
+    } else {
+      ASSIGN_OR_RETURN(pass, MakePass(name));
+    }
     if (options.fold_cache) pass->ShareFolds(options.fold_cache);
     RETURN_IF_ERROR(CheckStop());
     ASSIGN_OR_RETURN(passes::PassStats s, pass->Run(graph, options.verify));

@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "compiler/ir/graph.h"
+#include "compiler/passes/assign_precision.h"
 #include "compiler/passes/fold_cache.h"
 #include "compiler/passes/pass.h"
 
@@ -30,7 +31,8 @@ struct PipelineOptions {
   // large constant once and fold_batchnorm rescales each weight once
   // (compiler/passes/fold_cache.h). Null: no sharing.
   std::shared_ptr<passes::FoldCache> fold_cache;
-  // "float32" (exact: the default), "bf16" or "bf16-mixed": assign_precision then runs after
+  // "float32" (exact: the default) or a lower one (passes::IsLowerPrecision: "bf16",
+  // "bf16-mixed"): assign_precision then runs after
   // the level's passes and marks the weight products a backend may compute in bfloat16
   // (bf16-mixed keeps attention's score projections in float32: assign_precision.h).
   std::string precision = "float32";

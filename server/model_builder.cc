@@ -405,10 +405,14 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   if (config.precision.mode == "auto") {
     const std::string lower = LowerPrecisionOn(config.device);
     const std::string& start = config.precision.start;
-    if (!lower.empty()) {
-      pipeline.precision = start.empty() ? lower : (start == "bf16" || start == "bf16-mixed" ? start : "float32");
+    if (lower.empty()) {
+      m.check.precision_message = "no lower precision on " + config.device + " here; float32";
+    } else if (start.empty()) {
+      pipeline.precision = lower;
+    } else {
+      // A shape's engines start where the model's settled (a mix of buckets: float32).
+      pipeline.precision = passes::IsLowerPrecision(start) ? start : "float32";
     }
-    if (lower.empty()) m.check.precision_message = "no lower precision on " + config.device + " here; float32";
   }
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
   // weights per bucket before), and so their engines share one prepacked copy of it.

@@ -52,8 +52,9 @@ struct CheckSummary {
   bool nonfinite_checked = false;
   bool nonfinite_ok = true;
   std::string nonfinite_message;
-  // What the engines compute in ("float32", "bf16": the first bucket's engine, as built) and,
-  // when `precision: {mode: auto}` lowered it or tried to, what the check found.
+  // What the engines compute in (server/precision.h PrecisionOf: "float32", "bf16",
+  // "bf16-mixed" or a mix of buckets) and, when `precision: {mode: auto}` lowered it or tried
+  // to, each step the check found over the budget.
   std::string precision = "float32";
   std::string precision_message;
 };

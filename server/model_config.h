@@ -35,10 +35,10 @@ struct WarmupConfig {
 // The arithmetic precision the engines may use (`precision: {mode: auto, max_abs_error: ..,
 // max_rel_error: ..}`). float32 (the default) computes as the model says. auto lets the
 // compiler lower the weight products to bfloat16 where the device multiplies bf16 natively
-// (cpu: AVX512_BF16 or AMX); the warm-up check then compares with the float32 reference
-// within this budget (an element passes when |engine - reference| <= max_abs_error +
-// max_rel_error * |reference|, each output at its own scale as the check does), and a model
-// whose lowered engine exceeds it is served in float32, GetModel saying why.
+// (cpu: AVX512_BF16 or AMX); the warm-up check then holds every output's relative error
+// ||engine - reference|| / ||reference|| within max_rel_error, with an element-wise guard
+// (server/precision.h), and over the budget steps up bf16 -> bf16-mixed -> float32,
+// GetModel saying why.
 struct PrecisionConfig {
   std::string mode = "float32";  // float32 | auto
   double max_abs_error = 1e-2, max_rel_error = 1e-2;

@@ -61,7 +61,7 @@ std::set<const Node*> ScoreProducers(const Graph& graph) {
 }  // namespace
 
 absl::StatusOr<bool> AssignPrecision(Graph& graph, const std::string& precision) {
-  if (precision != "bf16" && precision != "bf16-mixed") {
+  if (!IsLowerPrecision(precision)) {
     return absl::InvalidArgumentError("assign_precision: unknown precision '" + precision + "'");
   }
   const std::set<const Node*> keep =

@@ -17,6 +17,11 @@
 
 namespace kiln::passes {
 
+// The precisions below float32 a compile may ask for: "bf16" and "bf16-mixed".
+inline bool IsLowerPrecision(const std::string& precision) {
+  return precision == "bf16" || precision == "bf16-mixed";
+}
+
 absl::StatusOr<bool> AssignPrecision(Graph& graph, const std::string& precision);
 
 class AssignPrecisionPass : public Pass {

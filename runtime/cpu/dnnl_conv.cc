@@ -50,7 +50,7 @@ class ConvKernel : public CpuKernel {
   // convolution on this CPU only without the post-ops.
   bool epilogue_apart = false;
   int x_slot = -1, src_slot = -1, res_slot = -1, dst_slot = -1, y_slot = -1;
-  int64_t src_floats = 0, res_floats = 0, dst_floats = 0;
+  int64_t res_floats = 0, dst_floats = 0;
   // Where the input bound is scanned: src, or x itself when src is its bf16 copy; and the
   // bound's slack for rounding (bf16 operands round by up to 2^-8 each).
   int scan_slot = -1;
@@ -227,7 +227,7 @@ struct ConvPrimitive {
 // attributes are outside what oneDNN takes or oneDNN has no implementation.
 std::optional<ConvPrimitive> CreatePrimitive(BuildContext& ctx, const Node& node,
                                              const ConvShapes& sh, const dnnl::post_ops& po,
-                                             bool block, bool bf16 = false) {
+                                             bool block, bool bf16) {
   std::vector<int64_t> in(sh.x->shape.begin() + 2, sh.x->shape.end());
   std::vector<int64_t> out(sh.y->shape.begin() + 2, sh.y->shape.end());
   std::vector<int64_t> ker(sh.w->shape.begin() + 2, sh.w->shape.end());
@@ -305,14 +305,23 @@ bool EpilogueRunsApart(const Node& node, const dnnl::post_ops& po) {
   return true;
 }
 
-// The convolution without post-ops, in the layout the engine wants if oneDNN has a JIT
-// kernel for it there, else in the primitive's own; nullopt when both are reference code.
+// The convolution in the layout the engine wants (`blocked`) if oneDNN has a JIT kernel for
+// it there, else in the primitive's own choice of layout (which may still be reference code).
+std::optional<ConvPrimitive> InEngineLayout(BuildContext& ctx, const Node& node,
+                                            const ConvShapes& sh, const dnnl::post_ops& po,
+                                            bool blocked, bool bf16) {
+  std::optional<ConvPrimitive> c = CreatePrimitive(ctx, node, sh, po, blocked, bf16);
+  if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
+    c = CreatePrimitive(ctx, node, sh, po, false, bf16);
+  }
+  return c;
+}
+
+// The convolution without post-ops (float32), as InEngineLayout places it; nullopt when both
+// layouts are reference code.
 std::optional<ConvPrimitive> BarePrimitive(BuildContext& ctx, const Node& node,
                                            const ConvShapes& sh, bool blocked) {
-  std::optional<ConvPrimitive> c = CreatePrimitive(ctx, node, sh, dnnl::post_ops(), blocked);
-  if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
-    c = CreatePrimitive(ctx, node, sh, dnnl::post_ops(), false);
-  }
+  std::optional<ConvPrimitive> c = InEngineLayout(ctx, node, sh, dnnl::post_ops(), blocked, false);
   if (!c || IsReferenceImpl(c->pd.impl_info_str())) return std::nullopt;
   return c;
 }
@@ -349,14 +358,10 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   bool bf16 = node.GetString(kiln_ops::kPrecisionAttr, "") == "bf16";
   std::optional<ConvPrimitive> c;
   if (bf16) {
-    c = CreatePrimitive(ctx, node, sh, po, blocked, true);
-    if (blocked && c && IsReferenceImpl(c->pd.impl_info_str())) c = CreatePrimitive(ctx, node, sh, po, false, true);
+    c = InEngineLayout(ctx, node, sh, po, blocked, true);
     bf16 = c && !IsReferenceImpl(c->pd.impl_info_str());
   }
-  if (!bf16) c = CreatePrimitive(ctx, node, sh, po, blocked);
-  if (!bf16 && blocked && c && IsReferenceImpl(c->pd.impl_info_str())) {
-    c = CreatePrimitive(ctx, node, sh, po, false);
-  }
+  if (!bf16) c = InEngineLayout(ctx, node, sh, po, blocked, false);
   const bool apart = c && IsReferenceImpl(c->pd.impl_info_str()) && EpilogueRunsApart(node, po);
   if (apart) {
     // oneDNN 2.6 below AVX-512 has no JIT kernel for some post-op chains (and would run the
@@ -401,9 +406,8 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->res_slot = residual ? rs : -1;
   k->dst_slot = dst;
   k->y_slot = ys;
-  k->src_floats = static_cast<int64_t>(pd.src_desc().get_size() / sizeof(float));
   k->scan_slot = bf16 ? xs : src;
-  k->scan_floats = bf16 ? static_cast<int64_t>(ctx.StoredMd(xs).get_size() / sizeof(float)) : k->src_floats;
+  k->scan_floats = static_cast<int64_t>((bf16 ? ctx.StoredMd(xs) : pd.src_desc()).get_size() / sizeof(float));
   k->slack = bf16 ? 1.01f : 1.001f;
   ctx.bf16_ops += bf16;
   k->res_floats = residual ? static_cast<int64_t>(ctx.StoredMd(rs).get_size() / sizeof(float)) : 0;

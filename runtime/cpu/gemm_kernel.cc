@@ -133,8 +133,6 @@ absl::Status GemmKernel::Run(const ExecContext& ctx) {
 
 // ---- building ----
 
-
-
 std::vector<int64_t> Prod(const std::vector<int64_t>& dims, size_t from, size_t to) {
   return std::vector<int64_t>(dims.begin() + from, dims.begin() + to);
 }

@@ -94,7 +94,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
   }
   if (b.model.empty()) return absl::InvalidArgumentError("no MODEL given");
-  if (b.precision != "float32" && b.precision != "bf16" && b.precision != "bf16-mixed") {
+  if (b.precision != "float32" && !passes::IsLowerPrecision(b.precision)) {
     return absl::InvalidArgumentError("--precision: float32, bf16 or bf16-mixed (got " + b.precision + ")");
   }
   if (b.backend != "cpu" && b.backend != "cuda") {
