@@ -22,6 +22,7 @@
 #include "kiln/v1/generate.grpc.pb.h"
 #include "runtime/reference/interpreter.h"
 #include "tests/server/test_server.h"
+#include "tests/server/free_port.h"
 
 namespace kiln::server::testing {
 namespace {
@@ -350,12 +351,8 @@ TEST_F(Generation, RestGenerateAndServerSentEventsGiveTheSameTokens) {
 // tokens the sequence made before it ended.
 int64_t HangUpAfterTheFirstEvent(int port, const std::function<v1::GenerationInfo()>& idle) {
   const int64_t tokens_before = idle().tokens();
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = ConnectLoopback(port);
+  EXPECT_GE(fd, 0);
   const std::string body = R"({"input_ids": [1, 2, 3], "parameters": {"max_tokens": 90, "ignore_eos": true}})";
   const std::string req = "POST /v2/models/dec/generate_stream HTTP/1.1\r\nHost: x\r\n"
                           "Content-Type: application/json\r\nContent-Length: " +

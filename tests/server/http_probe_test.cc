@@ -11,24 +11,12 @@
 #include <atomic>
 
 #include "tests/server/test_server.h"
+#include "tests/server/free_port.h"
 
 namespace kiln::server::testing {
 namespace {
 
 using std::chrono::milliseconds;
-
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 // One slow client: a request line, then a header line every `every`, forever; a new
 // connection whenever the server closes this one. Counts the server's closes.
@@ -37,7 +25,7 @@ void Slowloris(int port, milliseconds every, const std::atomic<bool>& stop,
   int fd = -1;
   while (!stop) {
     if (fd < 0) {
-      fd = Connect(port);
+      fd = ConnectLoopback(port);
       if (fd < 0 || send(fd, "GET /healthz HTTP/1.1\r\n", 23, MSG_NOSIGNAL) < 0) continue;
     }
     std::this_thread::sleep_for(every);

@@ -70,12 +70,8 @@ std::vector<Row> Rows() {
 
 // The status of the server's answer to `request`, or 0 when none came within `wait`.
 int StatusOf(int port, const std::string& request, milliseconds wait) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return -1;
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return -1;
   (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string answer;
   const auto until = std::chrono::steady_clock::now() + wait;
