@@ -14,12 +14,9 @@ namespace {
 
 using testing::CountOps;
 using testing::FindOp;
+using testing::SineRamp;
 
-Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
-  return testing::SineRamp(std::move(shape), scale, offset);
-}
-
-const ref::TensorMap kImage = {{"x", Ramp({1, 2, 5, 6}, 0.37, 0.1)}};
+const ref::TensorMap kImage = {{"x", SineRamp({1, 2, 5, 6}, 0.37, 0.1)}};
 
 struct PadSpec {
   std::vector<int64_t> pads = {0, 0, 1, 2, 0, 0, 2, 1};  // [N, C, H, W] begins, then ends
@@ -63,7 +60,7 @@ std::unique_ptr<Graph> PadConv(const PadSpec& p, std::map<std::string, Attribute
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {1, 2, 5, 6});
   Value* padded = AddPad(b, x, p);
-  b.Output(b.Op("Conv", {padded, b.Constant("w", Ramp({3, 2, 3, 3}, 0.7, 0.0))}, conv_attrs));
+  b.Output(b.Op("Conv", {padded, b.Constant("w", SineRamp({3, 2, 3, 3}, 0.7, 0.0))}, conv_attrs));
   return b.Build();
 }
 
@@ -156,7 +153,7 @@ TEST(FoldPad, KeepsThePadForAReaderThatCannotTakeIt) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {1, 2, 5, 6});
   Value* padded = AddPad(b, x, {});
-  b.Output(b.Op("Conv", {padded, b.Constant("w", Ramp({3, 2, 3, 3}, 0.7, 0.0))}));
+  b.Output(b.Op("Conv", {padded, b.Constant("w", SineRamp({3, 2, 3, 3}, 0.7, 0.0))}));
   b.Output(b.Op("Relu", {padded}));
   auto g = b.Build();
   EXPECT_TRUE(testing::RunPassAndCompare(*g, FoldPad, kImage, {1e-6, 1e-6}));

@@ -17,10 +17,7 @@ namespace {
 
 using testing::CountOps;
 using testing::FindOp;
-
-Tensor Ramp(std::vector<int64_t> shape, double scale, double offset) {
-  return testing::SineRamp(std::move(shape), scale, offset);
-}
+using testing::SineRamp;
 
 Attribute Perm(std::vector<int64_t> p) { return Attribute::Ints(std::move(p)); }
 
@@ -40,7 +37,7 @@ TEST(FoldTransposeIntoMatMul, AttentionScoresReadTheKeysTransposed) {
   Value* k = b.Input("k", DType::kFloat32, {2, 3, 7, 8});
   b.Output(b.Op("MatMul", {q, b.Op("Transpose", {k}, {{"perm", Perm({0, 1, 3, 2})}})}));
   std::unique_ptr<Graph> g = b.Build();
-  const ref::TensorMap feeds = {{"q", Ramp({2, 3, 1, 8}, 0.3, 0.1)}, {"k", Ramp({2, 3, 7, 8}, 0.17, -0.2)}};
+  const ref::TensorMap feeds = {{"q", SineRamp({2, 3, 1, 8}, 0.3, 0.1)}, {"k", SineRamp({2, 3, 7, 8}, 0.17, -0.2)}};
   EXPECT_TRUE(testing::RunPassAndCompare(*g, FoldThenClean, feeds));
   EXPECT_EQ(CountOps(*g, "Transpose"), 0);
   const Node* mm = FindOp(*g, kiln_ops::kFusedMatMul);
@@ -58,7 +55,7 @@ TEST(FoldTransposeIntoMatMul, BothOperandsAndDefaultPermOn2D) {
   Value* w = b.Input("w", DType::kFloat32, {6, 5});
   b.Output(b.Op("MatMul", {b.Op("Transpose", {x}), b.Op("Transpose", {w})}));  // x^T @ w^T
   std::unique_ptr<Graph> g = b.Build();
-  const ref::TensorMap feeds = {{"x", Ramp({5, 4}, 0.3, 0.0)}, {"w", Ramp({6, 5}, 0.21, 0.3)}};
+  const ref::TensorMap feeds = {{"x", SineRamp({5, 4}, 0.3, 0.0)}, {"w", SineRamp({6, 5}, 0.21, 0.3)}};
   EXPECT_TRUE(testing::RunPassAndCompare(*g, FoldThenClean, feeds));
   const Node* mm = FindOp(*g, kiln_ops::kFusedMatMul);
   ASSERT_NE(mm, nullptr);
@@ -74,14 +71,14 @@ TEST(FoldTransposeIntoMatMul, AFusedMatMulsFlagFlips) {
   GraphBuilder b;
   Value* a = b.Input("a", DType::kFloat32, {3, 4});
   Value* w = b.Input("w", DType::kFloat32, {4, 5});
-  Value* c = b.Constant("c", Ramp({5}, 0.4, 0.0));
+  Value* c = b.Constant("c", SineRamp({5}, 0.4, 0.0));
   Value* wt = b.Op("Transpose", {w}, {{"perm", Perm({1, 0})}});
   Value* y = b.Op(kiln_ops::kFusedMatMul, {a, wt, c}, {{"transB", Attribute::Int(1)}, {"beta", Attribute::Float(0.5f)}},
                   kKilnDomain);
   kiln_ops::WriteEpilogue(*y->producer, {{"Relu"}});
   b.Output(y);
   std::unique_ptr<Graph> g = b.Build();
-  const ref::TensorMap feeds = {{"a", Ramp({3, 4}, 0.3, 0.0)}, {"w", Ramp({4, 5}, 0.7, 0.1)}};
+  const ref::TensorMap feeds = {{"a", SineRamp({3, 4}, 0.3, 0.0)}, {"w", SineRamp({4, 5}, 0.7, 0.1)}};
   EXPECT_TRUE(testing::RunPassAndCompare(*g, FoldThenClean, feeds));
   const Node* mm = FindOp(*g, kiln_ops::kFusedMatMul);
   ASSERT_NE(mm, nullptr);
@@ -100,8 +97,8 @@ TEST(FoldTransposeIntoMatMul, LeavesOtherPermutationsGemmAndSharedTransposes) {
   // Gemm is left to its own flags.
   b.Output(b.Op("Gemm", {x, b.Op("Transpose", {w})}));
   std::unique_ptr<Graph> g = b.Build();
-  const ref::TensorMap feeds = {{"q", Ramp({2, 3, 1, 8}, 0.3, 0.1)}, {"k", Ramp({2, 8, 3, 7}, 0.11, 0.0)},
-                                {"x", Ramp({3, 4}, 0.5, 0.0)}, {"w", Ramp({5, 4}, 0.2, 0.0)}};
+  const ref::TensorMap feeds = {{"q", SineRamp({2, 3, 1, 8}, 0.3, 0.1)}, {"k", SineRamp({2, 8, 3, 7}, 0.11, 0.0)},
+                                {"x", SineRamp({3, 4}, 0.5, 0.0)}, {"w", SineRamp({5, 4}, 0.2, 0.0)}};
   EXPECT_FALSE(testing::RunPassAndCompare(*g, FoldTransposeIntoMatMul, feeds));
   EXPECT_EQ(CountOps(*g, "Transpose"), 2);
   EXPECT_EQ(FindOp(*g, kiln_ops::kFusedMatMul), nullptr);
@@ -114,7 +111,7 @@ TEST(FoldTransposeIntoMatMul, LeavesOtherPermutationsGemmAndSharedTransposes) {
   s.Output(kt);
   s.Output(s.Op("MatMul", {q2, kt}));
   std::unique_ptr<Graph> g2 = s.Build();
-  const ref::TensorMap feeds2 = {{"q", Ramp({3, 1, 8}, 0.3, 0.1)}, {"k", Ramp({3, 7, 8}, 0.13, 0.0)}};
+  const ref::TensorMap feeds2 = {{"q", SineRamp({3, 1, 8}, 0.3, 0.1)}, {"k", SineRamp({3, 7, 8}, 0.13, 0.0)}};
   EXPECT_TRUE(testing::RunPassAndCompare(*g2, FoldThenClean, feeds2));
   EXPECT_EQ(CountOps(*g2, "Transpose"), 1);
   EXPECT_EQ(FindOp(*g2, kiln_ops::kFusedMatMul)->input(1)->name, "k");
