@@ -5,28 +5,16 @@
 #include <sstream>
 
 #include "base/elapsed.h"
+#include "base/json.h"
 #include "compiler/shape/infer.h"
 
 namespace kiln {
 namespace {
 
-std::string JsonString(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o + "\"";
-}
-
-void AppendCounts(std::ostringstream& os, const std::map<std::string, int>& counts) {
-  os << "{";
-  bool first = true;
-  for (const auto& [op, n] : counts) {
-    os << (first ? "" : ",") << JsonString(op) << ":" << n;
-    first = false;
-  }
-  os << "}";
+void WriteCounts(json::Writer& w, const std::map<std::string, int>& counts) {
+  w.BeginObject();
+  for (const auto& [op, n] : counts) w.Field(op, int64_t{n});
+  w.EndObject();
 }
 
 }  // namespace
@@ -107,22 +95,25 @@ std::string CompileReport::ToText() const {
 }
 
 std::string CompileReport::ToJson() const {
-  std::ostringstream os;
-  os << "{\"ops_before\":" << ops_before << ",\"ops_specialized\":" << ops_specialized
-     << ",\"ops_after\":" << ops_after << ",\"passes\":[";
-  for (size_t i = 0; i < passes.size(); ++i) {
-    os << (i ? "," : "") << "{\"name\":" << JsonString(passes[i].name)
-       << ",\"ops_after\":" << passes[i].ops_after << ",\"ms\":" << passes[i].ms
-       << ",\"changed\":" << (passes[i].changed ? "true" : "false") << "}";
+  json::Writer w(json::NonFinite::kNull);
+  w.BeginObject();
+  w.Field("ops_before", static_cast<int64_t>(ops_before));
+  w.Field("ops_specialized", static_cast<int64_t>(ops_specialized));
+  w.Field("ops_after", static_cast<int64_t>(ops_after));
+  w.Key("passes").BeginArray();
+  for (const passes::PassStats& p : passes) {
+    w.BeginObject().Field("name", p.name).Field("ops_after", static_cast<int64_t>(p.ops_after));
+    w.Field("ms", p.ms).Field("changed", p.changed).EndObject();
   }
-  os << "],\"op_types_before\":";
-  AppendCounts(os, op_types_before);
-  os << ",\"op_types_after\":";
-  AppendCounts(os, op_types_after);
-  os << ",\"memory\":{\"arena_bytes\":" << arena_bytes << ",\"naive_bytes\":" << naive_bytes
-     << ",\"lower_bound_bytes\":" << lower_bound_bytes << "},\"compile_ms\":" << compile_ms
-     << "}";
-  return os.str();
+  w.EndArray();
+  w.Key("op_types_before");
+  WriteCounts(w, op_types_before);
+  w.Key("op_types_after");
+  WriteCounts(w, op_types_after);
+  w.Key("memory").BeginObject().Field("arena_bytes", arena_bytes);
+  w.Field("naive_bytes", naive_bytes).Field("lower_bound_bytes", lower_bound_bytes).EndObject();
+  w.Field("compile_ms", compile_ms);
+  return w.EndObject().Take();
 }
 
 }  // namespace kiln

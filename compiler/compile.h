@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/pipeline.h"
 #include "compiler/plan/memory_plan.h"
 #include "compiler/shape/bind_dims.h"
+#include "ir/graph.h"
 
 namespace kiln {
 

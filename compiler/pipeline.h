@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/passes/assign_precision.h"
 #include "compiler/passes/fold_cache.h"
 #include "compiler/passes/pass.h"
+#include "ir/graph.h"
 
 namespace kiln {
 

@@ -114,14 +114,23 @@ std::string GenerationText(const GenerationResult& r) {
   return out;
 }
 
-std::string GenerationJson(const GenerationResult& r) {
+void WriteGeneration(json::Writer& w, const GenerationResult& r) {
   const double secs = std::chrono::duration<double>(r.run.total).count();
-  auto pcts = [](const std::vector<int64_t>& v) {
-    return absl::StrFormat(R"({"p50":%d,"p90":%d,"p99":%d,"count":%d})", Percentile(v, 50),
-                           Percentile(v, 90), Percentile(v, 99), v.size());
-  };
-  return absl::StrFormat(R"({"tokens":%d,"tokensPerSecond":%.3f,"timeToFirstToken":%s,"interToken":%s})",
-                         r.tokens, secs > 0 ? r.tokens / secs : 0.0, pcts(r.ttft_ns), pcts(r.itl_ns));
+  w.BeginObject().Field("tokens", static_cast<int64_t>(r.tokens));
+  w.Field("tokensPerSecond", secs > 0 ? r.tokens / secs : 0.0);
+  for (const auto& [name, v] :
+       {std::pair{"timeToFirstToken", &r.ttft_ns}, std::pair{"interToken", &r.itl_ns}}) {
+    w.Key(name).BeginObject().Field("p50", Percentile(*v, 50)).Field("p90", Percentile(*v, 90));
+    w.Field("p99", Percentile(*v, 99)).Field("count", static_cast<int64_t>(v->size()));
+    w.EndObject();
+  }
+  w.EndObject();
+}
+
+std::string GenerationJson(const GenerationResult& r) {
+  json::Writer w(json::NonFinite::kNull);
+  WriteGeneration(w, r);
+  return w.Take();
 }
 
 }  // namespace kiln::load

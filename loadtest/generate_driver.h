@@ -11,6 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "loadtest/driver.h"
 #include "loadtest/options.h"
@@ -35,6 +36,7 @@ absl::StatusOr<GenerationResult> RunGeneration(const Options& options, int64_t t
 // "generation" object kiln-load adds to ghz's JSON report. Precondition: sorted (Finalize).
 std::string GenerationText(const GenerationResult& r);
 std::string GenerationJson(const GenerationResult& r);
+void WriteGeneration(json::Writer& w, const GenerationResult& r);
 void FinalizeGeneration(GenerationResult& r);
 
 }  // namespace kiln::load

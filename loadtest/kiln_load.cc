@@ -40,10 +40,13 @@ int RunGenerate(const Options& options, const std::shared_ptr<grpc::Channel>& ch
   }
   FinalizeGeneration(*result);
   std::cout << TextReport(result->run) << GenerationText(*result);
-  std::string json = GhzJson(result->run, options);
   // ghz's report plus one object of its own: ghz tooling ignores fields it does not know.
-  json.insert(json.rfind('}'), ",\"generation\":" + GenerationJson(*result));
-  return WriteReport(options, json) ? 0 : 1;
+  json::Writer w(json::NonFinite::kNull);
+  w.BeginObject();
+  WriteGhzMembers(w, result->run, options);
+  w.Key("generation");
+  WriteGeneration(w, *result);
+  return WriteReport(options, w.EndObject().Take() + "\n") ? 0 : 1;
 }
 
 int Main(const std::vector<std::string>& args) {

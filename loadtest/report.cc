@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -16,21 +15,6 @@ namespace {
 double Seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 std::string Ms(int64_t ns) { return absl::StrFormat("%.3f ms", static_cast<double>(ns) / 1e6); }
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 // Over every call, failed ones too, as ghz averages.
 int64_t Average(const RunResult& r) {
@@ -47,22 +31,23 @@ std::string GoTime(int64_t unix_ns, bool nanos) {
                           absl::FromUnixNanos(unix_ns), absl::UTCTimeZone());
 }
 
-std::string Details(const std::vector<CallDetail>& details) {
-  if (details.empty()) return "null";  // Go's nil slice
-  std::string out = "[";
-  for (size_t i = 0; i < details.size(); ++i) {
-    const CallDetail& d = details[i];
-    absl::StrAppend(&out, i ? "," : "", R"({"timestamp":")", GoTime(d.start_unix_ns, true),
-                    R"(","latency":)", d.latency_ns, R"(,"error":)", JsonString(d.error),
-                    R"(,"status":")", GoCodeName(d.code), R"("})");
+void WriteDetails(json::Writer& w, const std::vector<CallDetail>& details) {
+  if (details.empty()) {
+    w.Null();  // Go's nil slice
+    return;
   }
-  return out + "]";
+  w.BeginArray();
+  for (const CallDetail& d : details) {
+    w.BeginObject().Field("timestamp", GoTime(d.start_unix_ns, true));
+    w.Field("latency", d.latency_ns).Field("error", d.error);
+    w.Field("status", GoCodeName(d.code)).EndObject();
+  }
+  w.EndArray();
 }
 
 // ghz's histogram (the one it inherited from hey): 10 equal buckets from the fastest to the
 // slowest call, each counting the calls up to its mark; marks in seconds.
-std::string Histogram(const std::vector<int64_t>& sorted) {
-  if (sorted.empty()) return "[]";
+void WriteHistogram(json::Writer& w, const std::vector<int64_t>& sorted) {
   constexpr int kBuckets = 10;
   const double fastest = Seconds(sorted.front()), slowest = Seconds(sorted.back());
   const double width = (slowest - fastest) / kBuckets;
@@ -75,18 +60,19 @@ std::string Histogram(const std::vector<int64_t>& sorted) {
     while (Seconds(ns) > marks[b] && b < marks.size() - 1) ++b;
     ++counts[b];
   }
-  std::vector<std::string> items;
+  w.BeginArray();
   for (int i = 0; i <= kBuckets; ++i) {
-    items.push_back(absl::StrFormat(R"({"mark":%.9f,"count":%d,"frequency":%.6f})", marks[i],
-                                    counts[i], static_cast<double>(counts[i]) / sorted.size()));
+    w.BeginObject().Field("mark", marks[i]).Field("count", counts[i]);
+    w.Field("frequency", static_cast<double>(counts[i]) / sorted.size()).EndObject();
   }
-  return "[" + absl::StrJoin(items, ",") + "]";
+  w.EndArray();
 }
 
-std::string Distribution(const std::map<std::string, int64_t>& m) {
-  std::vector<std::string> items;
-  for (const auto& [k, n] : m) items.push_back(absl::StrCat(JsonString(k), ":", n));
-  return "{" + absl::StrJoin(items, ",") + "}";
+template <class Map>
+void WriteDistribution(json::Writer& w, const Map& m) {
+  w.BeginObject();
+  for (const auto& [k, n] : m) w.Field(k, static_cast<int64_t>(n));
+  w.EndObject();
 }
 
 }  // namespace
@@ -115,41 +101,68 @@ std::string TextReport(const RunResult& r) {
   return out;
 }
 
-std::string GhzJson(const RunResult& r, const Options& options) {
-  const auto& l = r.latencies_ns;
-  std::vector<std::string> dist;
-  // ghz's percentages (integers: its Go struct reads them as int), of successful calls.
-  for (const int p : {10, 25, 50, 75, 90, 95, 99}) {
-    if (!l.empty()) {
-      dist.push_back(absl::StrFormat(R"({"percentage":%d,"latency":%d})", p, Percentile(l, p)));
-    }
+namespace {
+
+// ghz's Options: "insecure", "binary" and "CPUs" are always present, "qps" when set.
+void WriteGhzOptions(json::Writer& w, const Options& options) {
+  w.Key("options").BeginObject().Field("host", options.target);
+  w.Field("call", options.call == "batch_predict" ? "kiln.v1.InferenceService.BatchPredict"
+                  : options.call == "generate"    ? "kiln.v1.GenerationService.Generate"
+                                                  : "kiln.v1.InferenceService.Predict");
+  w.Field("insecure", true);
+  if (options.total > 0) w.Field("total", static_cast<int64_t>(options.total));
+  w.Field("concurrency", static_cast<int64_t>(options.concurrency));
+  if (options.rps > 0) w.Field("qps", static_cast<int64_t>(options.rps));
+  if (options.duration.count() > 0) {
+    w.Field("duration", static_cast<int64_t>(options.duration.count()));
   }
+  w.Field("timeout", static_cast<int64_t>(std::chrono::nanoseconds(options.timeout).count()));
+  w.Field("binary", false).Field("CPUs", static_cast<int64_t>(options.threads)).EndObject();
+}
+
+}  // namespace
+
+void WriteGhzMembers(json::Writer& w, const RunResult& r, const Options& options) {
+  const auto& l = r.latencies_ns;
+  w.Field("date", GoTime(absl::ToUnixNanos(absl::Now()), false)).Field("endReason", "normal");
+  WriteGhzOptions(w, options);
+  w.Field("count", static_cast<int64_t>(r.count));
+  w.Field("total", static_cast<int64_t>(r.total.count())).Field("average", Average(r));
+  w.Field("fastest", l.empty() ? int64_t{0} : l.front());
+  w.Field("slowest", l.empty() ? int64_t{0} : l.back()).Field("rps", Rps(r));
+  w.Key("errorDistribution");
+  WriteDistribution(w, r.errors);
   std::map<std::string, int64_t> codes;
   for (const auto& [code, n] : r.codes) codes[GoCodeName(code)] += n;
-  std::string out = "{";
-  const int64_t now = absl::ToUnixNanos(absl::Now());
-  out += absl::StrFormat(R"("date":%s,"endReason":"normal",)", JsonString(GoTime(now, false)));
-  // ghz's Options: "insecure", "binary" and "CPUs" are always present, "qps" when set.
-  out += absl::StrFormat(R"("options":{"host":%s,"call":%s,"insecure":true,)",
-                         JsonString(options.target),
-                         JsonString(options.call == "batch_predict" ? "kiln.v1.InferenceService.BatchPredict"
-                                    : options.call == "generate" ? "kiln.v1.GenerationService.Generate"
-                                                                 : "kiln.v1.InferenceService.Predict"));
-  if (options.total > 0) out += absl::StrFormat(R"("total":%d,)", options.total);
-  out += absl::StrFormat(R"("concurrency":%d,)", options.concurrency);
-  if (options.rps > 0) out += absl::StrFormat(R"("qps":%d,)", static_cast<int64_t>(options.rps));
-  if (options.duration.count() > 0) out += absl::StrFormat(R"("duration":%d,)", options.duration.count());
-  out += absl::StrFormat(R"("timeout":%d,"binary":false,"CPUs":%d},)",
-                         std::chrono::nanoseconds(options.timeout).count(), options.threads);
-  out += absl::StrFormat(R"("count":%d,"total":%d,"average":%d,"fastest":%d,"slowest":%d,"rps":%.3f,)",
-                         r.count, r.total.count(), Average(r), l.empty() ? 0 : l.front(),
-                         l.empty() ? 0 : l.back(), Rps(r));
-  out += absl::StrCat(R"("errorDistribution":)", Distribution(r.errors), ",");
-  out += absl::StrCat(R"("statusCodeDistribution":)", Distribution(codes), ",");
-  out += absl::StrCat(R"("latencyDistribution":)", l.empty() ? "null" : "[" + absl::StrJoin(dist, ",") + "]", ",");
-  out += absl::StrCat(R"("histogram":)", l.empty() ? "null" : Histogram(l), ",");
-  out += absl::StrCat(R"("details":)", Details(r.details), "}\n");
-  return out;
+  w.Key("statusCodeDistribution");
+  WriteDistribution(w, codes);
+  // ghz's percentages (integers: its Go struct reads them as int), of successful calls.
+  w.Key("latencyDistribution");
+  if (l.empty()) {
+    w.Null();
+  } else {
+    w.BeginArray();
+    for (const int p : {10, 25, 50, 75, 90, 95, 99}) {
+      w.BeginObject().Field("percentage", int64_t{p}).Field("latency", Percentile(l, p));
+      w.EndObject();
+    }
+    w.EndArray();
+  }
+  w.Key("histogram");
+  if (l.empty()) {
+    w.Null();
+  } else {
+    WriteHistogram(w, l);
+  }
+  w.Key("details");
+  WriteDetails(w, r.details);
+}
+
+std::string GhzJson(const RunResult& r, const Options& options) {
+  json::Writer w(json::NonFinite::kNull);
+  w.BeginObject();
+  WriteGhzMembers(w, r, options);
+  return w.EndObject().Take() + "\n";
 }
 
 }  // namespace kiln::load

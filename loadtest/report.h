@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "base/json.h"
 #include "loadtest/driver.h"
 
 namespace kiln::load {
@@ -21,6 +22,9 @@ std::string TextReport(const RunResult& result);
 // average, fastest, slowest, rps (durations in ns), errorDistribution,
 // statusCodeDistribution, latencyDistribution, histogram and details. Latency statistics
 // cover successful calls only, as ghz computes them; count, average and rps every call.
+// A line of JSON (non-finite numbers as null, as Go's encoder would refuse them).
 std::string GhzJson(const RunResult& result, const Options& options);
+// The same report's members, written into an object the caller has begun (and may extend).
+void WriteGhzMembers(json::Writer& w, const RunResult& result, const Options& options);
 
 }  // namespace kiln::load

@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 #include "compiler/compile.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 
 namespace kiln::runtime {
 

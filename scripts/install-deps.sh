@@ -15,7 +15,7 @@ build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libonnx-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libyaml-cpp-dev
-  libcpp-httplib-dev prometheus-cpp-dev
+  libcpp-httplib-dev prometheus-cpp-dev rapidjson-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libabsl-dev
   clang libclang-rt-14-dev
 )

@@ -21,7 +21,7 @@
 
 #include "base/memory_budget.h"
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 #include "server/metrics/kiln_metrics.h"
 #include "server/model_stats.h"
 

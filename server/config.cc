@@ -3,9 +3,8 @@
 #include <cstdlib>
 #include <map>
 
-#include <yaml-cpp/yaml.h>
-
 #include "base/file.h"
+#include "server/yaml_read.h"
 
 namespace kiln::server {
 namespace {
@@ -16,12 +15,7 @@ absl::Status Bad(const std::string& key, const std::string& why) {
 
 template <class T>
 absl::Status Read(const YAML::Node& node, const std::string& key, T& out) {
-  try {
-    out = node.as<T>();
-  } catch (const YAML::Exception& e) {
-    return Bad(key, absl::StrCat("cannot read value (", e.msg, ")"));
-  }
-  return absl::OkStatus();
+  return ReadYaml(node, key, out, Bad);
 }
 
 absl::Status ApplyTlsSection(const YAML::Node& node, TlsConfig& t) {
@@ -241,21 +235,10 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> SplitFlags(
 
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::string& yaml, const std::string& where) {
   ServerConfig c;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": invalid YAML: ", e.what()));
-  }
-  absl::Status s;
-  try {
-    s = ApplyRoot(root, c);
-  } catch (const YAML::Exception& e) {
-    // A key that is not a scalar (`{[1, 2]: x}`) throws where the key is read as text.
-    s = absl::InvalidArgumentError(absl::StrCat("unreadable YAML: ", e.what()));
-  }
-  if (s.ok()) s = Validate(c);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  RETURN_IF_ERROR(ApplyYamlDocument(yaml, where, [&c](const YAML::Node& root) {
+    RETURN_IF_ERROR(ApplyRoot(root, c));
+    return Validate(c);
+  }));
   return c;
 }
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 #include "server/model_config.h"
 
 namespace kiln::server {

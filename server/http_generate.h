@@ -15,7 +15,7 @@
 
 #include "base/status.h"
 #include "server/generate/generator.h"
-#include "server/json.h"
+#include "base/json.h"
 #include "server/model_registry.h"
 
 namespace kiln::server {

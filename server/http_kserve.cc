@@ -8,7 +8,7 @@
 #include "server/auth.h"
 #include "server/echo.h"
 #include "server/http.h"
-#include "server/json.h"
+#include "base/json.h"
 #include "server/json_message.h"
 #include "server/kserve_model.h"
 

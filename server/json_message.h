@@ -5,7 +5,7 @@
 
 #include <google/protobuf/message.h>
 
-#include "server/json.h"
+#include "base/json.h"
 
 namespace kiln::server {
 

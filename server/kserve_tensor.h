@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 #include "kserve/grpc_service.pb.h"
-#include "server/json.h"
+#include "base/json.h"
 
 namespace kiln::server::kserve {
 

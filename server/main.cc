@@ -28,6 +28,7 @@
 #include "server/grpc_kserve.h"
 #include "server/grpc_services.h"
 #include "server/http.h"
+#include "server/json_log.h"
 #include "server/model_registry.h"
 #include "server/test_faults.h"
 
@@ -37,8 +38,7 @@ namespace {
 void SetUpLogging(const ServerConfig& c) {
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   if (c.log_json) {
-    // One object per line. %v is not escaped: Kiln's messages avoid double quotes.
-    spdlog::set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%v"})");
+    spdlog::set_formatter(JsonLineFormatter());
   }
 }
 

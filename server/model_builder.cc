@@ -17,12 +17,13 @@
 #include "compiler/onnx/importer.h"
 #include "compiler/plan/memory_plan.h"
 #include "compiler/shape/infer.h"
+#include "ops/interpreter.h"
 #include "runtime/check/differential.h"
-#include "runtime/reference/interpreter.h"
+#include "server/bucket_engines.h"
+#include "server/cached_bucket.h"
 #include "server/dim_profiles.h"
 #include "server/engine_factory.h"
 #include "server/metrics/kiln_metrics.h"
-#include "server/bucket_engines.h"
 #include "server/model_dims.h"
 #include "server/precision.h"
 #include "server/warmup_check.h"
@@ -34,83 +35,6 @@ namespace {
 constexpr int kMaxBisections = 4;  // each disables one pass; more means something else is wrong
 
 using Clock = std::chrono::steady_clock;
-
-struct BucketResult {
-  CompiledGraph compiled;
-  std::unique_ptr<runtime::Engine> engine;
-  std::string report_json;
-};
-
-}  // namespace
-
-EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
-                      const PipelineOptions& pipeline, int64_t batch) {
-  const WarmupConfig& w = config.warmup;
-  std::string warmup = "off";
-  if (w.enabled) {
-    // "rows": the larger buckets are verified on batches repeating the smallest one's rows;
-    // "hints": the feed follows the model's use of its inputs, compared at each output's scale.
-    warmup = absl::StrCat("rows,hints,", w.seed, ",", w.rtol, ",", w.atol, ",", w.float_lo, ",",
-                          w.float_hi, ",", w.int_lo, ",", w.int_hi);
-    for (const auto& [name, r] : w.input_ranges) {
-      absl::StrAppend(&warmup, ",", name, ":", r.first, ":", r.second);
-    }
-    if (!w.samples_key.empty()) absl::StrAppend(&warmup, ",samples:", w.samples_key);
-  }
-  EngineCacheKey key;
-  key.model_hash = cache.model_hash;
-  key.compiler_version = kCompilerVersion;
-  // The level's pass list, not just its number: a registered test pass changes it.
-  key.options = absl::StrCat("O", static_cast<int>(pipeline.level), ";passes=",
-                             absl::StrJoin(PipelinePasses(pipeline.level), ","), ";disabled=",
-                             absl::StrJoin(pipeline.disabled, ","), ";precision=",
-                             PrecisionKey(config, pipeline), ";warmup=", warmup,
-                             ";inputs=", InputDimsOf(config).ToString());
-  key.device = DeviceFingerprint(config.device);
-  key.batch = batch;
-  return key;
-}
-
-namespace {
-
-using Threads = EngineCacheEntry::Threads;
-
-// Rebuilds the engine from a cache entry (or takes the one CachePrefetch built from it, when
-// with the same layout) and re-verifies it: one run on the seeded warm-up inputs against the
-// reference outputs stored with it (the reference run is what a hit saves). Any failure
-// means the entry is not used.
-absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
-                                       const PipelineOptions& pipeline,
-                                       const Graph& raw, int64_t checked_block,
-                                       const ref::TensorMap& feed, const check::Tolerance& tol,
-                                       LoadTimes& times, std::optional<PreparedBucket>& prepared) {
-  BucketResult r;
-  const std::string layout = LayoutFor(e, config);
-  const bool ahead = prepared && prepared->layout == layout;
-  if (ahead) {
-    r.compiled = std::move(prepared->compiled);
-    r.engine = std::move(prepared->engine);
-    times.cache_ms += prepared->cache_ms;
-    times.engine_ms += prepared->engine_ms;
-  } else {
-    RETURN_IF_ERROR(BuildFromEntry(e, config, layout, r.compiled, r.engine, times));
-  }
-  prepared.reset();
-  r.report_json = e.report_json;
-  if (config.warmup.enabled) {
-    if (!e.checked) return absl::DataLossError("the entry has no reference outputs");
-    ref::TensorMap want(e.outputs.begin(), e.outputs.end());
-    const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<check::Divergence> d =
-        CheckEngine(*r.engine, feed, want, ToleranceFor(raw, want, tol), checked_block);
-    times.check_ms += MsSince(t0);
-    if (!d.ok()) return d.status();
-    WithinBudget(config, pipeline, *d);
-    if (!d->ok) return absl::DataLossError("re-verification failed: " + d->message);
-  }
-  if (ahead) ++times.built_ahead;
-  return r;
-}
 
 // Compile + build + check for one bucket, bisecting and disabling passes on a mismatch.
 // `pipeline.disabled` grows with the passes the bisection names (shared by later buckets).
@@ -194,47 +118,6 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     check.disabled_passes.insert(b.first_bad_pass);
     check.message = absl::StrCat("disabled pass '", b.first_bad_pass, "' (", where, ")");
   }
-}
-
-// The cache entry for a freshly built bucket; nullopt when it could not be re-verified later
-// (an output the file format cannot hold).
-std::optional<EngineCacheEntry> EntryFor(const BucketResult& r, const CheckSummary& check,
-                                         const ModelConfig& config, const ref::TensorMap& want) {
-  EngineCacheEntry e;
-  onnx_io::ExportOptions export_options;
-  export_options.external = BlobWriter(e);  // the weights go to blobs shared by the buckets
-  auto proto = onnx_io::ExportModel(*r.compiled.graph, export_options);
-  if (!proto.ok()) return std::nullopt;
-  e.graph_onnx = proto->SerializeAsString();
-  e.report_json = r.report_json;
-  e.disabled_passes = check.disabled_passes;
-  e.check_message = check.message;
-  e.max_abs_err = check.max_abs_err;
-  e.max_rel_err = check.max_rel_err;
-  e.norm_rel_err = check.norm_rel_err;
-  e.checked = config.warmup.enabled;
-  e.engine_layout = r.engine->info().layout;
-  if (config.cpu_threads == 0) {  // FirstEngine measured one thread against the team
-    const bool one = r.engine->info().threads == 1 && CpuThreadsPerInstance(config) > 1;
-    e.engine_threads = one ? Threads::kOne : Threads::kTeam;
-  }
-  for (const auto& [name, t] : want) {
-    if (t.dtype() == DType::kString) return std::nullopt;
-    e.outputs.emplace_back(name, t);
-  }
-  return e;
-}
-
-void MergeCachedCheck(const EngineCacheEntry& e, PipelineOptions& pipeline, CheckSummary& check) {
-  check.ran |= e.checked;
-  check.max_abs_err = std::max(check.max_abs_err, e.max_abs_err);
-  check.max_rel_err = std::max(check.max_rel_err, e.max_rel_err);
-  check.norm_rel_err = std::max(check.norm_rel_err, e.norm_rel_err);
-  for (const std::string& p : e.disabled_passes) {
-    pipeline.disabled.insert(p);
-    check.disabled_passes.insert(p);
-  }
-  if (!e.check_message.empty()) check.message = e.check_message;
 }
 
 // One bucket: from the cache when it holds a verified entry, else compiled and checked (and

@@ -25,8 +25,8 @@
 
 #include "base/status.h"
 #include "compiler/compile.h"
-#include "compiler/ir/graph.h"
 #include "compiler/shape/bind_dims.h"
+#include "ir/graph.h"
 #include "runtime/engine.h"
 #include "server/engine_cache.h"
 #include "server/model_config.h"

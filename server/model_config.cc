@@ -4,9 +4,8 @@
 #include <cmath>
 #include <thread>
 
-#include <yaml-cpp/yaml.h>
-
 #include "runtime/cuda/cuda_engine.h"
+#include "server/yaml_read.h"
 
 namespace kiln::server {
 namespace {
@@ -15,15 +14,9 @@ absl::Status BadKey(const std::string& key, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("model config: '", key, "': ", why));
 }
 
-// yaml-cpp throws on conversion errors; every read goes through here so they become Status.
 template <class T>
 absl::Status Read(const YAML::Node& node, const std::string& key, T& out) {
-  try {
-    out = node.as<T>();
-  } catch (const YAML::Exception& e) {
-    return BadKey(key, absl::StrCat("cannot read value (", e.msg, ")"));
-  }
-  return absl::OkStatus();
+  return ReadYaml(node, key, out, BadKey);
 }
 
 absl::Status ReadRange(const YAML::Node& node, const std::string& key, double& lo, double& hi) {
@@ -281,21 +274,10 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml, const ModelConfig& base,
                                              const std::string& where) {
   ModelConfig c = base;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": invalid YAML: ", e.what()));
-  }
-  absl::Status s;
-  try {
-    s = ApplyModelConfig(root, c);
-  } catch (const YAML::Exception& e) {
-    // A key that is not a scalar (`{[1, 2]: x}`) throws where the key is read as text.
-    s = absl::InvalidArgumentError(absl::StrCat("unreadable YAML: ", e.what()));
-  }
-  if (s.ok()) s = FinalizeModelConfig(c);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+  RETURN_IF_ERROR(ApplyYamlDocument(yaml, where, [&c](const YAML::Node& root) {
+    RETURN_IF_ERROR(ApplyModelConfig(root, c));
+    return FinalizeModelConfig(c);
+  }));
   return c;
 }
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 #include "server/model_builder.h"
 #include "server/model_config.h"
 #include "server/model_signature.h"

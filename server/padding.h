@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 
 namespace kiln::server {
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
 
 namespace kiln::server {
 

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 #include "runtime/check/differential.h"
 #include "server/model_config.h"
 #include "server/padding.h"

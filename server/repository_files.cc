@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+#include "server/crash_point.h"
+
 namespace kiln::server {
 namespace fs = std::filesystem;
 
@@ -64,14 +67,23 @@ absl::Status FileWriter::Close() {
 }
 
 absl::Status WriteFileAtomically(const fs::path& dest, std::string_view bytes) {
+  return WriteFileAtomically(dest, {bytes});
+}
+
+absl::Status WriteFileAtomically(const fs::path& dest,
+                                 std::initializer_list<std::string_view> parts,
+                                 const char* crash_point) {
   const fs::path tmp = TempNameFor(dest);
   absl::Status s;
   {
     auto w = FileWriter::Create(tmp);
     if (!w.ok()) return w.status();
-    s = w->Append(bytes);
+    for (const std::string_view part : parts) {
+      if (s.ok()) s = w->Append(part);
+    }
     if (s.ok()) s = w->Close();
   }
+  if (s.ok() && crash_point) CrashPoint(crash_point);
   if (s.ok()) s = RenameFile(tmp, dest);
   if (!s.ok()) {
     std::error_code ec;

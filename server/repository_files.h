@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -45,6 +46,11 @@ class FileWriter {
 // Writes `bytes` to a temporary beside `dest` and renames it over `dest` (atomic within one
 // file system): readers see the old file or the new one, never a part.
 absl::Status WriteFileAtomically(const std::filesystem::path& dest, std::string_view bytes);
+// The same for a file made of `parts` in order; `crash_point` (server/crash_point.h), when
+// given, is reached between the write and the rename.
+absl::Status WriteFileAtomically(const std::filesystem::path& dest,
+                                 std::initializer_list<std::string_view> parts,
+                                 const char* crash_point = nullptr);
 absl::Status RenameFile(const std::filesystem::path& from, const std::filesystem::path& to);
 
 }  // namespace kiln::server

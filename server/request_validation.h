@@ -14,7 +14,7 @@
 #include <google/protobuf/repeated_field.h>
 
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 #include "kiln/v1/tensor.pb.h"
 #include "server/model_signature.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 #include "kiln/v1/tensor.pb.h"
 
 namespace kiln::server {

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
+#include "ops/interpreter.h"
 #include "runtime/check/differential.h"
 #include "runtime/engine.h"
-#include "runtime/reference/interpreter.h"
 #include "server/model_builder.h"
 #include "server/model_config.h"
 #include "server/warmup_samples.h"

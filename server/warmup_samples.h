@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/graph.h"
+#include "ops/interpreter.h"
 #include "server/model_config.h"
 
 namespace kiln::server {

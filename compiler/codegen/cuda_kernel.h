@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/dtype.h"
+#include "ir/dtype.h"
 
 namespace kiln::codegen {
 

@@ -3,7 +3,7 @@
 #include "compiler/codegen/index_space.h"
 #include "compiler/codegen/op_expressions.h"
 #include "compiler/codegen/shapes.h"
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::codegen {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 #include "compiler/codegen/cuda_kernel.h"
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::codegen {
 

@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "compiler/codegen/shapes.h"
-#include "runtime/reference/nn_window.h"
+#include "ops/nn_window.h"
 
 namespace kiln::codegen {
 namespace {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::codegen {
 

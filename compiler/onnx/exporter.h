@@ -16,7 +16,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::onnx_io {
 

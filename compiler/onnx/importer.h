@@ -19,8 +19,8 @@
 #include <onnx/onnx_pb.h>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/onnx/tensor_proto.h"
+#include "ir/graph.h"
 
 namespace kiln::onnx_io {
 

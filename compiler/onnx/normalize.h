@@ -31,7 +31,7 @@
 #pragma once
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::onnx_io {
 

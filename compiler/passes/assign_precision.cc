@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::passes {
 namespace {

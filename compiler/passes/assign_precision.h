@@ -1,5 +1,5 @@
 // assign_precision: marks the matrix products a backend may compute in bfloat16 (attribute
-// kiln_precision = "bf16", compiler/ir/kiln_ops.h). Runs only when the compile asks for a
+// kiln_precision = "bf16", ir/kiln_ops.h). Runs only when the compile asks for a
 // lower precision (PipelineOptions::precision, set by kilnd's `precision: {mode: auto}` on a
 // CPU with native bf16 products); the warm-up check then bounds the error against the float32
 // reference and the server falls back to float32 when it exceeds the model's budget.

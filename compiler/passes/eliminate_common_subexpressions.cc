@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "compiler/ir/graph_edit.h"
 #include "compiler/passes/node_key.h"
+#include "ir/graph_edit.h"
 
 namespace kiln::passes {
 namespace {

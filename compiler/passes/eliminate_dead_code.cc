@@ -2,7 +2,7 @@
 
 #include <unordered_set>
 
-#include "compiler/ir/graph_edit.h"
+#include "ir/graph_edit.h"
 
 namespace kiln::passes {
 

@@ -4,7 +4,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/ir/graph_edit.h"
+#include "ir/graph_edit.h"
 
 namespace kiln::passes {
 namespace {

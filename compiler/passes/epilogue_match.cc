@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cfloat>
 
-#include "compiler/ir/graph_edit.h"
+#include "ir/graph_edit.h"
 
 namespace kiln::passes {
 namespace {

@@ -13,8 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "compiler/ir/graph.h"
-#include "compiler/ir/kiln_ops.h"
+#include "ir/graph.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::passes {
 

@@ -6,9 +6,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "compiler/ir/graph_edit.h"
 #include "compiler/passes/node_key.h"
 #include "compiler/passes/weight_arena.h"
+#include "ir/graph_edit.h"
 
 namespace kiln::passes {
 namespace {

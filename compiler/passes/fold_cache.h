@@ -23,7 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::passes {
 

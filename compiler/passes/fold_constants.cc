@@ -1,9 +1,8 @@
 #include "compiler/passes/fold_constants.h"
 
-#include <set>
-
-#include "compiler/ir/graph_edit.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/graph_edit.h"
+#include "ops/evaluate.h"
+#include "ops/kernel.h"
 
 namespace kiln::passes {
 namespace {
@@ -42,30 +41,18 @@ absl::StatusOr<std::vector<Tensor>> Evaluate(const Node& n, const ref::KernelInp
   if (cached) {
     if (std::optional<std::vector<Tensor>> hit = cache->Find(n, inputs)) return std::move(*hit);
   }
-  absl::StatusOr<std::vector<Tensor>> outs = ref::RunNode(n, inputs);
+  absl::StatusOr<std::vector<Tensor>> outs = ref::EvaluateConstantNode(n);
   if (cached && outs.ok()) cache->Store(n, inputs, *outs);
   return outs;
 }
 
 }  // namespace
 
-bool IsDeterministic(const Node& n) {
-  static const std::set<std::string> kRandom = {
-      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-      "Multinomial",  "Bernoulli"};
-  if (n.domain.empty() && kRandom.count(n.op_type)) return false;
-  if (n.domain.empty() && n.op_type == "Dropout") {
-    const Value* training = n.input(2);
-    return !training || (training->constant && training->constant->GetInt(0) == 0);
-  }
-  return true;
-}
-
 absl::StatusOr<bool> FoldConstants(Graph& graph, const FoldConstantsOptions& options) {
   std::vector<Node*> folded;
   for (const auto& node : graph.nodes()) {
     Node& n = *node;
-    if (!AllInputsConstant(n) || !IsDeterministic(n) || !WithinSizeCap(n, options)) continue;
+    if (!AllInputsConstant(n) || !ref::IsDeterministic(n) || !WithinSizeCap(n, options)) continue;
     ref::KernelInputs inputs;
     for (const Value* in : n.inputs) inputs.push_back(in ? &*in->constant : nullptr);
     absl::StatusOr<std::vector<Tensor>> outs = Evaluate(n, inputs, options.cache.get());

@@ -25,11 +25,6 @@ struct FoldConstantsOptions {
 
 absl::StatusOr<bool> FoldConstants(Graph& graph, const FoldConstantsOptions& options = {});
 
-// Whether the node gives the same outputs for the same inputs (not Random*, Multinomial,
-// Bernoulli or a training-mode Dropout). A backend may evaluate such a node once when all its
-// inputs are constant.
-bool IsDeterministic(const Node& n);
-
 class FoldConstantsPass : public Pass {
  public:
   explicit FoldConstantsPass(FoldConstantsOptions options = {}) : options_(options) {}

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "compiler/ir/graph_edit.h"
+#include "ir/graph_edit.h"
 
 namespace kiln::passes {
 namespace {

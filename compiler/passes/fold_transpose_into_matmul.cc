@@ -1,6 +1,6 @@
 #include "compiler/passes/fold_transpose_into_matmul.h"
 
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::passes {
 namespace {

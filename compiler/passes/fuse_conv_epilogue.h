@@ -1,5 +1,5 @@
 // fuse_conv_epilogue: Conv + [bias Add] + [activation] + [residual Add + [activation]] becomes
-// one ai.kiln FusedConv (see compiler/ir/kiln_ops.h), so a backend runs the epilogue as
+// one ai.kiln FusedConv (see ir/kiln_ops.h), so a backend runs the epilogue as
 // post-ops of the convolution (oneDNN eltwise/sum post-ops, a CUDA epilogue).
 // A per-channel constant Add becomes (or is added to) the bias; the residual Add needs an
 // operand of exactly the output's static shape.

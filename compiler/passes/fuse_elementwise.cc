@@ -6,8 +6,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "compiler/ir/graph_edit.h"
-#include "compiler/ir/kiln_ops.h"
+#include "ir/graph_edit.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::passes {
 namespace {

@@ -1,6 +1,6 @@
 // fuse_elementwise: maximal groups of element-wise operators (numpy broadcasting included)
 // become one ai.kiln FusedElementwise carrying a straight-line program over the group's
-// inputs (compiler/ir/kiln_ops.h). The program is what the CPU executor and the CUDA code
+// inputs (ir/kiln_ops.h). The program is what the CPU executor and the CUDA code
 // generator consume: one pass over memory instead of one per operator.
 // A group grows backwards from its last node: a producer joins when it is element-wise, has
 // one output, and every consumer of that output is already in the group (so no value the

@@ -1,5 +1,5 @@
 // fuse_matmul_epilogue: MatMul or Gemm + [bias Add] + [activation] + [residual Add +
-// [activation]] becomes one ai.kiln FusedMatMul (see compiler/ir/kiln_ops.h). A constant Add
+// [activation]] becomes one ai.kiln FusedMatMul (see ir/kiln_ops.h). A constant Add
 // varying along the last axis only becomes C (MatMul) or is folded into a constant C (Gemm).
 // Preconditions: shapes inferred. Leaves alone: swallowed values with a second consumer or
 // that are graph outputs; Gemm with a non-constant C followed by a bias Add (the bias stays an

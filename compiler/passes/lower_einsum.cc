@@ -4,7 +4,7 @@
 #include <map>
 #include <optional>
 
-#include "runtime/reference/nn_einsum.h"
+#include "ops/nn_einsum.h"
 
 namespace kiln::passes {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::passes {
 

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "compiler/ir/verifier.h"
+#include "ir/verifier.h"
 
 namespace kiln::passes {
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/passes/fold_cache.h"
+#include "ir/graph.h"
 
 namespace kiln::passes {
 

@@ -3,8 +3,8 @@
 //              x * Clip(x + 3, 0, 6) / 6                 (hand-written relu6 form; the / 6
 //                                                        may also come before the product)
 //   SiLU:      x * Sigmoid(x) -> ai.kiln FusedElementwise [Sigmoid(x), Mul(x, r0)]
-#include "compiler/ir/kiln_ops.h"
 #include "compiler/passes/recognize_match.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::passes::recognize {
 namespace {

@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::passes::recognize {
 

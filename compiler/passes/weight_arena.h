@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 
 namespace kiln::passes {
 

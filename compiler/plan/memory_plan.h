@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/plan/buffer_assign.h"
+#include "ir/graph.h"
 
 namespace kiln::plan {
 

@@ -2,8 +2,8 @@
 
 #include "compiler/shape/dim_expr.h"
 
-#include "compiler/ir/graph_edit.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/graph_edit.h"
+#include "ops/evaluate.h"
 
 namespace kiln::shape {
 
@@ -96,9 +96,9 @@ absl::Status FoldIfSmall(Node& node, const InferOptions& options) {
       return absl::OkStatus();
     }
   }
-  ref::KernelInputs inputs;
-  for (Value* in : node.inputs) inputs.push_back(in ? &*in->constant : nullptr);
-  absl::StatusOr<std::vector<Tensor>> result = ref::RunNode(node, inputs);
+  // A random generator is never frozen into a constant, whatever its inputs.
+  if (!ref::IsDeterministic(node)) return absl::OkStatus();
+  absl::StatusOr<std::vector<Tensor>> result = ref::EvaluateConstantNode(node);
   if (!result.ok()) {
     // An unsupported kernel only means no folding; a real input error still surfaces.
     return absl::IsUnimplemented(result.status()) ? absl::OkStatus() : result.status();

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::shape {
 

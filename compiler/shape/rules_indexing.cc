@@ -5,7 +5,7 @@
 
 #include "compiler/shape/reduction_rules.h"
 #include "compiler/shape/shape_util.h"
-#include "runtime/reference/reduction_ops.h"
+#include "ops/range.h"
 
 namespace kiln::shape {
 namespace {

@@ -1,9 +1,9 @@
 // Shape rules for Kiln's fused operators: each delegates to the rule of the operator it
 // wraps (an epilogue never changes the shape: residuals must broadcast to the output).
-#include "compiler/ir/kiln_ops.h"
 #include "compiler/shape/infer.h"
 #include "compiler/shape/nn_rules.h"
 #include "compiler/shape/shape_util.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::shape {
 namespace {

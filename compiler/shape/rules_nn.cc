@@ -1,11 +1,11 @@
 // Shape rules of the NN family: Conv, ConvTranspose, pools, normalizations, softmaxes and
 // Dropout (Gemm/MatMul/Einsum are in rules_nn_linalg.cc). Output spatial sizes come from the
-// same window code the reference kernels use (runtime/reference/nn_window.h), so inference
+// same window code the reference kernels use (ops/nn_window.h), so inference
 // and execution always agree; they need known input spatial dims and are left unknown
 // otherwise, while batch and channel dims (often symbolic) pass through.
 #include "compiler/shape/nn_rules.h"
 #include "compiler/shape/shape_util.h"
-#include "runtime/reference/nn_window.h"
+#include "ops/nn_window.h"
 
 namespace kiln::shape {
 namespace {

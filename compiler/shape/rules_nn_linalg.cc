@@ -1,7 +1,7 @@
 // Shape rules for Gemm, MatMul (numpy batched broadcasting, 1-D operands) and Einsum.
 #include "compiler/shape/nn_rules.h"
 #include "compiler/shape/shape_util.h"
-#include "runtime/reference/nn_einsum.h"
+#include "ops/nn_einsum.h"
 
 namespace kiln::shape {
 namespace {

@@ -4,7 +4,7 @@
 // MaxUnpool (output_shape, else the natural unpooled size) and Col2Im (N, C, image_shape).
 #include "compiler/shape/shape_util.h"
 #include "compiler/shape/tensor_rules.h"
-#include "runtime/reference/nn_window.h"
+#include "ops/nn_window.h"
 
 namespace kiln::shape {
 namespace {

@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 
 namespace kiln::check {
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/pipeline.h"
+#include "ir/graph.h"
+#include "ops/interpreter.h"
 #include "runtime/check/compare.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::check {
 

@@ -18,7 +18,7 @@
 #include <map>
 #include <string>
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::check {
 

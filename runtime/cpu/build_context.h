@@ -16,9 +16,9 @@
 #include "oneapi/dnnl/dnnl.hpp"
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/plan/buffer_assign.h"
 #include "compiler/plan/memory_plan.h"
+#include "ir/graph.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/nonfinite_guard.h"
 

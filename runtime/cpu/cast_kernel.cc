@@ -1,5 +1,5 @@
 // Cast between bool, uint8, int8, int32, int64, float32 and float64, with the reference's
-// rules (runtime/reference/ops_cast.cc): integers wrap, floats truncate toward zero into
+// rules (ops/ops_cast.cc): integers wrap, floats truncate toward zero into
 // integers and saturate at the target's range (NaN -> 0), anything nonzero (NaN too) is
 // true. Attention masks meet this op on every run of a text model; other dtypes fall back.
 #include <cmath>

@@ -1,6 +1,6 @@
 #include "runtime/cpu/conv_geometry.h"
 
-#include "runtime/reference/nn_window.h"
+#include "ops/nn_window.h"
 
 namespace kiln::cpu {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::cpu {
 

@@ -13,11 +13,12 @@
 #include <optional>
 #include <set>
 
+#include "base/aligned.h"
 #include "base/stop.h"
-#include "compiler/passes/fold_constants.h"
+#include "ops/evaluate.h"
+#include "ops/interpreter.h"
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/dynamic_engine.h"
-#include "runtime/reference/interpreter.h"
 #include "runtime/cpu/isa.h"
 #include "runtime/cpu/slot_table.h"
 #include "runtime/cpu/transient_heap.h"
@@ -26,14 +27,10 @@
 namespace kiln::cpu {
 namespace {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<void, FreeDeleter>;
+using AlignedBuffer = AlignedPtr<void>;
 
 AlignedBuffer AllocAligned(int64_t bytes) {
-  const size_t n = static_cast<size_t>(plan::AlignUp(std::max<int64_t>(bytes, 64), 64));
-  return AlignedBuffer(std::aligned_alloc(64, n));
+  return NewAlignedBuffer(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
 }
 
 class CpuEngine : public runtime::Engine {
@@ -205,13 +202,8 @@ std::unique_ptr<CpuKernel> CpuEngine::MakeFastKernel(const Node& node, KernelLis
 // (Swin's [windows, 49, 49] shift mask from a few small constants); in memory the value
 // exists either way. False when the node is not such a node or its reference kernel fails.
 bool CpuEngine::EvaluateAtBuild(Node& node) {
-  if (node.inputs.empty() || !passes::IsDeterministic(node)) return false;
-  ref::KernelInputs inputs;
-  for (const Value* in : node.inputs) {
-    if (in && !in->constant) return false;
-    inputs.push_back(in ? &*in->constant : nullptr);
-  }
-  absl::StatusOr<std::vector<Tensor>> outs = ref::RunNode(node, inputs);
+  if (node.inputs.empty()) return false;
+  absl::StatusOr<std::vector<Tensor>> outs = ref::EvaluateConstantNode(node);
   if (!outs.ok() || outs->size() < node.outputs.size()) return false;
   for (size_t k = 0; k < node.outputs.size(); ++k) {
     Value* v = node.outputs[k];

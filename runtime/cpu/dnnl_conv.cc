@@ -9,7 +9,8 @@
 #include <limits>
 #include <unordered_map>
 
-#include "compiler/ir/kiln_ops.h"
+#include "base/aligned.h"
+#include "ir/kiln_ops.h"
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/dnnl_post_ops.h"
@@ -33,8 +34,8 @@ struct ConvGeometry {
 struct ExactConv {
   dnnl::convolution_forward prim;
   memory weights;  // the fast primitive's, or a reorder of them if this one wants another layout
-  std::unique_ptr<float, void (*)(void*)> temp{nullptr, std::free};
-  std::unique_ptr<char, void (*)(void*)> scratch{nullptr, std::free};
+  AlignedPtr<float> temp;
+  AlignedPtr<char> scratch;
   memory::desc src_md, dst_md, scratch_md;
 };
 
@@ -127,9 +128,8 @@ absl::Status ConvKernel::MakeExact() {
   e->src_md = epd.src_desc();
   e->dst_md = epd.dst_desc();
   e->scratch_md = epd.scratchpad_desc();
-  e->temp.reset(static_cast<float*>(std::aligned_alloc(64, (dst_floats * 4 + 63) / 64 * 64 + 64)));
-  e->scratch.reset(static_cast<char*>(
-      std::aligned_alloc(64, (e->scratch_md.get_size() + 63) / 64 * 64 + 64)));
+  e->temp = NewAlignedBuffer<float>(static_cast<size_t>(dst_floats) * sizeof(float) + kBufferAlignment);
+  e->scratch = NewAlignedBuffer<char>(e->scratch_md.get_size() + kBufferAlignment);
   if (!e->temp || !e->scratch) return absl::ResourceExhaustedError("conv exact path: OOM");
   exact_ = std::move(e);
   return absl::OkStatus();

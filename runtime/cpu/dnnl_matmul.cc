@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/dnnl_post_ops.h"
 #include "runtime/cpu/matmul_spec.h"

@@ -1,11 +1,11 @@
 // MaxPool, AveragePool and GlobalAveragePool on oneDNN's pooling_v2 (dilations supported).
 // The src is read in whatever layout its producer left it (pooling has no `any` src); the
 // dst is `any`, so a pool between two convolutions stays blocked.
+#include "ops/interpreter.h"
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/conv_geometry.h"
 #include "runtime/cpu/isa.h"
 #include "runtime/cpu/transient_heap.h"
-#include "runtime/reference/interpreter.h"
-#include "runtime/cpu/conv_geometry.h"
 
 namespace kiln::cpu {
 namespace {

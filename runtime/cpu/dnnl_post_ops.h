@@ -5,7 +5,7 @@
 
 #include "oneapi/dnnl/dnnl.hpp"
 
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::cpu {
 

@@ -55,12 +55,7 @@ std::optional<QConvSetup> CreatePrimitive(BuildContext& ctx, const Node& node, c
   const memory::dims wdims = ConvWeightDims(w.shape, g->group);
   s.w_plain = memory::desc(wdims, memory::data_type::s8, PlainTag(wdims.size()));
   if (node.input(8)) s.b_md = memory::desc({w.shape[0]}, memory::data_type::s32, memory::format_tag::a);
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const std::vector<float> scales = OutputScales(p);
-  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
-  if (p.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {p.x_zero});
-  if (p.y_zero != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {p.y_zero});
+  const dnnl::primitive_attr attr = Int8Attr(p);
   const auto any = memory::format_tag::any;
   try {
     dnnl::convolution_forward::desc d(

@@ -42,12 +42,7 @@ std::optional<QMatMulShape> ShapeOf(const Node& node, const Slot& a, const Slot&
 
 std::optional<dnnl::matmul::primitive_desc> Int8Primitive(BuildContext& ctx, const QMatMulShape& s,
                                                           DType a, DType y, const QParams& p) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const std::vector<float> scales = OutputScales(p);
-  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
-  if (p.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {p.x_zero});
-  if (p.y_zero != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {p.y_zero});
+  const dnnl::primitive_attr attr = Int8Attr(p);
   using tag = memory::format_tag;
   try {
     dnnl::matmul::desc d(memory::desc({s.rows, s.k}, *ByteType(a), tag::ab),

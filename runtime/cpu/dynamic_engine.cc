@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "compiler/plan/memory_plan.h"
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
 
 namespace kiln::cpu {
 namespace {

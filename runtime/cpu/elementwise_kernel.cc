@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
 #include "runtime/cpu/own_kernels.h"
 #include "runtime/cpu/quantize_math.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/dtype.h"
+#include "ir/dtype.h"
 
 namespace kiln::cpu::ew {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
 
 namespace kiln::cpu {

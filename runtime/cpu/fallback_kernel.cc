@@ -4,8 +4,8 @@
 #include <cstring>
 #include <optional>
 
+#include "ops/interpreter.h"
 #include "runtime/cpu/build_context.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::cpu {
 namespace {

@@ -8,7 +8,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/ir/kiln_ops.h"
+#include "base/aligned.h"
+#include "ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
 #include "runtime/cpu/epilogue_ops.h"
 #include "runtime/cpu/gemm.h"
@@ -18,14 +19,10 @@
 namespace kiln::cpu {
 namespace {
 
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-using Floats = std::unique_ptr<float, FreeDeleter>;
+using Floats = AlignedPtr<float>;
 
 Floats AlignedFloats(int64_t n) {
-  const size_t bytes = static_cast<size_t>(((std::max<int64_t>(n, 1) * 4 + 63) / 64) * 64);
-  return Floats(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  return NewAlignedBuffer<float>(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float));
 }
 
 // An epilogue operand over the output's index space [batch..., M, N]: element strides per

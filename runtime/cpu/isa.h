@@ -55,7 +55,7 @@ Isa SetActiveIsaForTesting(Isa isa);
 // wherever the target has one, so the AVX2 and AVX-512 versions may differ from the baseline
 // one in the last bits (as reductions do, whose lanes reassociate); tests compare them with
 // tolerances. The reference interpreter's product, which must not differ, is built without
-// contraction (runtime/reference/gemm_f64.h).
+// contraction (ops/gemm_f64.h).
 //
 //   KILN_ISA_BODY void FooBody(const float* x, int64_t n) { ... }
 //   KILN_ISA_VERSIONS(void, Foo, (const float* x, int64_t n), (x, n))

@@ -1,13 +1,13 @@
 // What a matrix product node asks for, read once for both of the CPU engine's GEMM paths
 // (oneDNN's matmul in dnnl_matmul.cc, Kiln's GEMM in gemm_kernel.cc): MatMul, Gemm or
-// ai.kiln.FusedMatMul (compiler/ir/kiln_ops.h).
+// ai.kiln.FusedMatMul (ir/kiln_ops.h).
 #pragma once
 
 #include <optional>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "compiler/ir/kiln_ops.h"
+#include "ir/graph.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::cpu {
 

@@ -5,9 +5,9 @@
 #include <numeric>
 #include <optional>
 
+#include "ops/pad_source.h"
 #include "runtime/cpu/axis_gather.h"
 #include "runtime/cpu/own_kernels.h"
-#include "runtime/reference/pad_source.h"
 
 namespace kiln::cpu {
 namespace {

@@ -102,6 +102,16 @@ std::vector<float> OutputScales(const QParams& p) {
   return m;
 }
 
+dnnl::primitive_attr Int8Attr(const QParams& p) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const std::vector<float> scales = OutputScales(p);
+  attr.set_output_scales(scales.size() == 1 ? 0 : 1 << 1, scales);
+  if (p.x_zero != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {p.x_zero});
+  if (p.y_zero != 0) attr.set_zero_points(DNNL_ARG_DST, 0, {p.y_zero});
+  return attr;
+}
+
 bool Int8ExactOnThisCpu(const Tensor& w, DType x_type) {
   if (HasInt8DotProduct()) return true;
   if (x_type != DType::kUInt8) return false;

@@ -40,6 +40,9 @@ struct QParams {
 std::optional<QParams> ReadQParams(const Node& node, int64_t out_channels);
 // x_scale * w_scale[c] / y_scale, in float32 steps.
 std::vector<float> OutputScales(const QParams& p);
+// The attributes of an int8 primitive: a user scratchpad, the output scales (one, or per
+// output channel: mask bit 1) and the source's and destination's zero points.
+dnnl::primitive_attr Int8Attr(const QParams& p);
 
 // Whether oneDNN's int8 result is exact for int8 weights `w` and a source of `x_type` on
 // this CPU (see above).

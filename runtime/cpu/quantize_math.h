@@ -1,6 +1,6 @@
 // Internal to runtime/cpu: QuantizeLinear / DequantizeLinear arithmetic in float32, shared by
 // the standalone kernels (quantize_kernel.cc) and the Q/DQ instructions of fused element-wise
-// programs (elementwise_ops.cc). Bit-identical to the reference (runtime/reference/
+// programs (elementwise_ops.cc). Bit-identical to the reference (ops/
 // ops_quantize.cc, which computes in double) for float32 data and scales and 8/16-bit types:
 //
 //  Quantize: the quotient x / scale in float is the reference's (it rounds the exact double
@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "compiler/ir/dtype.h"
+#include "ir/dtype.h"
 
 namespace kiln::cpu::qmath {
 

@@ -1,6 +1,6 @@
 // RNN, GRU and LSTM on float32 with constant W, R and B (every direction, layout, activation
 // with alpha/beta, clip, sequence_lens, initial states, GRU's linear_before_reset, LSTM's
-// peepholes and input_forget), the reference's formulas (runtime/reference/ops_rnn.cc) in
+// peepholes and input_forget), the reference's formulas (ops/ops_rnn.cc) in
 // float. W and R are stored transposed at build so each gate update is a run of axpys over
 // contiguous gate rows (vectorizable without reassociating sums); the input projection of
 // a whole sequence is done before its recurrence. Scratch is owned by the kernel: Run
@@ -10,8 +10,9 @@
 #include <cstring>
 #include <optional>
 
-#include "runtime/cpu/isa.h"
+#include "ops/rnn_activations.h"
 #include "runtime/cpu/elementwise_ops.h"
+#include "runtime/cpu/isa.h"
 #include "runtime/cpu/own_kernels.h"
 
 namespace kiln::cpu {
@@ -320,23 +321,13 @@ bool ReadShape(const Node& node, RnnShape& s) {
   s.lbr = node.GetInt("linear_before_reset", 0) != 0;
   s.input_forget = node.GetInt("input_forget", 0) != 0;
   const size_t per_dir = s.cell == Cell::kRnn ? 1 : s.cell == Cell::kGru ? 2 : 3;
-  std::vector<std::string> names;
-  if (const Attribute* a = node.FindAttr("activations")) names = a->strings;
-  if (names.empty()) {
-    names = s.cell == Cell::kRnn   ? std::vector<std::string>{"Tanh"}
-            : s.cell == Cell::kGru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                   : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-  }
-  if (names.size() == per_dir && s.dirs == 2) {
-    const std::vector<std::string> forward = names;
-    names.insert(names.end(), forward.begin(), forward.end());
-  }
-  if (names.size() != per_dir * s.dirs || s.clip < 0) return false;
+  const std::optional<std::vector<std::string>> names = ref::RnnActivationNames(node, per_dir, s.dirs);
+  if (!names || s.clip < 0) return false;
   const std::vector<float> alphas = node.GetFloats("activation_alpha");
   const std::vector<float> betas = node.GetFloats("activation_beta");
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = 0; i < names->size(); ++i) {
     Act a;
-    if (!MakeAct(names[i], a)) return false;
+    if (!MakeAct((*names)[i], a)) return false;
     if (i < alphas.size()) a.alpha = alphas[i];
     if (i < betas.size()) a.beta = betas[i];
     s.acts.push_back(a);

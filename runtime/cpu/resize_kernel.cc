@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/resize_plan.h"
 #include "runtime/cpu/axis_gather.h"
 #include "runtime/cpu/own_kernels.h"
-#include "runtime/reference/resize_plan.h"
 
 namespace kiln::cpu {
 namespace {

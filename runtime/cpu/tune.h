@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/engine.h"
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/plan/memory_plan.h"
+#include "ir/graph.h"
 
 namespace kiln::cuda {
 

@@ -1,18 +1,11 @@
 #include "runtime/cuda/conv_plan.h"
 
-#include "compiler/ir/kiln_ops.h"
-#include "runtime/reference/nn_window.h"
+#include "ir/kiln_ops.h"
+#include "ops/nn_window.h"
+#include "runtime/cuda/operand_dims.h"
 
 namespace kiln::cuda {
 namespace {
-
-absl::StatusOr<std::vector<int64_t>> Dims(const Value* v, const Node& node) {
-  if (!v || !v->shape || !IsStatic(*v->shape)) {
-    return absl::InvalidArgumentError(node.Describe() + ": operand without a static shape");
-  }
-  if (v->dtype != DType::kFloat32) return absl::UnimplementedError(node.Describe() + ": not float32");
-  return StaticDims(*v->shape);
-}
 
 // 1-D convolutions gain a unit height: (N, C, W) -> (N, C, 1, W).
 std::vector<int64_t> AtLeast4D(std::vector<int64_t> d) {
@@ -21,9 +14,9 @@ std::vector<int64_t> AtLeast4D(std::vector<int64_t> d) {
 }
 
 absl::Status ResolveGeometry(const Node& node, ConvPlan& p) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> x, Dims(node.input(0), node));
-  ASSIGN_OR_RETURN(std::vector<int64_t> w, Dims(node.input(1), node));
-  ASSIGN_OR_RETURN(std::vector<int64_t> y, Dims(node.output(0), node));
+  ASSIGN_OR_RETURN(std::vector<int64_t> x, StaticFloatDims(node.input(0), node));
+  ASSIGN_OR_RETURN(std::vector<int64_t> w, StaticFloatDims(node.input(1), node));
+  ASSIGN_OR_RETURN(std::vector<int64_t> y, StaticFloatDims(node.output(0), node));
   if (x.size() < 3 || x.size() > 5 || w.size() != x.size() || y.size() != x.size()) {
     return absl::UnimplementedError(node.Describe() + ": rank " + std::to_string(x.size()));
   }

@@ -15,7 +15,7 @@
 
 #include "base/status.h"
 #include "compiler/codegen/epilogue_emitter.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::cuda {
 

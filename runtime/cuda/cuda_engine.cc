@@ -12,11 +12,11 @@
 #include <sstream>
 
 #include "compiler/codegen/cuda_kernel.h"
+#include "ops/interpreter.h"
 #include "runtime/cuda/cuda_libs.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/device_arena.h"
 #include "runtime/cuda/graph_capture.h"
-#include "runtime/reference/interpreter.h"
 #include "runtime/cuda/node_plan.h"
 #include "runtime/cuda/nvrtc_compiler.h"
 #include "runtime/cuda/steps.h"

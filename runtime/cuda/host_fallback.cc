@@ -5,10 +5,10 @@
 // these as fallback ops. The callback may not call CUDA, so its errors are recorded for Run.
 #include <cstring>
 
+#include "ops/interpreter.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/steps.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::cuda {
 namespace {

@@ -1,17 +1,10 @@
 #include "runtime/cuda/matmul_plan.h"
 
-#include "compiler/ir/kiln_ops.h"
+#include "ir/kiln_ops.h"
+#include "runtime/cuda/operand_dims.h"
 
 namespace kiln::cuda {
 namespace {
-
-absl::StatusOr<std::vector<int64_t>> Dims(const Value* v, const Node& node) {
-  if (!v || !v->shape || !IsStatic(*v->shape)) {
-    return absl::InvalidArgumentError(node.Describe() + ": operand without a static shape");
-  }
-  if (v->dtype != DType::kFloat32) return absl::UnimplementedError(node.Describe() + ": not float32");
-  return StaticDims(*v->shape);
-}
 
 int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
   int64_t p = 1;
@@ -38,9 +31,9 @@ absl::StatusOr<int64_t> BatchStride(const std::vector<int64_t>& dims, const std:
 }
 
 absl::Status Geometry(const Node& node, MatmulPlan& p) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> a, Dims(node.input(0), node));
-  ASSIGN_OR_RETURN(std::vector<int64_t> b, Dims(node.input(1), node));
-  ASSIGN_OR_RETURN(std::vector<int64_t> y, Dims(node.output(0), node));
+  ASSIGN_OR_RETURN(std::vector<int64_t> a, StaticFloatDims(node.input(0), node));
+  ASSIGN_OR_RETURN(std::vector<int64_t> b, StaticFloatDims(node.input(1), node));
+  ASSIGN_OR_RETURN(std::vector<int64_t> y, StaticFloatDims(node.output(0), node));
   const bool gemm = node.op_type == "Gemm";
   const bool ta = node.GetInt("transA", 0) != 0, tb = node.GetInt("transB", 0) != 0;
   if (gemm && (a.size() != 2 || b.size() != 2)) {

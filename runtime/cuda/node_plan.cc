@@ -1,8 +1,8 @@
 #include "runtime/cuda/node_plan.h"
 
 #include "compiler/codegen/emit.h"
-#include "compiler/ir/kiln_ops.h"
 #include "compiler/plan/memory_plan.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::cuda {
 namespace {

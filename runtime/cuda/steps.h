@@ -18,7 +18,7 @@
 
 #include "base/status.h"
 #include "compiler/codegen/cuda_kernel.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 #include "runtime/cuda/conv_plan.h"
 #include "runtime/cuda/matmul_plan.h"
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
 
 namespace kiln::runtime {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "base/memory_budget.h"
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 #include "server/generate/decoder_contract.h"
 
 namespace kiln::server::generate {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 #include "server/generate/decoder_contract.h"
 #include "server/generate/kv_cache.h"
 #include "server/model_signature.h"

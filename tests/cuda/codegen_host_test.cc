@@ -10,9 +10,9 @@
 #include "compiler/codegen/emit.h"
 #include "compiler/codegen/epilogue_emitter.h"
 #include "compiler/codegen/index_space.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
 #include "tests/cuda/host_kernels.h"
 #include "tests/cuda/kernel_check.h"
 

@@ -4,12 +4,12 @@
 // semantics on the host and comparing with the reference interpreter.
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
+#include "ops/interpreter.h"
 #include "runtime/check/compare.h"
 #include "runtime/cuda/matmul_plan.h"
-#include "runtime/reference/interpreter.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln::cuda {

@@ -15,13 +15,13 @@
 #include <unistd.h>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "runtime/check/compare.h"
 #include "runtime/cuda/cuda_engine.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/devices.h"
-#include "runtime/reference/interpreter.h"
 #include "tests/cuda/kernel_corpus.h"
 
 namespace kiln::cuda {

@@ -9,16 +9,16 @@
 #include <cmath>
 #include <random>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
-#include "compiler/shape/infer.h"
-#include "runtime/check/compare.h"
 #include "compiler/compile.h"
+#include "compiler/shape/infer.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
+#include "ops/interpreter.h"
+#include "runtime/check/compare.h"
 #include "runtime/cuda/arena_layout.h"
 #include "runtime/cuda/conv_plan.h"
 #include "runtime/cuda/matmul_plan.h"
 #include "runtime/cuda/node_plan.h"
-#include "runtime/reference/interpreter.h"
 #include "tests/cuda/host_kernels.h"
 
 namespace kiln::cuda {

@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 #include "compiler/codegen/cuda_kernel.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::testing {
 

@@ -11,9 +11,9 @@
 
 #include "base/status.h"
 #include "compiler/codegen/cuda_kernel.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
+#include "ops/interpreter.h"
 #include "runtime/check/compare.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::testing {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/graph.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/graph.h"
+#include "ops/interpreter.h"
 
 namespace kiln::testing {
 

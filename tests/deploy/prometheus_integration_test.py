@@ -29,6 +29,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from kiln_net import free_port, http_get  # noqa: E402
+
 SRC = os.path.abspath(sys.argv[1])
 KILND = sys.argv[2]
 PROMETHEUS = sys.argv[3] if len(sys.argv) > 3 else (shutil.which("prometheus") or "")
@@ -62,20 +65,6 @@ if not os.access(KILND, os.X_OK):
 DEADLINE = time.monotonic() + 240  # ctest's TIMEOUT is 300
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url, timeout=5):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except (urllib.error.URLError, ConnectionError, socket.timeout):
-        return None, ""
 
 
 def wait_for(what, fn, seconds):

@@ -8,10 +8,10 @@
 #include <limits>
 #include <random>
 
-#include "compiler/ir/verifier.h"
 #include "compiler/onnx/importer.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/verifier.h"
+#include "ops/interpreter.h"
 
 namespace kiln {
 namespace {

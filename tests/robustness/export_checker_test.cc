@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "compiler/ir/builder.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
 
 namespace kiln::onnx_io {
 namespace {

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "compiler/ir/verifier.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
+#include "ir/verifier.h"
 
 namespace {
 

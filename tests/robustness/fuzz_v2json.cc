@@ -13,14 +13,14 @@
 #include <string>
 #include <string_view>
 
-#include "server/json.h"
+#include "base/json.h"
 #include "server/kserve_tensor.h"
 
 namespace {
 
-using kiln::server::json::Kind;
-using kiln::server::json::Value;
-using kiln::server::json::Writer;
+using kiln::json::Kind;
+using kiln::json::Value;
+using kiln::json::Writer;
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "fuzz_v2json: %s\n", what.c_str());
@@ -39,7 +39,7 @@ void Write(const Value& v, Writer& w) {
       w.String(v.text());
       break;
     case Kind::kNumber: {
-      auto d = kiln::server::json::AsDouble(v, "number");
+      auto d = kiln::json::AsDouble(v, "number");
       if (!d.ok()) Fail("a parsed number does not convert: " + v.text());
       w.Double(*d);
       break;
@@ -73,14 +73,14 @@ std::string Text(const Value& v) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto v = kiln::server::json::Parse(text, {32});
+  auto v = kiln::json::Parse(text, {32});
   if (!v.ok()) {
     if (v.status().code() != absl::StatusCode::kInvalidArgument)
       Fail("parse: not INVALID_ARGUMENT");
     return 0;
   }
   const std::string once = Text(*v);
-  auto again = kiln::server::json::Parse(once, {64});
+  auto again = kiln::json::Parse(once, {64});
   if (!again.ok()) Fail("written text does not parse: " + once);
   if (Text(*again) != once) Fail("round trip changed the text: " + once);
   if (!v->is_array()) return 0;

@@ -5,7 +5,7 @@
 #   tests/robustness/run_fuzz.sh [--target T] [--seconds N] [--out DIR] [--jobs N] [--build DIR]
 #
 # Targets:
-#   importer  compiler/onnx + compiler/ir (fuzz_importer.cc), seeded with conformance models
+#   importer  compiler/onnx + ir (fuzz_importer.cc), seeded with conformance models
 #             when ../shared/onnx-tests is there
 #   predict   Predict/BatchPredict decoding and validation (fuzz_predict.cc)
 #   upload    LoadModel's stream handling, staging and commit (fuzz_upload.cc)
@@ -57,30 +57,30 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
 base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings absl_flat_hash_map \
              absl_flat_hash_set))
 # The server targets' uninstrumented dependencies: every library the CMake build made below
-# proto/, compiler/ and runtime/, and the server's generation library below the rest of it
+# base/, proto/, ir/, ops/, compiler/ and runtime/, and the server's generation library below the rest of it
 # (the linker takes only the members the targets use; the server's own library is left out,
 # its sources under test are compiled here instead).
 server_libs=(-Wl,--start-group
-             $(find "$build/base" "$build/proto" "$build/compiler" "$build/runtime" -name 'libkiln_*.a' \
+             $(find "$build/base" "$build/proto" "$build/ir" "$build/ops" "$build/compiler" "$build/runtime" -name 'libkiln_*.a' \
                  -not -path '*/CMakeFiles/*' 2>/dev/null | sort)
              "$build/server/libkiln_generate.a"
              -Wl,--end-group -lonnx_proto $(pkg-config --libs spdlog yaml-cpp) -lgomp)
 
 case "$target" in
   importer)
-    sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/compiler/ir/*.cc
+    sources=("$src"/compiler/onnx/*.cc "$src"/compiler/onnx/normalize/*.cc "$src"/ir/*.cc
              "$src"/base/*.cc)
     libs=(-lonnx_proto "${base_libs[@]}") ;;
   predict)
     sources=("$src"/server/request_validation.cc "$src"/server/tensor_codec.cc
-             "$src"/server/kserve_tensor.cc "$src"/server/json.cc)
+             "$src"/server/kserve_tensor.cc "$src"/base/json.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   upload)
     sources=("$src"/server/upload.cc "$src"/server/model_repository.cc
              "$src"/server/repository_files.cc "$src"/server/model_config.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   v2json)
-    sources=("$src"/server/json.cc "$src"/server/kserve_tensor.cc)
+    sources=("$src"/base/json.cc "$src"/server/kserve_tensor.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   http)
     sources=("$src"/server/http_listener.cc "$src"/server/auth.cc)
@@ -111,7 +111,12 @@ rm -f "$obj"/*.o
 pids=()
 for s in "${sources[@]}"; do
   o="$obj/$(basename "$(dirname "$s")")_$(basename "$s" .cc).o"
-  $launcher "$cxx" "${flags[@]}" -c "$s" -o "$o" &
+  # RapidJSON 1.1's internal stack computes `null + n` before its first allocation (an
+  # upstream bug, harmless in practice); only that check is off, and only in the file that
+  # instantiates its reader.
+  extra=()
+  [[ "$s" == */base/json.cc ]] && extra=(-fno-sanitize=pointer-overflow)
+  $launcher "$cxx" "${flags[@]}" "${extra[@]}" -c "$s" -o "$o" &
   pids+=($!)
   while (( $(jobs -rp | wc -l) >= jobs )); do sleep 0.2; done
 done

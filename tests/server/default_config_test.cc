@@ -13,7 +13,7 @@
 
 #include "compiler/onnx/importer.h"
 #include "compiler/onnx/tensor_proto.h"
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
 #include "tests/server/test_server.h"
 
 namespace kiln::server::testing {

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "compiler/onnx/importer.h"
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
 #include "tests/server/test_server.h"
 
 namespace kiln::server::testing {

@@ -20,9 +20,9 @@
 
 #include "compiler/onnx/importer.h"
 #include "kiln/v1/generate.grpc.pb.h"
-#include "runtime/reference/interpreter.h"
-#include "tests/server/test_server.h"
+#include "ops/interpreter.h"
 #include "tests/server/free_port.h"
+#include "tests/server/test_server.h"
 
 namespace kiln::server::testing {
 namespace {

@@ -21,13 +21,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include "compiler/ir/builder.h"
+#include "base/file.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
-#include "base/file.h"
+#include "ir/builder.h"
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
 #include "server/tensor_codec.h"
 #include "tests/server/free_port.h"
 #include "tests/server/kilnd_process.h"

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "base/file.h"
-#include "compiler/ir/builder.h"
 #include "compiler/onnx/exporter.h"
+#include "ir/builder.h"
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "server/tensor_codec.h"

@@ -4,11 +4,11 @@
 
 #include <cmath>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
 #include "compiler/passes/assign_precision.h"
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
 #include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {

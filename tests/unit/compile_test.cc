@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
 #include "runtime/check/differential.h"
 
 namespace kiln {

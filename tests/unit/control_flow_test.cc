@@ -10,7 +10,7 @@
 #include "compiler/onnx/importer.h"
 #include "compiler/passes/eliminate_identity.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
 
 namespace kiln {
 namespace {

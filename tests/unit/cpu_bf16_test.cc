@@ -7,11 +7,11 @@
 #include <cmath>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
-#include "runtime/reference/interpreter.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln {

@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
 #include "gtest/gtest.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/dynamic_engine.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {

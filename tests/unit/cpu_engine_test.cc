@@ -11,12 +11,12 @@
 #include <omp.h>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
 #include "gtest/gtest.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
+#include "ops/interpreter.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/reference/interpreter.h"
 
 // Counts every heap allocation in this process, from any library and any thread: the test
 // binary interposes glibc's allocation entry points and forwards to glibc's own. (The CPU

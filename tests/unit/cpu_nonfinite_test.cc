@@ -9,10 +9,10 @@
 #include <random>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "runtime/check/compare.h"
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {

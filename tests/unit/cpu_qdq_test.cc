@@ -8,11 +8,11 @@
 #include <random>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
 #include "compiler/passes/fuse_qdq.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/reference/interpreter.h"
 #include "tests/unit/pass_test_util.h"
 
 namespace kiln {

@@ -8,13 +8,13 @@
 #include <limits>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
 #include "compiler/passes/fuse_elementwise.h"
 #include "compiler/shape/infer.h"
 #include "gtest/gtest.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {

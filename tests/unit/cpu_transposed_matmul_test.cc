@@ -7,11 +7,11 @@
 #include <cmath>
 
 #include "compiler/compile.h"
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
+#include "ops/interpreter.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln {
 namespace {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 #include "runtime/cpu/tune.h"
 
 namespace kiln::cpu {

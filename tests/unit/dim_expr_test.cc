@@ -2,10 +2,10 @@
 // evaluation and its errors, and binding them through BindInputDims and Specialize.
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
 #include "compiler/shape/bind_dims.h"
 #include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
 
 namespace kiln::shape {
 namespace {

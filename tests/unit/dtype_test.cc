@@ -5,9 +5,9 @@
 #include <cmath>
 #include <map>
 
-#include "compiler/ir/builder.h"
 #include "compiler/onnx/tensor_proto.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 
 namespace kiln {
 namespace {

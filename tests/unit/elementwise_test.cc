@@ -4,10 +4,10 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/elementwise_util.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ops/elementwise_util.h"
+#include "ops/interpreter.h"
 
 namespace kiln {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "compiler/ir/builder.h"
 #include "compiler/passes/fold_pad.h"
+#include "ir/builder.h"
 #include "tests/unit/pass_test_util.h"
 #include "tests/unit/test_tensors.h"
 

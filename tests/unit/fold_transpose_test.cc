@@ -5,10 +5,10 @@
 
 #include <cmath>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/fold_transpose_into_matmul.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
 #include "tests/unit/pass_test_util.h"
 #include "tests/unit/test_tensors.h"
 

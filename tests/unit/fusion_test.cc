@@ -4,14 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/passes/fuse_conv_epilogue.h"
 #include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
+#include "ir/verifier.h"
+#include "ops/interpreter.h"
 #include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {

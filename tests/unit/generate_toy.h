@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 #include "server/model_signature.h"
 
 namespace kiln::server::generate::testing {

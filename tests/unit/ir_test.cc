@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/graph_edit.h"
-#include "compiler/ir/verifier.h"
+#include "ir/builder.h"
+#include "ir/graph_edit.h"
+#include "ir/verifier.h"
 
 namespace kiln {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <thread>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/tensor.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ir/tensor.h"
+#include "ops/interpreter.h"
 
 namespace kiln {
 namespace {

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <random>
 
-#include "compiler/ir/builder.h"
 #include "compiler/plan/buffer_assign.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
 
 namespace kiln::plan {
 namespace {

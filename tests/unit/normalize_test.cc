@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "compiler/ir/verifier.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/verifier.h"
+#include "ops/interpreter.h"
 
 namespace kiln::onnx_io {
 namespace {

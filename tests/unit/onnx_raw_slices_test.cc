@@ -7,10 +7,10 @@
 #include <cstring>
 #include <random>
 
-#include "compiler/ir/builder.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
 #include "compiler/onnx/raw_slices.h"
+#include "ir/builder.h"
 
 namespace kiln::onnx_io {
 namespace {

@@ -9,10 +9,10 @@
 #include <map>
 #include <optional>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
+#include "ir/builder.h"
+#include "ir/verifier.h"
 
 namespace kiln::onnx_io {
 namespace {

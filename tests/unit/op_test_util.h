@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 
 namespace kiln::optest {
 

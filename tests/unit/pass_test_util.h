@@ -7,10 +7,10 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/ir/graph.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/graph.h"
+#include "ir/verifier.h"
+#include "ops/interpreter.h"
 
 namespace kiln::testing {
 

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/passes/eliminate_common_subexpressions.h"
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/eliminate_identity.h"
@@ -14,7 +12,9 @@
 #include "compiler/passes/fold_constants.h"
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ir/verifier.h"
+#include "ops/interpreter.h"
 #include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {

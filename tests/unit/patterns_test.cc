@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/kiln_ops.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/passes/recognize_patterns.h"
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ir/kiln_ops.h"
+#include "ir/verifier.h"
+#include "ops/interpreter.h"
 #include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {

@@ -9,9 +9,9 @@
 #include <limits>
 #include <memory>
 
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 
 namespace kiln {
 namespace {

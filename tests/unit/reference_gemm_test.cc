@@ -1,4 +1,4 @@
-// The reference interpreter's double-precision product (runtime/reference/gemm_f64.h): every
+// The reference interpreter's double-precision product (ops/gemm_f64.h): every
 // ISA level and tile edge gives the bits of the plain serial sum, in the same order.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/reference/gemm_f64.h"
+#include "ops/gemm_f64.h"
 
 namespace kiln::ref {
 namespace {

@@ -5,12 +5,12 @@
 
 #include <cmath>
 
-#include "compiler/ir/builder.h"
-#include "compiler/ir/verifier.h"
 #include "compiler/passes/fold_scale_into_weights.h"
 #include "compiler/passes/simplify_reshapes.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ir/verifier.h"
+#include "ops/interpreter.h"
 #include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {

@@ -4,12 +4,12 @@
 // shows the range, and a request outside it is INVALID_ARGUMENT naming the range.
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
-#include "server/padding.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "server/dim_profiles.h"
 #include "server/model_builder.h"
+#include "server/padding.h"
 #include "server/request_validation.h"
 
 namespace kiln::server {

@@ -4,7 +4,7 @@
 // unless it serves one request per run (its outputs have no rows to split a batch by).
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 #include "server/model_builder.h"
 
 namespace kiln::server {

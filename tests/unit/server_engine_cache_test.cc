@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
 #include "compiler/onnx/importer.h"
+#include "ir/builder.h"
 #include "server/engine_cache.h"
 #include "server/engine_factory.h"
 #include "server/model_builder.h"

@@ -13,7 +13,7 @@
 #include "server/http_kserve.h"
 #include "server/http_listener.h"
 #include "server/inference.h"
-#include "server/json.h"
+#include "base/json.h"
 #include "server/kserve_tensor.h"
 #include "server/model_stats.h"
 
@@ -49,11 +49,15 @@ TEST(Json, ParsesEveryKindAndKeepsNumbersAsText) {
 }
 
 TEST(Json, NonFiniteNumbersRoundTrip) {
-  const json::Value v = ParseOk("[NaN, Infinity, -Infinity, 1e999]");
+  const json::Value v = ParseOk("[NaN, Infinity, -Infinity, 2e308, -2e308]");
+  ASSERT_EQ(v.items().size(), 5u);
   EXPECT_TRUE(std::isnan(*json::AsDouble(v.items()[0], "x")));
   EXPECT_EQ(*json::AsDouble(v.items()[1], "x"), HUGE_VAL);
   EXPECT_EQ(*json::AsDouble(v.items()[2], "x"), -HUGE_VAL);
+  // Rounding past the largest double saturates; an exponent past its range is refused.
   EXPECT_EQ(*json::AsDouble(v.items()[3], "x"), HUGE_VAL);
+  EXPECT_EQ(*json::AsDouble(v.items()[4], "x"), -HUGE_VAL);
+  EXPECT_EQ(json::Parse("1e999").status().code(), absl::StatusCode::kInvalidArgument);
   json::Writer w;
   w.BeginArray().Float(NAN).Double(-INFINITY).Float(0.1f).Double(0.1).Int(-3).UInt(7).EndArray();
   EXPECT_EQ(w.text(), "[NaN,-Infinity,0.1,0.1,-3,7]");
@@ -61,12 +65,20 @@ TEST(Json, NonFiniteNumbersRoundTrip) {
 
 TEST(Json, RefusesMalformedTextSayingWhere) {
   for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "[1 2]", "\"abc", "tru", "01", "1.", "-",
-                          "[1]x", "\"\\q\"", "\"\\ud800\"", "{1: 2}", "\"a\tb\""}) {
+                          "[1]x", "\"\\q\"", "\"\\ud800\"", "\"\\udc00\"", "{1: 2}", "\"a\tb\"",
+                          "{\"\\udc00\": 1}", "Inf", "-NaN", "[Infinity.5]", "nan"}) {
     auto v = json::Parse(bad);
     ASSERT_FALSE(v.ok()) << bad;
     EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(ErrorOf(v.status()), HasSubstr("malformed JSON at byte")) << bad;
   }
+  // A NUL byte would end the text early for a reader of C strings: refused where it stands.
+  auto nul = json::Parse(std::string("[1]\0[2]", 7));
+  ASSERT_FALSE(nul.ok());
+  EXPECT_THAT(ErrorOf(nul.status()), HasSubstr("at byte 3"));
+  auto twice = json::Parse(R"({"a": {"b": 1, "b": 2}})");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_THAT(ErrorOf(twice.status()), HasSubstr("member 'b' appears twice"));
 }
 
 TEST(Json, DepthIsBounded) {

@@ -5,9 +5,9 @@
 // every size of its range from engines built at load, matching the reference.
 #include <gtest/gtest.h>
 
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "server/model_builder.h"
 #include "server/padding.h"
 #include "server/padding_proof.h"

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 #include "runtime/cpu/isa.h"
 #include "server/model_builder.h"
 #include "server/model_config.h"

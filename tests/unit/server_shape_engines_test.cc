@@ -6,8 +6,8 @@
 #include <atomic>
 #include <thread>
 
-#include "compiler/ir/builder.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 #include "server/model_builder.h"
 #include "server/request_validation.h"
 #include "server/shape_engines.h"

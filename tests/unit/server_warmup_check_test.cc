@@ -6,9 +6,9 @@
 
 #include <cmath>
 
-#include "compiler/ir/builder.h"
 #include "compiler/passes/pass.h"
 #include "compiler/pipeline.h"
+#include "ir/builder.h"
 #include "runtime/check/differential.h"
 #include "server/model_builder.h"
 

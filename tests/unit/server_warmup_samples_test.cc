@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "compiler/ir/builder.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/shape/infer.h"
+#include "ir/builder.h"
 #include "server/model_builder.h"
 #include "server/warmup_samples.h"
 

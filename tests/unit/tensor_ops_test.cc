@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "compiler/ir/builder.h"
 #include "compiler/shape/infer.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
 
 namespace kiln {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compiler/ir/tensor.h"
+#include "ir/tensor.h"
 
 namespace kiln::testing {
 

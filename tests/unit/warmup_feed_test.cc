@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "compiler/ir/builder.h"
+#include "ir/builder.h"
 #include "runtime/check/differential.h"
 #include "runtime/check/input_hints.h"
 

@@ -17,7 +17,7 @@
 #include "tools/kiln/static_graph.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/dim_flag.h"
-#include "tools/kiln/json_writer.h"
+#include "base/json.h"
 
 namespace kiln::tools {
 namespace {
@@ -147,7 +147,7 @@ absl::Status Bench(const BenchArgs& b) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   const auto& info = engine->info();
-  JsonWriter w;
+  json::Writer w(json::NonFinite::kNull);
   w.BeginObject();
   w.Field("model", b.model);
   w.Field("backend", b.backend);
@@ -179,15 +179,15 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("weight_bytes", info.weight_bytes);
   w.Field("precision", b.precision);
   w.Field("bf16_ops", static_cast<int64_t>(info.bf16_ops));
-  std::printf("%s}\n", w.str().c_str());
+  std::printf("%s}\n", w.text().c_str());
   if (!b.json_path.empty()) {
     // The file also carries every timed run, for scripts that pool runs across processes.
     w.Key("times_ms");
     w.BeginArray();
-    for (double t : ms) w.Number(t);
+    for (double t : ms) w.Double(t);
     w.EndArray();
     w.EndObject();
-    std::ofstream(b.json_path) << w.str() << "\n";
+    std::ofstream(b.json_path) << w.text() << "\n";
   }
   return absl::OkStatus();
 }

@@ -14,7 +14,7 @@
 #include "tools/kiln/commands.h"
 #include "tools/kiln/cpu_run.h"
 #include "tools/kiln/cuda_run.h"
-#include "tools/kiln/json_writer.h"
+#include "base/json.h"
 #include "tools/kiln/model_io.h"
 
 namespace kiln::tools {
@@ -273,7 +273,7 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
 // limit still leaves every result it had. `stopped`: why the run ended early ("" if not).
 void WriteJson(const std::string& path, const std::vector<CheckResult>& results,
                const std::map<std::string, int>& counts, size_t total, const std::string& stopped) {
-  JsonWriter w;
+  json::Writer w(json::NonFinite::kNull);
   w.BeginObject();
   w.Field("stopped", stopped);
   w.Field("tests", static_cast<int64_t>(total));
@@ -298,7 +298,7 @@ void WriteJson(const std::string& path, const std::vector<CheckResult>& results,
   w.EndObject();
   w.EndObject();
   const std::string tmp = path + ".tmp";
-  { std::ofstream(tmp) << w.str() << "\n"; }
+  { std::ofstream(tmp) << w.text() << "\n"; }
   std::rename(tmp.c_str(), path.c_str());
 }
 

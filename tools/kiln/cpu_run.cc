@@ -32,15 +32,9 @@ absl::StatusOr<CpuRun> BuildAndRun(const Graph& graph, const ref::TensorMap& fee
     eo.layout = layout;
     eo.dynamic_shapes = dynamic;
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(run.compiled, eo));
-    std::vector<Tensor> ins;
-    for (const auto& spec : engine->inputs()) {
-      auto it = feeds.find(spec.name);
-      if (it == feeds.end()) return absl::InvalidArgumentError("no feed for input " + spec.name);
-      ins.push_back(it->second);
-    }
     LayoutRun& r = run.runs.emplace_back();
     r.layout = cpu::ActivationLayoutName(layout);
-    RETURN_IF_ERROR(engine->Run(ins, r.outputs));
+    RETURN_IF_ERROR(RunOnFeeds(*engine, feeds, r.outputs));
   }
   return run;
 }

@@ -5,8 +5,8 @@
 
 #include "compiler/compile.h"
 #include "compiler/pipeline.h"
+#include "ops/interpreter.h"
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/reference/interpreter.h"
 
 namespace kiln::tools {
 

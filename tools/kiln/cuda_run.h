@@ -4,8 +4,8 @@
 #pragma once
 
 #include "compiler/pipeline.h"
+#include "ops/interpreter.h"
 #include "runtime/cuda/cuda_engine.h"
-#include "runtime/reference/interpreter.h"
 #include "tools/kiln/cpu_run.h"
 
 namespace kiln::tools {

@@ -9,7 +9,7 @@
 #include "runtime/cpu/isa.h"
 #include "runtime/cuda/devices.h"
 #include "tools/kiln/commands.h"
-#include "tools/kiln/json_writer.h"
+#include "base/json.h"
 
 namespace kiln::tools {
 namespace {
@@ -37,7 +37,7 @@ void PrintText(const cpu::IsaReport& isa, const cuda::CudaReport& c) {
   if (c.gpus.empty()) std::printf("  no GPU: %s\n", c.why_none.c_str());
 }
 
-void WriteGpus(JsonWriter& w, const cuda::CudaReport& c) {
+void WriteGpus(json::Writer& w, const cuda::CudaReport& c) {
   w.Key("gpus");
   w.BeginArray();
   for (const cuda::GpuInfo& g : c.gpus) {
@@ -53,7 +53,7 @@ void WriteGpus(JsonWriter& w, const cuda::CudaReport& c) {
 }
 
 void PrintJson(const cpu::IsaReport& isa, const cuda::CudaReport& c) {
-  JsonWriter w;
+  json::Writer w(json::NonFinite::kNull);
   w.BeginObject();
   w.Key("cpu");
   w.BeginObject();
@@ -89,7 +89,7 @@ void PrintJson(const cpu::IsaReport& isa, const cuda::CudaReport& c) {
   w.Field("why_none", c.gpus.empty() ? c.why_none : "");
   w.EndObject();
   w.EndObject();
-  std::printf("%s\n", w.str().c_str());
+  std::printf("%s\n", w.text().c_str());
 }
 
 }  // namespace

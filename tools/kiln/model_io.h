@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
-#include "runtime/reference/interpreter.h"
+#include "ir/graph.h"
+#include "ops/interpreter.h"
 
 namespace kiln::tools {
 

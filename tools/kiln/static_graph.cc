@@ -77,4 +77,15 @@ absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::Tenso
   return c;
 }
 
+absl::Status RunOnFeeds(runtime::Engine& engine, const ref::TensorMap& feeds,
+                        std::vector<Tensor>& outputs) {
+  std::vector<Tensor> ins;
+  for (const auto& spec : engine.inputs()) {
+    auto it = feeds.find(spec.name);
+    if (it == feeds.end()) return absl::InvalidArgumentError("no feed for input " + spec.name);
+    ins.push_back(it->second);
+  }
+  return engine.Run(ins, outputs);
+}
+
 }  // namespace kiln::tools

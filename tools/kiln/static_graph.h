@@ -11,7 +11,8 @@
 #include "base/status.h"
 #include "compiler/compile.h"
 #include "compiler/pipeline.h"
-#include "runtime/reference/interpreter.h"
+#include "ops/interpreter.h"
+#include "runtime/engine.h"
 
 namespace kiln::tools {
 
@@ -22,13 +23,18 @@ std::unique_ptr<Graph> FreezeShapeInputs(const Graph& graph, const ref::TensorMa
 // The batch an engine for this graph serves: dim 0 of the first input when known, else 1.
 int64_t BatchOf(const Graph& graph);
 
-// Compiles at `level` for BatchOf(graph), retrying with frozen shape inputs when shapes are
-// not static; UNIMPLEMENTED when they stay data-dependent.
 // The passes that stay off on `backend` here (compiler/pipeline.h PassesOffFor, with this
 // CPU's int8 dot product for "cpu").
 std::set<std::string> PassesOffHere(const std::string& backend);
 
+// Compiles at `level` for BatchOf(graph), retrying with frozen shape inputs when shapes are
+// not static; UNIMPLEMENTED when they stay data-dependent.
 absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::TensorMap& feeds,
                                             OptLevel level, const std::string& backend = "cpu");
+
+// Runs `engine` once on `feeds`, taken by the engine's input names; INVALID_ARGUMENT naming
+// an input without a feed.
+absl::Status RunOnFeeds(runtime::Engine& engine, const ref::TensorMap& feeds,
+                        std::vector<Tensor>& outputs);
 
 }  // namespace kiln::tools

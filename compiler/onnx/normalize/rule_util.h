@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
 #include "compiler/onnx/normalize.h"
+#include "ir/graph.h"
 
 namespace kiln::onnx_io::normalize {
 

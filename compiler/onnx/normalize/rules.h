@@ -4,7 +4,7 @@
 #pragma once
 
 #include "base/status.h"
-#include "compiler/ir/graph.h"
+#include "ir/graph.h"
 
 namespace kiln::onnx_io::normalize {
 

@@ -42,6 +42,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
+from kiln_net import free_port, http_get  # noqa: E402
+
 # An idle gRPC client notices the server's GOAWAY only when its backup poller runs (5 s by
 # default) and kilnd's drain waits for that: poll fast, so stops take what they should.
 os.environ.setdefault("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100")
@@ -224,20 +227,6 @@ def image_checks():
 
 
 # ---- 3. the stack ----------------------------------------------------------------------------
-def free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def http_get(url, timeout=5):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except (urllib.error.URLError, ConnectionError, socket.timeout, OSError):
-        return None, ""
 
 
 def wait_for(what, fn, seconds, step=0.2):
@@ -255,7 +244,7 @@ class Stack:
 
     def __init__(self, tool, project):
         self.tool, self.project = tool, project
-        self.ports = {k: free_port() for k in ("KILN_GRPC_PORT", "KILN_HTTP_PORT",
+        self.ports = {k: free_port("") for k in ("KILN_GRPC_PORT", "KILN_HTTP_PORT",
                                                "PROMETHEUS_PORT", "GRAFANA_PORT",
                                                "KILN_GPU_GRPC_PORT", "KILN_GPU_HTTP_PORT")}
         self.env = dict(ENV, **{k: str(v) for k, v in self.ports.items()})
