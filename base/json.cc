@@ -17,12 +17,18 @@ namespace kiln::json {
 
 const char* KindName(Kind k) {
   switch (k) {
-    case Kind::kNull: return "null";
-    case Kind::kBool: return "a boolean";
-    case Kind::kNumber: return "a number";
-    case Kind::kString: return "a string";
-    case Kind::kArray: return "an array";
-    case Kind::kObject: return "an object";
+    case Kind::kNull:
+      return "null";
+    case Kind::kBool:
+      return "a boolean";
+    case Kind::kNumber:
+      return "a number";
+    case Kind::kString:
+      return "a string";
+    case Kind::kArray:
+      return "an array";
+    case Kind::kObject:
+      return "an object";
   }
   return "?";
 }
@@ -49,8 +55,8 @@ class TreeBuilder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TreeB
   bool RawNumber(const char* s, rapidjson::SizeType n, bool) {
     // RapidJSON also takes "Inf", "-NaN" and "Inf.5"; the names are Python's three exactly.
     const std::string_view text(s, n);
-    if (text.find_first_of("NI") != std::string_view::npos && text != "NaN" &&
-        text != "Infinity" && text != "-Infinity") {
+    if (text.find_first_of("NI") != std::string_view::npos && text != "NaN" && text != "Infinity" &&
+        text != "-Infinity") {
       why_ = absl::StrCat("malformed number '", std::string(text.substr(0, 32)), "'");
       return false;
     }
@@ -99,7 +105,8 @@ class TreeBuilder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TreeB
   // (this one included) would take back: refused, as a lone high surrogate already is.
   bool ValidText(const char* s, rapidjson::SizeType n) {
     for (rapidjson::SizeType i = 0; i + 1 < n; ++i) {
-      if (static_cast<unsigned char>(s[i]) == 0xED && static_cast<unsigned char>(s[i + 1]) >= 0xA0) {
+      if (static_cast<unsigned char>(s[i]) == 0xED &&
+          static_cast<unsigned char>(s[i + 1]) >= 0xA0) {
         why_ = "unpaired surrogate in a \\u escape";
         return false;
       }
@@ -123,8 +130,8 @@ class TreeBuilder : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TreeB
     std::sort(names.begin(), names.end());
     const auto twice = std::adjacent_find(names.begin(), names.end());
     if (twice == names.end()) return true;
-    why_ = absl::StrCat("member '", std::string(twice->substr(0, 64)), twice->size() > 64 ? "...'" : "'",
-                        " appears twice in an object");
+    why_ = absl::StrCat("member '", std::string(twice->substr(0, 64)),
+                        twice->size() > 64 ? "...'" : "'", " appears twice in an object");
     return false;
   }
 
@@ -141,8 +148,7 @@ absl::StatusOr<Value> Parse(std::string_view text, const Limits& limits) {
   // RapidJSON's memory stream reads a NUL byte as the end of the text; JSON has none anyway
   // (not even inside a string, where control characters must be escaped).
   if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed JSON at byte ", nul, ": a NUL byte"));
+    return absl::InvalidArgumentError(absl::StrCat("malformed JSON at byte ", nul, ": a NUL byte"));
   }
   rapidjson::MemoryStream stream(text.data(), text.size());
   rapidjson::Reader reader;
@@ -215,8 +221,8 @@ class Writer::Impl {
  public:
   explicit Impl(std::string* out) : stream{out}, writer(stream) {}
   StringOutput stream;
-  rapidjson::Writer<StringOutput, rapidjson::UTF8<>, rapidjson::UTF8<>,
-                    rapidjson::CrtAllocator, rapidjson::kWriteNanAndInfFlag>
+  rapidjson::Writer<StringOutput, rapidjson::UTF8<>, rapidjson::UTF8<>, rapidjson::CrtAllocator,
+                    rapidjson::kWriteNanAndInfFlag>
       writer;
 };
 

@@ -7,84 +7,153 @@ namespace kiln {
 
 size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kFloat32: case DType::kInt32: case DType::kUInt32: return 4;
-    case DType::kUInt8: case DType::kInt8: case DType::kBool: return 1;
-    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ: case DType::kFloat8E8M0:
-    case DType::kFloat4E2M1: case DType::kInt4: case DType::kUInt4: case DType::kInt2:
-    case DType::kUInt2: return 1;
-    case DType::kUInt16: case DType::kInt16: case DType::kFloat16:
-    case DType::kBFloat16: return 2;
-    case DType::kInt64: case DType::kFloat64: case DType::kUInt64:
-    case DType::kComplex64: return 8;
-    case DType::kComplex128: return 16;
-    default: return 0;
+    case DType::kFloat32:
+    case DType::kInt32:
+    case DType::kUInt32:
+      return 4;
+    case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kBool:
+      return 1;
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0:
+    case DType::kFloat4E2M1:
+    case DType::kInt4:
+    case DType::kUInt4:
+    case DType::kInt2:
+    case DType::kUInt2:
+      return 1;
+    case DType::kUInt16:
+    case DType::kInt16:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt64:
+    case DType::kFloat64:
+    case DType::kUInt64:
+    case DType::kComplex64:
+      return 8;
+    case DType::kComplex128:
+      return 16;
+    default:
+      return 0;
   }
 }
 
 std::string DTypeName(DType t) {
   switch (t) {
-    case DType::kUndefined: return "UNDEFINED";
-    case DType::kFloat32: return "FLOAT";
-    case DType::kUInt8: return "UINT8";
-    case DType::kInt8: return "INT8";
-    case DType::kUInt16: return "UINT16";
-    case DType::kInt16: return "INT16";
-    case DType::kInt32: return "INT32";
-    case DType::kInt64: return "INT64";
-    case DType::kString: return "STRING";
-    case DType::kBool: return "BOOL";
-    case DType::kFloat16: return "FLOAT16";
-    case DType::kFloat64: return "DOUBLE";
-    case DType::kUInt32: return "UINT32";
-    case DType::kUInt64: return "UINT64";
-    case DType::kComplex64: return "COMPLEX64";
-    case DType::kComplex128: return "COMPLEX128";
-    case DType::kBFloat16: return "BFLOAT16";
-    case DType::kFloat8E4M3FN: return "FLOAT8E4M3FN";
-    case DType::kFloat8E4M3FNUZ: return "FLOAT8E4M3FNUZ";
-    case DType::kFloat8E5M2: return "FLOAT8E5M2";
-    case DType::kFloat8E5M2FNUZ: return "FLOAT8E5M2FNUZ";
-    case DType::kUInt4: return "UINT4";
-    case DType::kInt4: return "INT4";
-    case DType::kFloat4E2M1: return "FLOAT4E2M1";
-    case DType::kFloat8E8M0: return "FLOAT8E8M0";
-    case DType::kUInt2: return "UINT2";
-    case DType::kInt2: return "INT2";
+    case DType::kUndefined:
+      return "UNDEFINED";
+    case DType::kFloat32:
+      return "FLOAT";
+    case DType::kUInt8:
+      return "UINT8";
+    case DType::kInt8:
+      return "INT8";
+    case DType::kUInt16:
+      return "UINT16";
+    case DType::kInt16:
+      return "INT16";
+    case DType::kInt32:
+      return "INT32";
+    case DType::kInt64:
+      return "INT64";
+    case DType::kString:
+      return "STRING";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kFloat16:
+      return "FLOAT16";
+    case DType::kFloat64:
+      return "DOUBLE";
+    case DType::kUInt32:
+      return "UINT32";
+    case DType::kUInt64:
+      return "UINT64";
+    case DType::kComplex64:
+      return "COMPLEX64";
+    case DType::kComplex128:
+      return "COMPLEX128";
+    case DType::kBFloat16:
+      return "BFLOAT16";
+    case DType::kFloat8E4M3FN:
+      return "FLOAT8E4M3FN";
+    case DType::kFloat8E4M3FNUZ:
+      return "FLOAT8E4M3FNUZ";
+    case DType::kFloat8E5M2:
+      return "FLOAT8E5M2";
+    case DType::kFloat8E5M2FNUZ:
+      return "FLOAT8E5M2FNUZ";
+    case DType::kUInt4:
+      return "UINT4";
+    case DType::kInt4:
+      return "INT4";
+    case DType::kFloat4E2M1:
+      return "FLOAT4E2M1";
+    case DType::kFloat8E8M0:
+      return "FLOAT8E8M0";
+    case DType::kUInt2:
+      return "UINT2";
+    case DType::kInt2:
+      return "INT2";
   }
   return "DTYPE(" + std::to_string(static_cast<int32_t>(t)) + ")";
 }
 
 bool IsSupportedDType(DType t) {
   switch (t) {
-    case DType::kFloat32: case DType::kFloat64: case DType::kFloat16:
-    case DType::kBFloat16: case DType::kInt8: case DType::kInt16:
-    case DType::kInt32: case DType::kInt64: case DType::kUInt8:
-    case DType::kUInt16: case DType::kUInt32: case DType::kUInt64:
-    case DType::kBool: return true;
-    default: return IsNarrowDType(t);
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kUInt8:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
+    case DType::kBool:
+      return true;
+    default:
+      return IsNarrowDType(t);
   }
 }
 
 bool IsNarrowDType(DType t) {
-  return IsNarrowFloatDType(t) || t == DType::kInt4 || t == DType::kUInt4 ||
-         t == DType::kInt2 || t == DType::kUInt2;
+  return IsNarrowFloatDType(t) || t == DType::kInt4 || t == DType::kUInt4 || t == DType::kInt2 ||
+         t == DType::kUInt2;
 }
 
 bool IsNarrowFloatDType(DType t) {
   switch (t) {
-    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2:
-    case DType::kFloat8E5M2FNUZ: case DType::kFloat8E8M0: case DType::kFloat4E2M1:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E8M0:
+    case DType::kFloat4E2M1:
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 int SubByteBits(DType t) {
   switch (t) {
-    case DType::kInt4: case DType::kUInt4: case DType::kFloat4E2M1: return 4;
-    case DType::kInt2: case DType::kUInt2: return 2;
-    default: return 0;
+    case DType::kInt4:
+    case DType::kUInt4:
+    case DType::kFloat4E2M1:
+      return 4;
+    case DType::kInt2:
+    case DType::kUInt2:
+      return 2;
+    default:
+      return 0;
   }
 }
 
@@ -105,16 +174,23 @@ bool IsFloatDType(DType t) {
 
 bool IsIntegerDType(DType t) {
   switch (t) {
-    case DType::kInt8: case DType::kInt16: case DType::kInt32: case DType::kInt64:
-    case DType::kUInt8: case DType::kUInt16: case DType::kUInt32: case DType::kUInt64:
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kUInt8:
+    case DType::kUInt16:
+    case DType::kUInt32:
+    case DType::kUInt64:
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 bool IsSignedDType(DType t) {
-  return t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 ||
-         t == DType::kInt64 || IsFloatDType(t);
+  return t == DType::kInt8 || t == DType::kInt16 || t == DType::kInt32 || t == DType::kInt64 ||
+         IsFloatDType(t);
 }
 
 bool IsValidOnnxDType(int32_t v) { return v >= 1; }
@@ -200,11 +276,16 @@ struct MiniFloat {
 
 MiniFloat FormatOf(DType t) {
   switch (t) {
-    case DType::kFloat8E4M3FN: return {3, 7, 7, 0x7e, Specials::kFn};
-    case DType::kFloat8E4M3FNUZ: return {3, 8, 7, 0x7f, Specials::kUz};
-    case DType::kFloat8E5M2: return {2, 15, 7, 0x7b, Specials::kIeee};
-    case DType::kFloat8E5M2FNUZ: return {2, 16, 7, 0x7f, Specials::kUz};
-    default: return {1, 1, 3, 0x7, Specials::kNone};  // float4e2m1
+    case DType::kFloat8E4M3FN:
+      return {3, 7, 7, 0x7e, Specials::kFn};
+    case DType::kFloat8E4M3FNUZ:
+      return {3, 8, 7, 0x7f, Specials::kUz};
+    case DType::kFloat8E5M2:
+      return {2, 15, 7, 0x7b, Specials::kIeee};
+    case DType::kFloat8E5M2FNUZ:
+      return {2, 16, 7, 0x7f, Specials::kUz};
+    default:
+      return {1, 1, 3, 0x7, Specials::kNone};  // float4e2m1
   }
 }
 
@@ -212,19 +293,26 @@ MiniFloat FormatOf(DType t) {
 uint8_t OverflowCode(const MiniFloat& f, uint8_t sign, bool saturate) {
   if (saturate || f.specials == Specials::kNone) return sign | f.max_mag;
   switch (f.specials) {
-    case Specials::kIeee: return sign | 0x7c;  // infinity
-    case Specials::kFn: return sign | 0x7f;    // NaN: the format has no infinity
-    default: return 0x80;                      // FNUZ NaN
+    case Specials::kIeee:
+      return sign | 0x7c;  // infinity
+    case Specials::kFn:
+      return sign | 0x7f;  // NaN: the format has no infinity
+    default:
+      return 0x80;  // FNUZ NaN
   }
 }
 
 uint8_t NanCode(const MiniFloat& f, uint8_t sign) {
   switch (f.specials) {
-    case Specials::kIeee: return sign | 0x7e;
-    case Specials::kFn: return sign | 0x7f;
-    case Specials::kUz: return 0x80;
+    case Specials::kIeee:
+      return sign | 0x7e;
+    case Specials::kFn:
+      return sign | 0x7f;
+    case Specials::kUz:
+      return 0x80;
     // E2M1 has no NaN. ONNX's reference (and its test data) yields 0x8, negative zero.
-    default: return 0x8;
+    default:
+      return 0x8;
   }
 }
 

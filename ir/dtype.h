@@ -47,8 +47,8 @@ size_t DTypeSize(DType t);
 std::string DTypeName(DType t);
 // True for the types the reference interpreter and every backend hold natively.
 bool IsSupportedDType(DType t);
-bool IsFloatDType(DType t);     // float16, bfloat16, float32, float64
-bool IsIntegerDType(DType t);   // signed and unsigned integers of 8+ bits, not bool
+bool IsFloatDType(DType t);    // float16, bfloat16, float32, float64
+bool IsIntegerDType(DType t);  // signed and unsigned integers of 8+ bits, not bool
 bool IsSignedDType(DType t);
 // The narrow types (float8 x4, float8e8m0, float4e2m1, int4, uint4, int2, uint2): held one
 // byte per element, converted on element access. Only Cast/CastLike (and whatever copies

@@ -88,13 +88,20 @@ Attribute Attribute::GraphValue(std::shared_ptr<const Graph> v) {
 bool Attribute::operator==(const Attribute& o) const {
   if (kind != o.kind) return false;
   switch (kind) {
-    case Kind::kGraph: return g == o.g;
-    case Kind::kInt: return i == o.i;
-    case Kind::kFloat: return f == o.f || (f != f && o.f != o.f);
-    case Kind::kString: return s == o.s;
-    case Kind::kInts: return ints == o.ints;
-    case Kind::kFloats: return floats == o.floats;
-    case Kind::kStrings: return strings == o.strings;
+    case Kind::kGraph:
+      return g == o.g;
+    case Kind::kInt:
+      return i == o.i;
+    case Kind::kFloat:
+      return f == o.f || (f != f && o.f != o.f);
+    case Kind::kString:
+      return s == o.s;
+    case Kind::kInts:
+      return ints == o.ints;
+    case Kind::kFloats:
+      return floats == o.floats;
+    case Kind::kStrings:
+      return strings == o.strings;
     case Kind::kTensor:
       return t.dtype() == o.t.dtype() && t.shape() == o.t.shape() &&
              (t.nbytes() == 0 || std::memcmp(t.raw(), o.t.raw(), t.nbytes()) == 0);
@@ -168,8 +175,8 @@ Value* Graph::AddConstant(const std::string& name_hint, Tensor t) {
   return v;
 }
 
-Node* Graph::AddNode(std::string op_type, std::vector<Value*> inputs,
-                     std::vector<Value*> outputs, std::string name) {
+Node* Graph::AddNode(std::string op_type, std::vector<Value*> inputs, std::vector<Value*> outputs,
+                     std::string name) {
   auto n = std::make_unique<Node>();
   n->op_type = std::move(op_type);
   n->inputs = std::move(inputs);

@@ -78,15 +78,15 @@ struct Attribute {
   bool operator==(const Attribute& o) const;
 };
 
-inline constexpr char kOnnxDomain[] = "";        // ai.onnx is stored as ""
+inline constexpr char kOnnxDomain[] = "";         // ai.onnx is stored as ""
 inline constexpr char kKilnDomain[] = "ai.kiln";  // Kiln's own fused operators
 
 class Node {
  public:
   std::string name;
   std::string op_type;
-  std::string domain;  // "" for ai.onnx
-  int64_t opset = 0;   // the version of `domain` the model imported (after normalization)
+  std::string domain;           // "" for ai.onnx
+  int64_t opset = 0;            // the version of `domain` the model imported (after normalization)
   std::vector<Value*> inputs;   // nullptr for an omitted optional input
   std::vector<Value*> outputs;  // nullptr for an omitted optional output
   std::map<std::string, Attribute> attrs;

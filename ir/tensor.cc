@@ -80,21 +80,38 @@ Tensor Tensor::View(DType dtype, std::vector<int64_t> shape, std::shared_ptr<voi
 
 double Tensor::GetDouble(int64_t i) const {
   switch (dtype_) {
-    case DType::kFloat32: return data<float>()[i];
-    case DType::kFloat64: return data<double>()[i];
-    case DType::kFloat16: return HalfToFloat(data<uint16_t>()[i]);
-    case DType::kBFloat16: return BFloat16ToFloat(data<uint16_t>()[i]);
-    case DType::kInt8: return data<int8_t>()[i];
-    case DType::kInt16: return data<int16_t>()[i];
-    case DType::kInt32: return data<int32_t>()[i];
-    case DType::kInt64: return static_cast<double>(data<int64_t>()[i]);
-    case DType::kUInt8: return data<uint8_t>()[i];
-    case DType::kUInt16: return data<uint16_t>()[i];
-    case DType::kUInt32: return data<uint32_t>()[i];
-    case DType::kUInt64: return static_cast<double>(data<uint64_t>()[i]);
-    case DType::kBool: return data<uint8_t>()[i] ? 1.0 : 0.0;
-    case DType::kInt4: case DType::kInt2: return data<int8_t>()[i];
-    case DType::kUInt4: case DType::kUInt2: return data<uint8_t>()[i];
+    case DType::kFloat32:
+      return data<float>()[i];
+    case DType::kFloat64:
+      return data<double>()[i];
+    case DType::kFloat16:
+      return HalfToFloat(data<uint16_t>()[i]);
+    case DType::kBFloat16:
+      return BFloat16ToFloat(data<uint16_t>()[i]);
+    case DType::kInt8:
+      return data<int8_t>()[i];
+    case DType::kInt16:
+      return data<int16_t>()[i];
+    case DType::kInt32:
+      return data<int32_t>()[i];
+    case DType::kInt64:
+      return static_cast<double>(data<int64_t>()[i]);
+    case DType::kUInt8:
+      return data<uint8_t>()[i];
+    case DType::kUInt16:
+      return data<uint16_t>()[i];
+    case DType::kUInt32:
+      return data<uint32_t>()[i];
+    case DType::kUInt64:
+      return static_cast<double>(data<uint64_t>()[i]);
+    case DType::kBool:
+      return data<uint8_t>()[i] ? 1.0 : 0.0;
+    case DType::kInt4:
+    case DType::kInt2:
+      return data<int8_t>()[i];
+    case DType::kUInt4:
+    case DType::kUInt2:
+      return data<uint8_t>()[i];
     default:
       if (IsNarrowFloatDType(dtype_)) return NarrowFloatToDouble(dtype_, data<uint8_t>()[i]);
       return 0.0;
@@ -103,63 +120,110 @@ double Tensor::GetDouble(int64_t i) const {
 
 void Tensor::SetDouble(int64_t i, double v) {
   switch (dtype_) {
-    case DType::kFloat32: mutable_data<float>()[i] = static_cast<float>(v); break;
-    case DType::kFloat64: mutable_data<double>()[i] = v; break;
+    case DType::kFloat32:
+      mutable_data<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::kFloat64:
+      mutable_data<double>()[i] = v;
+      break;
     case DType::kFloat16:
       mutable_data<uint16_t>()[i] = FloatToHalf(static_cast<float>(v));
       break;
     case DType::kBFloat16:
       mutable_data<uint16_t>()[i] = FloatToBFloat16(static_cast<float>(v));
       break;
-    case DType::kBool: mutable_data<uint8_t>()[i] = v != 0.0; break;
+    case DType::kBool:
+      mutable_data<uint8_t>()[i] = v != 0.0;
+      break;
     // Narrow floats take Cast's defaults: saturate, and round up for e8m0.
     case DType::kFloat8E8M0:
       mutable_data<uint8_t>()[i] = DoubleToE8M0(v, true, E8M0Rounding::kUp);
       break;
-    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2:
-    case DType::kFloat8E5M2FNUZ: case DType::kFloat4E2M1:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat4E2M1:
       mutable_data<uint8_t>()[i] = DoubleToFloat8(dtype_, v, true);
       break;
-    default: SetInt(i, static_cast<int64_t>(v)); break;
+    default:
+      SetInt(i, static_cast<int64_t>(v));
+      break;
   }
 }
 
 int64_t Tensor::GetInt(int64_t i) const {
   switch (dtype_) {
-    case DType::kInt8: return data<int8_t>()[i];
-    case DType::kInt16: return data<int16_t>()[i];
-    case DType::kInt32: return data<int32_t>()[i];
-    case DType::kInt64: return data<int64_t>()[i];
-    case DType::kUInt8: return data<uint8_t>()[i];
-    case DType::kUInt16: return data<uint16_t>()[i];
-    case DType::kUInt32: return data<uint32_t>()[i];
-    case DType::kUInt64: return static_cast<int64_t>(data<uint64_t>()[i]);
-    case DType::kBool: return data<uint8_t>()[i] ? 1 : 0;
-    case DType::kInt4: case DType::kInt2: return data<int8_t>()[i];
-    case DType::kUInt4: case DType::kUInt2: return data<uint8_t>()[i];
-    default: return static_cast<int64_t>(GetDouble(i));
+    case DType::kInt8:
+      return data<int8_t>()[i];
+    case DType::kInt16:
+      return data<int16_t>()[i];
+    case DType::kInt32:
+      return data<int32_t>()[i];
+    case DType::kInt64:
+      return data<int64_t>()[i];
+    case DType::kUInt8:
+      return data<uint8_t>()[i];
+    case DType::kUInt16:
+      return data<uint16_t>()[i];
+    case DType::kUInt32:
+      return data<uint32_t>()[i];
+    case DType::kUInt64:
+      return static_cast<int64_t>(data<uint64_t>()[i]);
+    case DType::kBool:
+      return data<uint8_t>()[i] ? 1 : 0;
+    case DType::kInt4:
+    case DType::kInt2:
+      return data<int8_t>()[i];
+    case DType::kUInt4:
+    case DType::kUInt2:
+      return data<uint8_t>()[i];
+    default:
+      return static_cast<int64_t>(GetDouble(i));
   }
 }
 
 void Tensor::SetInt(int64_t i, int64_t v) {
   switch (dtype_) {
-    case DType::kInt8: mutable_data<int8_t>()[i] = static_cast<int8_t>(v); break;
-    case DType::kInt16: mutable_data<int16_t>()[i] = static_cast<int16_t>(v); break;
-    case DType::kInt32: mutable_data<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::kInt64: mutable_data<int64_t>()[i] = v; break;
-    case DType::kUInt8: mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-    case DType::kUInt16: mutable_data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
-    case DType::kUInt32: mutable_data<uint32_t>()[i] = static_cast<uint32_t>(v); break;
-    case DType::kUInt64: mutable_data<uint64_t>()[i] = static_cast<uint64_t>(v); break;
-    case DType::kBool: mutable_data<uint8_t>()[i] = v != 0; break;
+    case DType::kInt8:
+      mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
+      break;
+    case DType::kInt16:
+      mutable_data<int16_t>()[i] = static_cast<int16_t>(v);
+      break;
+    case DType::kInt32:
+      mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kInt64:
+      mutable_data<int64_t>()[i] = v;
+      break;
+    case DType::kUInt8:
+      mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::kUInt16:
+      mutable_data<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
+    case DType::kUInt32:
+      mutable_data<uint32_t>()[i] = static_cast<uint32_t>(v);
+      break;
+    case DType::kUInt64:
+      mutable_data<uint64_t>()[i] = static_cast<uint64_t>(v);
+      break;
+    case DType::kBool:
+      mutable_data<uint8_t>()[i] = v != 0;
+      break;
     // Sub-byte integers live one per byte, already wrapped (and sign-extended) to their width.
-    case DType::kInt4: case DType::kInt2:
+    case DType::kInt4:
+    case DType::kInt2:
       mutable_data<int8_t>()[i] = static_cast<int8_t>(WrapNarrowInt(dtype_, v));
       break;
-    case DType::kUInt4: case DType::kUInt2:
+    case DType::kUInt4:
+    case DType::kUInt2:
       mutable_data<uint8_t>()[i] = static_cast<uint8_t>(WrapNarrowInt(dtype_, v));
       break;
-    default: SetDouble(i, static_cast<double>(v)); break;
+    default:
+      SetDouble(i, static_cast<double>(v));
+      break;
   }
 }
 

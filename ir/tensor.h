@@ -34,9 +34,13 @@ class Tensor {
   const void* raw() const { return data_; }
   void* raw_mutable() { return data_; }
   template <class T>
-  const T* data() const { return static_cast<const T*>(data_); }
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
   template <class T>
-  T* mutable_data() { return static_cast<T*>(data_); }
+  T* mutable_data() {
+    return static_cast<T*>(data_);
+  }
 
   // Element access through double / int64, for any supported dtype. Slow but uniform:
   // the reference kernels use it where clarity beats speed.

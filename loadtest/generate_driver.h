@@ -3,13 +3,13 @@
 // between messages over the tokens each carries), beside ghz's per-call figures.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "base/json.h"
 #include "base/status.h"

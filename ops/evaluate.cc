@@ -8,9 +8,9 @@
 namespace kiln::ref {
 
 bool IsDeterministic(const Node& node) {
-  static const std::set<std::string> kRandom = {
-      "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-      "Multinomial",  "Bernoulli"};
+  static const std::set<std::string> kRandom = {"RandomNormal",     "RandomUniform",
+                                                "RandomNormalLike", "RandomUniformLike",
+                                                "Multinomial",      "Bernoulli"};
   if (!node.domain.empty()) return true;
   if (kRandom.count(node.op_type)) return false;
   if (node.op_type == "Dropout") {

@@ -22,10 +22,20 @@ constexpr int64_t kTaskCols = 512;  // a multiple of every level's tile width
 using F2 = float __attribute__((vector_size(8)));
 using F4 = float __attribute__((vector_size(16)));
 using F8 = float __attribute__((vector_size(32)));
-template <class V> struct FloatsOf;
-template <> struct FloatsOf<V2> { using type = F2; };
-template <> struct FloatsOf<V4> { using type = F4; };
-template <> struct FloatsOf<V8> { using type = F8; };
+template <class V>
+struct FloatsOf;
+template <>
+struct FloatsOf<V2> {
+  using type = F2;
+};
+template <>
+struct FloatsOf<V4> {
+  using type = F4;
+};
+template <>
+struct FloatsOf<V8> {
+  using type = F8;
+};
 
 // *v = sizeof(V) / sizeof(double) elements of type E at p, widened to doubles (exactly).
 // An out-parameter: returning a vector wider than the baseline ABI's is a psabi change.
@@ -46,8 +56,8 @@ template <class V, class E>
 // plain double (width 1) for the edge columns. A and B may be floats, widened as they load,
 // so a float model's weights are never copied to doubles.
 template <class V, int MR, int NV, class E>
-[[gnu::always_inline]] inline void Tile(const E* a, int64_t lda, const E* b, int64_t ldb,
-                                        double* c, int64_t ldc, int64_t kc) {
+[[gnu::always_inline]] inline void Tile(const E* a, int64_t lda, const E* b, int64_t ldb, double* c,
+                                        int64_t ldc, int64_t kc) {
   constexpr int64_t kW = sizeof(V) / sizeof(double);
   V acc[MR][NV];
   for (int r = 0; r < MR; ++r) {
@@ -71,8 +81,8 @@ struct Block {
   const E* a;
   const E* b;
   double* c;
-  int64_t k, n;              // leading dims: a is [. x k], b and c are [. x n]
-  int64_t i0, i1, j0, j1;    // the C block this task owns
+  int64_t k, n;            // leading dims: a is [. x k], b and c are [. x n]
+  int64_t i0, i1, j0, j1;  // the C block this task owns
 };
 
 // One task's block of C, k-block by k-block; within a k-block every C tile sees the products
@@ -89,8 +99,10 @@ template <class V, int MR, int NV, class E>
     const E* bp = t.b + p0 * t.n;
     for (int64_t j = t.j0; j < full_j; j += kNr) {
       int64_t i = t.i0;
-      for (; i < full_i; i += MR) Tile<V, MR, NV>(ap + i * t.k, t.k, bp + j, t.n, t.c + i * t.n + j, t.n, kc);
-      for (; i < t.i1; ++i) Tile<V, 1, NV>(ap + i * t.k, t.k, bp + j, t.n, t.c + i * t.n + j, t.n, kc);
+      for (; i < full_i; i += MR)
+        Tile<V, MR, NV>(ap + i * t.k, t.k, bp + j, t.n, t.c + i * t.n + j, t.n, kc);
+      for (; i < t.i1; ++i)
+        Tile<V, 1, NV>(ap + i * t.k, t.k, bp + j, t.n, t.c + i * t.n + j, t.n, kc);
     }
     for (int64_t j = full_j; j < t.j1; ++j) {
       for (int64_t i = t.i0; i < t.i1; ++i) {
@@ -135,8 +147,7 @@ void Gemm(const E* a, const E* b, double* c, int64_t m, int64_t k, int64_t n, Ge
 #pragma omp parallel for schedule(dynamic) if (tasks > 1 && m * n * k >= (int64_t{1} << 20))
   for (int64_t t = 0; t < tasks; ++t) {
     const int64_t i0 = t / col_tasks * kTaskRows, j0 = t % col_tasks * kTaskCols;
-    fn(Block<E>{a, b, c, k, n, i0, std::min(m, i0 + kTaskRows), j0,
-                std::min(n, j0 + kTaskCols)});
+    fn(Block<E>{a, b, c, k, n, i0, std::min(m, i0 + kTaskRows), j0, std::min(n, j0 + kTaskCols)});
   }
 }
 

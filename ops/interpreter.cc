@@ -1,21 +1,19 @@
 #include "ops/interpreter.h"
 
-#include "base/memory_budget.h"
-#include "base/stop.h"
-
 #include <algorithm>
 #include <limits>
 #include <unordered_map>
 
+#include "base/memory_budget.h"
+#include "base/stop.h"
+
 namespace kiln::ref {
 
-void KernelRegistry::Register(const std::string& domain, const std::string& op_type,
-                              KernelFn fn) {
+void KernelRegistry::Register(const std::string& domain, const std::string& op_type, KernelFn fn) {
   kernels_[{domain, op_type}] = std::move(fn);
 }
 
-const KernelFn* KernelRegistry::Find(const std::string& domain,
-                                     const std::string& op_type) const {
+const KernelFn* KernelRegistry::Find(const std::string& domain, const std::string& op_type) const {
   auto it = kernels_.find({domain, op_type});
   return it == kernels_.end() ? nullptr : &it->second;
 }
@@ -80,7 +78,8 @@ absl::StatusOr<std::vector<Tensor>> RunNode(const Node& node, const KernelInputs
   }
   auto run = CatchOutOfMemory([&] { return (*fn)(node, inputs); });
   if (!run.ok() && run.status().code() == absl::StatusCode::kResourceExhausted) {
-    return absl::ResourceExhaustedError(absl::StrCat(node.Describe(), ": ", run.status().message()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(node.Describe(), ": ", run.status().message()));
   }
   ASSIGN_OR_RETURN(std::vector<Tensor> outs, std::move(run));
   if (outs.size() < node.outputs.size()) outs.resize(node.outputs.size());
@@ -101,7 +100,9 @@ absl::Status CheckSupported(const Graph& graph) {
     for (const auto& [name, attr] : node->attrs) {
       if (attr.kind != Attribute::Kind::kGraph || !attr.g) continue;
       absl::Status st = CheckSupported(*attr.g);
-      if (!st.ok()) return absl::Status(st.code(), node->Describe() + " " + name + ": " + std::string(st.message()));
+      if (!st.ok())
+        return absl::Status(st.code(),
+                            node->Describe() + " " + name + ": " + std::string(st.message()));
     }
   }
   return absl::OkStatus();

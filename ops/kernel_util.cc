@@ -39,8 +39,8 @@ absl::Status CheckDType(const Node& node, DType t, std::initializer_list<DType> 
 absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= std::max<int64_t>(rank, 1)) {
-    return InvalidInput(node, "axis " + std::to_string(axis) + " out of range for rank " +
-                                  std::to_string(rank));
+    return InvalidInput(
+        node, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
   }
   return a;
 }
@@ -67,8 +67,8 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShapes(
         o = d;
         continue;
       }
-      return InvalidInput(node, "shapes are not broadcast-compatible: " +
-                                    ShapeToString(shapes[0]) + " vs " + ShapeToString(s));
+      return InvalidInput(node, "shapes are not broadcast-compatible: " + ShapeToString(shapes[0]) +
+                                    " vs " + ShapeToString(s));
     }
   }
   return out;

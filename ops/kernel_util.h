@@ -30,8 +30,8 @@ absl::StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t ra
 // Row-major strides of a shape.
 std::vector<int64_t> Strides(const std::vector<int64_t>& shape);
 // Numpy broadcasting of several shapes; INVALID_ARGUMENT when incompatible.
-absl::StatusOr<std::vector<int64_t>> BroadcastShapes(const Node& node,
-                                                     const std::vector<std::vector<int64_t>>& shapes);
+absl::StatusOr<std::vector<int64_t>> BroadcastShapes(
+    const Node& node, const std::vector<std::vector<int64_t>>& shapes);
 
 // Maps a flat index of the broadcast output to the flat index of one input.
 class BroadcastIndexer {
@@ -50,20 +50,47 @@ class BroadcastIndexer {
 template <class F>
 absl::Status DispatchStorage(const Node& node, DType t, F&& f) {
   switch (t) {
-    case DType::kFloat32: f(float{}); return absl::OkStatus();
-    case DType::kFloat64: f(double{}); return absl::OkStatus();
-    case DType::kFloat16: f(Float16{}); return absl::OkStatus();
-    case DType::kBFloat16: f(BFloat16{}); return absl::OkStatus();
-    case DType::kInt8: f(int8_t{}); return absl::OkStatus();
-    case DType::kInt16: f(int16_t{}); return absl::OkStatus();
-    case DType::kInt32: f(int32_t{}); return absl::OkStatus();
-    case DType::kInt64: f(int64_t{}); return absl::OkStatus();
-    case DType::kUInt8: f(uint8_t{}); return absl::OkStatus();
-    case DType::kUInt16: f(uint16_t{}); return absl::OkStatus();
-    case DType::kUInt32: f(uint32_t{}); return absl::OkStatus();
-    case DType::kUInt64: f(uint64_t{}); return absl::OkStatus();
-    case DType::kBool: f(bool{}); return absl::OkStatus();
-    default: return CheckSupportedDType(node, t);
+    case DType::kFloat32:
+      f(float{});
+      return absl::OkStatus();
+    case DType::kFloat64:
+      f(double{});
+      return absl::OkStatus();
+    case DType::kFloat16:
+      f(Float16{});
+      return absl::OkStatus();
+    case DType::kBFloat16:
+      f(BFloat16{});
+      return absl::OkStatus();
+    case DType::kInt8:
+      f(int8_t{});
+      return absl::OkStatus();
+    case DType::kInt16:
+      f(int16_t{});
+      return absl::OkStatus();
+    case DType::kInt32:
+      f(int32_t{});
+      return absl::OkStatus();
+    case DType::kInt64:
+      f(int64_t{});
+      return absl::OkStatus();
+    case DType::kUInt8:
+      f(uint8_t{});
+      return absl::OkStatus();
+    case DType::kUInt16:
+      f(uint16_t{});
+      return absl::OkStatus();
+    case DType::kUInt32:
+      f(uint32_t{});
+      return absl::OkStatus();
+    case DType::kUInt64:
+      f(uint64_t{});
+      return absl::OkStatus();
+    case DType::kBool:
+      f(bool{});
+      return absl::OkStatus();
+    default:
+      return CheckSupportedDType(node, t);
   }
 }
 

@@ -16,13 +16,13 @@
 
 namespace kiln::ref::nn {
 
-void RegisterConvKernels(KernelRegistry& r);     // Conv, ConvTranspose
-void RegisterPoolKernels(KernelRegistry& r);     // Average/Max/Lp pools, global pools
-void RegisterNormKernels(KernelRegistry& r);     // Batch/Instance/Group norms (+ axis norms)
-void RegisterAxisNormKernels(KernelRegistry& r);  // Layer/RMS/Lp/MVN norms, LRN
-void RegisterMatMulKernels(KernelRegistry& r);   // Gemm, MatMul
-void RegisterSoftmaxKernels(KernelRegistry& r);  // Softmax, LogSoftmax, Hardmax
-void RegisterEinsumKernels(KernelRegistry& r);   // Einsum
+void RegisterConvKernels(KernelRegistry& r);       // Conv, ConvTranspose
+void RegisterPoolKernels(KernelRegistry& r);       // Average/Max/Lp pools, global pools
+void RegisterNormKernels(KernelRegistry& r);       // Batch/Instance/Group norms (+ axis norms)
+void RegisterAxisNormKernels(KernelRegistry& r);   // Layer/RMS/Lp/MVN norms, LRN
+void RegisterMatMulKernels(KernelRegistry& r);     // Gemm, MatMul
+void RegisterSoftmaxKernels(KernelRegistry& r);    // Softmax, LogSoftmax, Hardmax
+void RegisterEinsumKernels(KernelRegistry& r);     // Einsum
 void RegisterAttentionKernels(KernelRegistry& r);  // Attention
 void RegisterRotaryKernels(KernelRegistry& r);     // RotaryEmbedding
 void RegisterLinalgKernels(KernelRegistry& r);     // Det
@@ -52,8 +52,8 @@ Tensor FromDoubles(DType dtype, std::vector<int64_t> shape, const std::vector<do
 
 // Input i as doubles after checking it is present and a float type of the same dtype as
 // `like` (when given).
-absl::StatusOr<std::vector<double>> FloatInput(const Node& node, const KernelInputs& in,
-                                               size_t i, const Tensor* like = nullptr);
+absl::StatusOr<std::vector<double>> FloatInput(const Node& node, const KernelInputs& in, size_t i,
+                                               const Tensor* like = nullptr);
 
 // Numeric operand t broadcast unidirectionally (numpy rules, t's dims 1 or equal) to `shape`
 // and materialized; INVALID_ARGUMENT when it does not broadcast.

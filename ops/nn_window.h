@@ -30,8 +30,7 @@ absl::StatusOr<Window> ConvWindow(const Node& node, const std::vector<int64_t>& 
 
 // ConvTranspose: also reads output_padding and output_shape. Pads derived from output_shape
 // or auto_pad may be negative (the output then extends past the natural result).
-absl::StatusOr<Window> ConvTransposeWindow(const Node& node,
-                                           const std::vector<int64_t>& in_spatial,
+absl::StatusOr<Window> ConvTransposeWindow(const Node& node, const std::vector<int64_t>& in_spatial,
                                            const std::vector<int64_t>& kernel);
 
 // The kernel_shape attribute, or `from_weights` when the attribute is absent (Conv).

@@ -1,6 +1,6 @@
 // Activation reference kernels: Celu Clip Elu Gelu HardSigmoid HardSwish LeakyRelu Mish
-// PRelu Relu Selu Shrink Sigmoid Softplus Softsign SwiGLU Swish ThresholdedRelu. The formulas are ONNX's
-// definitions evaluated in double (attributes are float in the model; they widen exactly).
+// PRelu Relu Selu Shrink Sigmoid Softplus Softsign SwiGLU Swish ThresholdedRelu. The formulas are
+// ONNX's definitions evaluated in double (attributes are float in the model; they widen exactly).
 #include <algorithm>
 #include <cmath>
 #include <numbers>

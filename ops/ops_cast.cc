@@ -29,14 +29,38 @@ using Outs = absl::StatusOr<std::vector<Tensor>>;
 // that matter: values at or beyond them saturate).
 void IntRange(DType t, double& lo, double& hi) {
   switch (t) {
-    case DType::kInt8: lo = -128.0; hi = 127.0; return;
-    case DType::kInt16: lo = -32768.0; hi = 32767.0; return;
-    case DType::kInt32: lo = -2147483648.0; hi = 2147483647.0; return;
-    case DType::kUInt8: lo = 0.0; hi = 255.0; return;
-    case DType::kUInt16: lo = 0.0; hi = 65535.0; return;
-    case DType::kUInt32: lo = 0.0; hi = 4294967295.0; return;
-    case DType::kUInt64: lo = 0.0; hi = 18446744073709551616.0; return;  // 2^64, exclusive
-    default: lo = -9223372036854775808.0; hi = 9223372036854775808.0; return;  // int64
+    case DType::kInt8:
+      lo = -128.0;
+      hi = 127.0;
+      return;
+    case DType::kInt16:
+      lo = -32768.0;
+      hi = 32767.0;
+      return;
+    case DType::kInt32:
+      lo = -2147483648.0;
+      hi = 2147483647.0;
+      return;
+    case DType::kUInt8:
+      lo = 0.0;
+      hi = 255.0;
+      return;
+    case DType::kUInt16:
+      lo = 0.0;
+      hi = 65535.0;
+      return;
+    case DType::kUInt32:
+      lo = 0.0;
+      hi = 4294967295.0;
+      return;
+    case DType::kUInt64:
+      lo = 0.0;
+      hi = 18446744073709551616.0;
+      return;  // 2^64, exclusive
+    default:
+      lo = -9223372036854775808.0;
+      hi = 9223372036854775808.0;
+      return;  // int64
   }
 }
 
@@ -52,10 +76,11 @@ void StoreFloatAsInt(double v, Tensor& y, int64_t i) {
   IntRange(t, lo, hi);
   const double tr = std::trunc(v);
   if (t == DType::kUInt64) {
-    y.SetUInt(i, tr <= 0 ? 0 : tr >= hi ? std::numeric_limits<uint64_t>::max()
-                                        : static_cast<uint64_t>(tr));
+    y.SetUInt(i, tr <= 0    ? 0
+                 : tr >= hi ? std::numeric_limits<uint64_t>::max()
+                            : static_cast<uint64_t>(tr));
   } else if (t == DType::kInt64) {
-    y.SetInt(i, tr <= lo ? std::numeric_limits<int64_t>::min()
+    y.SetInt(i, tr <= lo   ? std::numeric_limits<int64_t>::min()
                 : tr >= hi ? std::numeric_limits<int64_t>::max()
                            : static_cast<int64_t>(tr));
   } else {

@@ -82,8 +82,8 @@ absl::StatusOr<std::vector<Tensor>> If(const Node& n, const KernelInputs& in) {
   if (!body) return InvalidInput(n, "a branch is missing");
   ASSIGN_OR_RETURN(std::vector<Tensor> outs, RunBody(*body, {}, Captured(n, in)));
   if (outs.size() != n.outputs.size()) {
-    return InvalidInput(n, "the branch produces " + std::to_string(outs.size()) + " outputs, the node " +
-                               std::to_string(n.outputs.size()));
+    return InvalidInput(n, "the branch produces " + std::to_string(outs.size()) +
+                               " outputs, the node " + std::to_string(n.outputs.size()));
   }
   return outs;
 }
@@ -182,7 +182,8 @@ absl::StatusOr<std::vector<Tensor>> ScanOnce(const Node& n, const Graph& body, c
   std::vector<int64_t> axes;
   for (int64_t j = 0; j < s.inputs; ++j) {
     const int64_t axis = NormalizeAxis(s.in_axes[j], scan_in[j]->rank());
-    if (axis < 0 || axis >= scan_in[j]->rank()) return InvalidInput(n, "a scan axis is out of range");
+    if (axis < 0 || axis >= scan_in[j]->rank())
+      return InvalidInput(n, "a scan axis is out of range");
     if (len >= 0 && scan_in[j]->dim(axis) != len) {
       return InvalidInput(n, "the scan inputs differ in length");
     }
@@ -207,8 +208,10 @@ absl::StatusOr<std::vector<Tensor>> ScanOnce(const Node& n, const Graph& body, c
     if (s.out_dirs[k]) std::reverse(parts[k].begin(), parts[k].end());
     if (parts[k].empty()) return InvalidInput(n, "a scan over zero steps has no output shape");
     const int64_t axis = NormalizeAxis(s.out_axes[k], parts[k][0].rank() + 1);
-    if (axis < 0 || axis > parts[k][0].rank()) return InvalidInput(n, "a scan output axis is out of range");
-    ASSIGN_OR_RETURN(Tensor st, StackAlong(n, parts[k], axis, parts[k][0].shape(), parts[k][0].dtype()));
+    if (axis < 0 || axis > parts[k][0].rank())
+      return InvalidInput(n, "a scan output axis is out of range");
+    ASSIGN_OR_RETURN(Tensor st,
+                     StackAlong(n, parts[k], axis, parts[k][0].shape(), parts[k][0].dtype()));
     result.push_back(std::move(st));
   }
   return result;

@@ -117,8 +117,8 @@ void ConvAsProduct(const std::vector<double>& x, const std::vector<double>& w,
 }
 
 // The transpose of ConvPlane: scatters one input plane through w into one output plane.
-void ScatterPlane(const double* __restrict in, const double* __restrict w,
-                  double* __restrict out, const Win3& g) {
+void ScatterPlane(const double* __restrict in, const double* __restrict w, double* __restrict out,
+                  const Win3& g) {
   for (int64_t kd = 0; kd < g.k[0]; ++kd) {
     int64_t bd = kd * g.d[0] - g.pb[0], d_lo, d_hi;
     ValidRange(bd, g.s[0], g.in[0], g.out[0], d_lo, d_hi);
@@ -184,7 +184,8 @@ absl::StatusOr<std::vector<Tensor>> Conv(const Node& node, const KernelInputs& i
                                   std::to_string(c_in) + " and W " + ShapeToString(a.w->shape()));
   }
   if (a.b && a.b->numel() != m_out) return InvalidInput(node, "B must have M elements");
-  ASSIGN_OR_RETURN(std::vector<int64_t> kernel, KernelShape(node, a.x_spatial.size(), &a.w_spatial));
+  ASSIGN_OR_RETURN(std::vector<int64_t> kernel,
+                   KernelShape(node, a.x_spatial.size(), &a.w_spatial));
   ASSIGN_OR_RETURN(Window win, ConvWindow(node, a.x_spatial, kernel));
   ASSIGN_OR_RETURN(Win3 g, To3D(node, win));
   std::vector<int64_t> out_shape{n_batch, m_out};
@@ -241,7 +242,8 @@ absl::StatusOr<std::vector<Tensor>> ConvTranspose(const Node& node, const Kernel
   }
   const int64_t m_out = a.w->dim(1) * a.group;
   if (a.b && a.b->numel() != m_out) return InvalidInput(node, "B must have M elements");
-  ASSIGN_OR_RETURN(std::vector<int64_t> kernel, KernelShape(node, a.x_spatial.size(), &a.w_spatial));
+  ASSIGN_OR_RETURN(std::vector<int64_t> kernel,
+                   KernelShape(node, a.x_spatial.size(), &a.w_spatial));
   ASSIGN_OR_RETURN(Window win, ConvTransposeWindow(node, a.x_spatial, kernel));
   ASSIGN_OR_RETURN(Win3 g, To3D(node, win));
   std::vector<int64_t> out_shape{n_batch, m_out};
@@ -258,8 +260,8 @@ absl::StatusOr<std::vector<Tensor>> ConvTranspose(const Node& node, const Kernel
       std::fill(out, out + g.out_size(), bias[m]);
       const int64_t grp = m / mg, oc = m % mg;
       for (int64_t c = grp * cg; c < (grp + 1) * cg; ++c) {
-        ScatterPlane(x.data() + (n * c_in + c) * g.in_size(),
-                     w.data() + (c * mg + oc) * g.k_size(), out, g);
+        ScatterPlane(x.data() + (n * c_in + c) * g.in_size(), w.data() + (c * mg + oc) * g.k_size(),
+                     out, g);
       }
     }
   }

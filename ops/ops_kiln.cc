@@ -21,8 +21,7 @@ Node StepNode(const Node& fused, const std::string& op, std::map<std::string, At
   return n;
 }
 
-absl::StatusOr<Tensor> RunStep(const Node& fused, const std::string& op,
-                               const KernelInputs& inputs,
+absl::StatusOr<Tensor> RunStep(const Node& fused, const std::string& op, const KernelInputs& inputs,
                                std::map<std::string, Attribute> attrs = {}) {
   Node n = StepNode(fused, op, std::move(attrs));
   n.outputs.assign(1, nullptr);

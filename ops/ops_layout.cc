@@ -58,11 +58,20 @@ void PermutedCopy(const W* x, W* y, const std::vector<int64_t>& out,
 bool TryPermutedCopy(const Tensor& x, Tensor& y, const std::vector<int64_t>& from_strides) {
   if (y.numel() == 0 || y.rank() == 0) return false;
   switch (DTypeSize(x.dtype())) {
-    case 1: PermutedCopy(x.data<uint8_t>(), y.mutable_data<uint8_t>(), y.shape(), from_strides); return true;
-    case 2: PermutedCopy(x.data<uint16_t>(), y.mutable_data<uint16_t>(), y.shape(), from_strides); return true;
-    case 4: PermutedCopy(x.data<uint32_t>(), y.mutable_data<uint32_t>(), y.shape(), from_strides); return true;
-    case 8: PermutedCopy(x.data<uint64_t>(), y.mutable_data<uint64_t>(), y.shape(), from_strides); return true;
-    default: return false;
+    case 1:
+      PermutedCopy(x.data<uint8_t>(), y.mutable_data<uint8_t>(), y.shape(), from_strides);
+      return true;
+    case 2:
+      PermutedCopy(x.data<uint16_t>(), y.mutable_data<uint16_t>(), y.shape(), from_strides);
+      return true;
+    case 4:
+      PermutedCopy(x.data<uint32_t>(), y.mutable_data<uint32_t>(), y.shape(), from_strides);
+      return true;
+    case 8:
+      PermutedCopy(x.data<uint64_t>(), y.mutable_data<uint64_t>(), y.shape(), from_strides);
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -43,13 +43,11 @@ void GemmAccumulate(const uint64_t* a, const uint64_t* b, uint64_t* c, int64_t m
   }
 }
 
-void GemmAccumulate(const double* a, const double* b, double* c, int64_t m, int64_t k,
-                    int64_t n) {
+void GemmAccumulate(const double* a, const double* b, double* c, int64_t m, int64_t k, int64_t n) {
   GemmF64(a, b, c, m, k, n);
 }
 
-void GemmAccumulate(const float* a, const float* b, double* c, int64_t m, int64_t k,
-                    int64_t n) {
+void GemmAccumulate(const float* a, const float* b, double* c, int64_t m, int64_t k, int64_t n) {
   GemmF64(a, b, c, m, k, n);
 }
 
@@ -98,8 +96,8 @@ std::vector<Acc> BatchedMatMul(const MatMulShape& s, const T* a, const T* b) {
   std::vector<Acc> c(static_cast<size_t>(batches * s.m * s.n), Acc{0});
   BroadcastIndexer ia(s.a_batch, s.batch), ib(s.b_batch, s.batch);
   for (int64_t bi = 0; bi < batches; ++bi) {
-    GemmAccumulate(a + ia(bi) * s.m * s.k, b + ib(bi) * s.k * s.n, c.data() + bi * s.m * s.n,
-                   s.m, s.k, s.n);
+    GemmAccumulate(a + ia(bi) * s.m * s.k, b + ib(bi) * s.k * s.n, c.data() + bi * s.m * s.n, s.m,
+                   s.k, s.n);
   }
   return c;
 }

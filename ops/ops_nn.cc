@@ -61,22 +61,42 @@ std::vector<double> ToDoubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
   const int64_t n = t.numel();
   switch (t.dtype()) {
-    case DType::kFloat32: Widen(t.data<float>(), n, v.data()); break;
-    case DType::kFloat64: Widen(t.data<double>(), n, v.data()); break;
+    case DType::kFloat32:
+      Widen(t.data<float>(), n, v.data());
+      break;
+    case DType::kFloat64:
+      Widen(t.data<double>(), n, v.data());
+      break;
     case DType::kFloat16:
       for (int64_t i = 0; i < n; ++i) v[i] = HalfToFloat(t.data<uint16_t>()[i]);
       break;
     case DType::kBFloat16:
       for (int64_t i = 0; i < n; ++i) v[i] = BFloat16ToFloat(t.data<uint16_t>()[i]);
       break;
-    case DType::kInt8: Widen(t.data<int8_t>(), n, v.data()); break;
-    case DType::kInt16: Widen(t.data<int16_t>(), n, v.data()); break;
-    case DType::kInt32: Widen(t.data<int32_t>(), n, v.data()); break;
-    case DType::kInt64: Widen(t.data<int64_t>(), n, v.data()); break;
-    case DType::kUInt8: Widen(t.data<uint8_t>(), n, v.data()); break;
-    case DType::kUInt16: Widen(t.data<uint16_t>(), n, v.data()); break;
-    case DType::kUInt32: Widen(t.data<uint32_t>(), n, v.data()); break;
-    case DType::kUInt64: Widen(t.data<uint64_t>(), n, v.data()); break;
+    case DType::kInt8:
+      Widen(t.data<int8_t>(), n, v.data());
+      break;
+    case DType::kInt16:
+      Widen(t.data<int16_t>(), n, v.data());
+      break;
+    case DType::kInt32:
+      Widen(t.data<int32_t>(), n, v.data());
+      break;
+    case DType::kInt64:
+      Widen(t.data<int64_t>(), n, v.data());
+      break;
+    case DType::kUInt8:
+      Widen(t.data<uint8_t>(), n, v.data());
+      break;
+    case DType::kUInt16:
+      Widen(t.data<uint16_t>(), n, v.data());
+      break;
+    case DType::kUInt32:
+      Widen(t.data<uint32_t>(), n, v.data());
+      break;
+    case DType::kUInt64:
+      Widen(t.data<uint64_t>(), n, v.data());
+      break;
     default:
       for (int64_t i = 0; i < n; ++i) v[i] = t.GetDouble(i);
       break;
@@ -94,14 +114,30 @@ Tensor FromDoubles(DType dtype, std::vector<int64_t> shape, const std::vector<do
     case DType::kFloat64:
       for (int64_t i = 0; i < n; ++i) t.mutable_data<double>()[i] = v[i];
       break;
-    case DType::kInt8: Narrow(v, t.mutable_data<int8_t>()); break;
-    case DType::kInt16: Narrow(v, t.mutable_data<int16_t>()); break;
-    case DType::kInt32: Narrow(v, t.mutable_data<int32_t>()); break;
-    case DType::kInt64: Narrow(v, t.mutable_data<int64_t>()); break;
-    case DType::kUInt8: Narrow(v, t.mutable_data<uint8_t>()); break;
-    case DType::kUInt16: Narrow(v, t.mutable_data<uint16_t>()); break;
-    case DType::kUInt32: Narrow(v, t.mutable_data<uint32_t>()); break;
-    case DType::kUInt64: Narrow(v, t.mutable_data<uint64_t>()); break;
+    case DType::kInt8:
+      Narrow(v, t.mutable_data<int8_t>());
+      break;
+    case DType::kInt16:
+      Narrow(v, t.mutable_data<int16_t>());
+      break;
+    case DType::kInt32:
+      Narrow(v, t.mutable_data<int32_t>());
+      break;
+    case DType::kInt64:
+      Narrow(v, t.mutable_data<int64_t>());
+      break;
+    case DType::kUInt8:
+      Narrow(v, t.mutable_data<uint8_t>());
+      break;
+    case DType::kUInt16:
+      Narrow(v, t.mutable_data<uint16_t>());
+      break;
+    case DType::kUInt32:
+      Narrow(v, t.mutable_data<uint32_t>());
+      break;
+    case DType::kUInt64:
+      Narrow(v, t.mutable_data<uint64_t>());
+      break;
     default:  // float16, bfloat16, bool: the tensor's own conversion
       for (int64_t i = 0; i < n; ++i) t.SetDouble(i, v[i]);
       break;
@@ -109,8 +145,8 @@ Tensor FromDoubles(DType dtype, std::vector<int64_t> shape, const std::vector<do
   return t;
 }
 
-absl::StatusOr<std::vector<double>> FloatInput(const Node& node, const KernelInputs& in,
-                                               size_t i, const Tensor* like) {
+absl::StatusOr<std::vector<double>> FloatInput(const Node& node, const KernelInputs& in, size_t i,
+                                               const Tensor* like) {
   ASSIGN_OR_RETURN(const Tensor* t, RequireInput(node, in, i));
   RETURN_IF_ERROR(CheckFloat(node, *t));
   if (like && t->dtype() != like->dtype()) {

@@ -34,8 +34,8 @@ Moments ComputeMoments(const double* v, int64_t blocks, int64_t block_stride, in
 }
 
 // A per-channel parameter vector: present, float, with exactly `c` elements.
-absl::StatusOr<std::vector<double>> ChannelParam(const Node& node, const KernelInputs& in,
-                                                 size_t i, int64_t c) {
+absl::StatusOr<std::vector<double>> ChannelParam(const Node& node, const KernelInputs& in, size_t i,
+                                                 int64_t c) {
   ASSIGN_OR_RETURN(std::vector<double> v, FloatInput(node, in, i));
   if (static_cast<int64_t>(v.size()) != c) {
     return InvalidInput(node, "input " + std::to_string(i) + " must have " + std::to_string(c) +
@@ -49,9 +49,9 @@ struct BatchStats {
   std::vector<double> mean, var, running_mean, running_var;
 };
 
-BatchStats TrainingStats(const std::vector<double>& x, int64_t n_batch, int64_t c,
-                         int64_t spatial, const std::vector<double>& mean,
-                         const std::vector<double>& var, double momentum) {
+BatchStats TrainingStats(const std::vector<double>& x, int64_t n_batch, int64_t c, int64_t spatial,
+                         const std::vector<double>& mean, const std::vector<double>& var,
+                         double momentum) {
   BatchStats s;
   for (int64_t ch = 0; ch < c; ++ch) {
     Moments m = ComputeMoments(x.data() + ch * spatial, n_batch, c * spatial, spatial);
@@ -100,8 +100,7 @@ absl::StatusOr<std::vector<Tensor>> BatchNorm(const Node& node, const KernelInpu
 
 // Normalizes groups of channels of X (N, C, ...): `groups` consecutive channel blocks per
 // sample, then applies per-channel scale and bias. Instance norm is groups == C.
-absl::StatusOr<std::vector<Tensor>> NormalizeChannelGroups(const Node& node,
-                                                           const KernelInputs& in,
+absl::StatusOr<std::vector<Tensor>> NormalizeChannelGroups(const Node& node, const KernelInputs& in,
                                                            int64_t groups, bool per_group_affine) {
   const Tensor* xt = in[0];
   const int64_t n_batch = xt->dim(0), c = xt->dim(1);

@@ -92,8 +92,7 @@ absl::StatusOr<PoolParams> ReadParams(const Node& node, const Tensor& x, PoolKin
   return p;
 }
 
-absl::StatusOr<std::vector<Tensor>> Pool(const Node& node, const KernelInputs& in,
-                                         PoolKind kind) {
+absl::StatusOr<std::vector<Tensor>> Pool(const Node& node, const KernelInputs& in, PoolKind kind) {
   ASSIGN_OR_RETURN(const Tensor* x, RequireInput(node, in, 0));
   ASSIGN_OR_RETURN(PoolParams params, ReadParams(node, *x, kind));
   if (x->rank() < 3) return InvalidInput(node, "X must have rank >= 3");

@@ -60,8 +60,8 @@ absl::StatusOr<ResizeAttrs> ReadAttrs(const Node& node, int64_t rank) {
   if (!OneOf(a.mode, {"nearest", "linear", "cubic"})) {
     return InvalidInput(node, "unknown mode '" + a.mode + "'");
   }
-  if (!OneOf(a.coord, {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
-                       "align_corners", "asymmetric", "tf_crop_and_resize"})) {
+  if (!OneOf(a.coord, {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                       "asymmetric", "tf_crop_and_resize"})) {
     return InvalidInput(node, "unknown coordinate_transformation_mode '" + a.coord + "'");
   }
   if (!OneOf(a.nearest_mode, {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"})) {
@@ -214,7 +214,6 @@ int64_t NearestIndex(const ResizeAttrs& a, double xo, int64_t in) {
   }
   return std::clamp<int64_t>(i, 0, in - 1);
 }
-
 
 struct Tap {
   int64_t index;
@@ -397,7 +396,6 @@ void RegisterResizeKernels(KernelRegistry& r) {
   r.Register("", "Resize", ResizeKernel);
   r.Register("", "Upsample", UpsampleKernel);
 }
-
 
 absl::StatusOr<ResizePlan> PlanResize(const Node& node, const std::vector<int64_t>& shape,
                                       const KernelInputs& in) {

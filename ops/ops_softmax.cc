@@ -62,9 +62,8 @@ absl::StatusOr<std::vector<Tensor>> AlongAxis(const Node& node, const KernelInpu
 
 void RegisterSoftmaxKernels(KernelRegistry& r) {
   auto reg = [&r](const char* op, MaxKind kind) {
-    r.Register("", op, [kind](const Node& n, const KernelInputs& in) {
-      return AlongAxis(n, in, kind);
-    });
+    r.Register("", op,
+               [kind](const Node& n, const KernelInputs& in) { return AlongAxis(n, in, kind); });
   };
   reg("Softmax", MaxKind::kSoftmax);
   reg("LogSoftmax", MaxKind::kLogSoftmax);

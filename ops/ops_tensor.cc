@@ -21,18 +21,17 @@ absl::Status CheckOutputShape(const Node& node, const std::vector<int64_t>& shap
     if (!too_big) n *= d;
   }
   if (too_big || n > kMaxOutputElements) {
-    return absl::ResourceExhaustedError(node.Describe() + ": output shape " +
-                                        ShapeToString(shape) + " exceeds " +
-                                        std::to_string(kMaxOutputElements) + " elements");
+    return absl::ResourceExhaustedError(node.Describe() + ": output shape " + ShapeToString(shape) +
+                                        " exceeds " + std::to_string(kMaxOutputElements) +
+                                        " elements");
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> ReadInts(const Node& node, const Tensor& t,
-                                              const char* what) {
+absl::StatusOr<std::vector<int64_t>> ReadInts(const Node& node, const Tensor& t, const char* what) {
   if (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32) {
-    return InvalidInput(node, std::string(what) + " must be int64 or int32, got " +
-                                  DTypeName(t.dtype()));
+    return InvalidInput(node,
+                        std::string(what) + " must be int64 or int32, got " + DTypeName(t.dtype()));
   }
   if (t.rank() > 1) return InvalidInput(node, std::string(what) + " must be 1-D");
   return t.ToInt64Vector();
@@ -73,14 +72,13 @@ absl::Status CheckMovableDType(const Node& node, const Tensor& t) {
 }
 
 absl::StatusOr<std::vector<int64_t>> NormalizeAxes(const Node& node,
-                                                   const std::vector<int64_t>& axes,
-                                                   int64_t rank) {
+                                                   const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<int64_t> out;
   std::set<int64_t> seen;
   for (int64_t a : axes) {
     if (a < -rank || a >= rank) {
-      return InvalidInput(node, "axis " + std::to_string(a) + " out of range for rank " +
-                                    std::to_string(rank));
+      return InvalidInput(
+          node, "axis " + std::to_string(a) + " out of range for rank " + std::to_string(rank));
     }
     int64_t n = a < 0 ? a + rank : a;
     if (!seen.insert(n).second) return InvalidInput(node, "duplicate axis " + std::to_string(a));
@@ -180,14 +178,13 @@ absl::StatusOr<std::vector<int64_t>> ReshapeTarget(const Node& node,
   const int64_t numel = NumElements(in_shape);
   if (infer_at >= 0) {
     if (known == 0 || numel % known != 0) {
-      return InvalidInput(node, "cannot reshape " + ShapeToString(in_shape) + " to " +
-                                    ShapeToString(target));
+      return InvalidInput(
+          node, "cannot reshape " + ShapeToString(in_shape) + " to " + ShapeToString(target));
     }
     target[infer_at] = numel / known;
   } else if (known != numel) {
     return InvalidInput(node, "cannot reshape " + ShapeToString(in_shape) + " (" +
-                                  std::to_string(numel) + " elements) to " +
-                                  ShapeToString(target));
+                                  std::to_string(numel) + " elements) to " + ShapeToString(target));
   }
   return target;
 }

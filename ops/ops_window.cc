@@ -149,8 +149,7 @@ absl::StatusOr<Window> ConvWindow(const Node& node, const std::vector<int64_t>& 
   return w;
 }
 
-absl::StatusOr<Window> ConvTransposeWindow(const Node& node,
-                                           const std::vector<int64_t>& in_spatial,
+absl::StatusOr<Window> ConvTransposeWindow(const Node& node, const std::vector<int64_t>& in_spatial,
                                            const std::vector<int64_t>& kernel) {
   const size_t r = in_spatial.size();
   Window w = EmptyWindow(in_spatial, kernel);

@@ -15,8 +15,7 @@ namespace kiln::ref {
 // Without the attribute, ONNX's defaults (Tanh; Sigmoid, Tanh; Sigmoid, Tanh, Tanh); a
 // bidirectional node given one direction's list uses it for both. nullopt when the count is
 // neither per_dir nor per_dir * dirs.
-inline std::optional<std::vector<std::string>> RnnActivationNames(const Node& node,
-                                                                  size_t per_dir,
+inline std::optional<std::vector<std::string>> RnnActivationNames(const Node& node, size_t per_dir,
                                                                   int64_t dirs) {
   std::vector<std::string> names;
   if (const Attribute* a = node.FindAttr("activations")) names = a->strings;

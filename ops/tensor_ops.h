@@ -11,10 +11,10 @@
 
 namespace kiln::ref {
 
-void RegisterShapeKernels(KernelRegistry& r);   // Shape, Size, Reshape, Expand, Tile...
-void RegisterLayoutKernels(KernelRegistry& r);  // Transpose, Concat, Split, Slice, Pad...
-void RegisterCastKernels(KernelRegistry& r);    // Cast, CastLike
-void RegisterResizeKernels(KernelRegistry& r);  // Resize, Upsample
+void RegisterShapeKernels(KernelRegistry& r);    // Shape, Size, Reshape, Expand, Tile...
+void RegisterLayoutKernels(KernelRegistry& r);   // Transpose, Concat, Split, Slice, Pad...
+void RegisterCastKernels(KernelRegistry& r);     // Cast, CastLike
+void RegisterResizeKernels(KernelRegistry& r);   // Resize, Upsample
 void RegisterSelectKernels(KernelRegistry& r);   // Compress, NonZero, Unique
 void RegisterReorderKernels(KernelRegistry& r);  // ReverseSequence, CenterCropPad, TensorScatter
 
@@ -26,8 +26,7 @@ inline constexpr int64_t kMaxOutputElements = int64_t{1} << 31;
 absl::Status CheckOutputShape(const Node& node, const std::vector<int64_t>& shape);
 
 // Reads an int32/int64 tensor (shape, axes, pads, repeats...) as int64 values.
-absl::StatusOr<std::vector<int64_t>> ReadInts(const Node& node, const Tensor& t,
-                                              const char* what);
+absl::StatusOr<std::vector<int64_t>> ReadInts(const Node& node, const Tensor& t, const char* what);
 
 // Calls fn(coord, flat) for every element of `shape` in row-major order.
 void ForEachIndex(const std::vector<int64_t>& shape,
@@ -46,8 +45,7 @@ absl::Status CheckMovableDType(const Node& node, const Tensor& t);
 
 // Validates an axes list against `rank`, normalizing negatives; duplicates are invalid.
 absl::StatusOr<std::vector<int64_t>> NormalizeAxes(const Node& node,
-                                                   const std::vector<int64_t>& axes,
-                                                   int64_t rank);
+                                                   const std::vector<int64_t>& axes, int64_t rank);
 
 // Stores v into integer element i of y: truncated toward zero, saturated to the dtype's
 // range, NaN as 0 (the float -> int rule of Cast).

@@ -17,7 +17,7 @@ build_pkgs=(
   libonnx-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libyaml-cpp-dev
   libcpp-httplib-dev prometheus-cpp-dev rapidjson-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev libabsl-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
 )
 test_pkgs=(
   python3 python3-numpy python3-onnx python3-protobuf python3-grpcio python3-grpc-tools

@@ -7,6 +7,7 @@
 #include "base/elapsed.h"
 #include "compiler/onnx/exporter.h"
 #include "server/bucket_engines.h"
+#include "server/engine_factory.h"
 #include "server/precision.h"
 #include "server/warmup_check.h"
 
@@ -19,7 +20,7 @@ using Threads = EngineCacheEntry::Threads;
 }  // namespace
 
 EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
-                      const PipelineOptions& pipeline, int64_t batch) {
+                           const PipelineOptions& pipeline, int64_t batch) {
   const WarmupConfig& w = config.warmup;
   std::string warmup = "off";
   if (w.enabled) {
@@ -36,10 +37,10 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
   key.model_hash = cache.model_hash;
   key.compiler_version = kCompilerVersion;
   // The level's pass list, not just its number: a registered test pass changes it.
-  key.options = absl::StrCat("O", static_cast<int>(pipeline.level), ";passes=",
-                             absl::StrJoin(PipelinePasses(pipeline.level), ","), ";disabled=",
-                             absl::StrJoin(pipeline.disabled, ","), ";precision=",
-                             PrecisionKey(config, pipeline), ";warmup=", warmup,
+  key.options = absl::StrCat("O", static_cast<int>(pipeline.level),
+                             ";passes=", absl::StrJoin(PipelinePasses(pipeline.level), ","),
+                             ";disabled=", absl::StrJoin(pipeline.disabled, ","),
+                             ";precision=", PrecisionKey(config, pipeline), ";warmup=", warmup,
                              ";inputs=", InputDimsOf(config).ToString());
   key.device = DeviceFingerprint(config.device);
   key.batch = batch;
@@ -47,10 +48,10 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
 }
 
 absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
-                                       const PipelineOptions& pipeline,
-                                       const Graph& raw, int64_t checked_block,
-                                       const ref::TensorMap& feed, const check::Tolerance& tol,
-                                       LoadTimes& times, std::optional<PreparedBucket>& prepared) {
+                                       const PipelineOptions& pipeline, const Graph& raw,
+                                       int64_t checked_block, const ref::TensorMap& feed,
+                                       const check::Tolerance& tol, LoadTimes& times,
+                                       std::optional<PreparedBucket>& prepared) {
   BucketResult r;
   const std::string layout = LayoutFor(e, config);
   const bool ahead = prepared && prepared->layout == layout;

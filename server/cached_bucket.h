@@ -26,10 +26,10 @@ struct BucketResult {
 // reference outputs stored with it (the reference run is what a hit saves). Any failure
 // means the entry is not used.
 absl::StatusOr<BucketResult> FromCache(const EngineCacheEntry& e, const ModelConfig& config,
-                                       const PipelineOptions& pipeline,
-                                       const Graph& raw, int64_t checked_block,
-                                       const ref::TensorMap& feed, const check::Tolerance& tol,
-                                       LoadTimes& times, std::optional<PreparedBucket>& prepared);
+                                       const PipelineOptions& pipeline, const Graph& raw,
+                                       int64_t checked_block, const ref::TensorMap& feed,
+                                       const check::Tolerance& tol, LoadTimes& times,
+                                       std::optional<PreparedBucket>& prepared);
 
 // The cache entry for a freshly built bucket; nullopt when it could not be re-verified later
 // (an output the file format cannot hold).

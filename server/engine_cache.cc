@@ -1,19 +1,12 @@
 #include "server/engine_cache.h"
 
-#ifdef KILN_HAVE_CPU_ENGINE
-#include "runtime/cpu/isa.h"
-#endif
-
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include <spdlog/spdlog.h>
-
 #include "base/file.h"
 #include "base/stop.h"
-#include "runtime/cuda/cuda_engine.h"
-#include "runtime/cuda/devices.h"
 #include "server/repository_files.h"
 
 namespace kiln::server {
@@ -21,32 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The level the kernels run at: a KILN_MAX_CPU_ISA cap changes layouts and kernels on the
-// same CPU flags.
-std::string IsaSuffix() {
-#ifdef KILN_HAVE_CPU_ENGINE
-  return std::string(":isa=") + cpu::IsaName(cpu::ActiveIsa()) + "/" + cpu::CpuIsa().onednn;
-#else
-  return "";
-#endif
-}
-
 }  // namespace
-
-std::string DeviceFingerprint(const std::string& device) {
-  // A GPU engine depends on the GPU (name, compute capability) and on the driver, CUDA,
-  // cuDNN and cuBLAS versions that chose and compiled its kernels.
-  if (const std::optional<int> gpu = cuda::ParseCudaDevice(device)) return cuda::CudaDeviceFingerprint(*gpu);
-  if (device != "cpu") return device;
-  // oneDNN dispatches on these flags at primitive creation, and prepacked layouts depend on
-  // them; the model name is not enough (VMs mask flags).
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) return "cpu:" + ContentHash(line).substr(0, 16) + IsaSuffix();
-  }
-  return "cpu:unknown";
-}
 
 EngineCache::EngineCache(std::string dir, size_t memory_budget_bytes)
     : dir_(std::move(dir)), budget_(memory_budget_bytes) {

@@ -42,11 +42,6 @@
 
 namespace kiln::server {
 
-// "cpu:" plus a hash of the CPU's ISA flags (/proc/cpuinfo), so an engine built for AVX-512
-// never loads on a machine without it; "cuda:N:" plus the GPU's name, compute capability and
-// the driver, CUDA, cuDNN, cuBLAS and NVRTC versions. Other devices: their name.
-std::string DeviceFingerprint(const std::string& device);
-
 class EngineCache {
  public:
   struct Stats {

@@ -172,8 +172,7 @@ std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& e) {
   return out;
 }
 
-absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
-                                             const EngineCacheKey& expected,
+absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes, const EngineCacheKey& expected,
                                              const BlobLoader& load_blob) {
   constexpr size_t kHeader = sizeof kMagic + kVersionBytes;
   if (bytes.size() < kHeader + kChecksumBytes ||

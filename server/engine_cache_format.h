@@ -51,7 +51,7 @@ struct EngineCacheEntry {
   std::string check_message;
   double max_abs_err = 0.0, max_rel_err = 0.0;
   double norm_rel_err = 0.0;  // the check's relative error (CheckSummary::norm_rel_err)
-  bool checked = false;  // the warm-up check ran; `outputs` hold the reference's answers
+  bool checked = false;       // the warm-up check ran; `outputs` hold the reference's answers
   std::vector<std::pair<std::string, Tensor>> outputs;
   // The engine's layout choice ("blocked", "primitive"; empty: none), so a warm start builds
   // the tuned engine directly instead of tuning again.
@@ -78,8 +78,7 @@ onnx_io::ExternalResolver BlobResolver(const EngineCacheEntry& entry);
 // `expected`, and on any blob `load_blob` cannot give.
 using BlobLoader = std::function<absl::StatusOr<Tensor>(const std::string& id, size_t bytes)>;
 std::string EncodeEntry(const EngineCacheKey& key, const EngineCacheEntry& entry);
-absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes,
-                                             const EngineCacheKey& expected,
+absl::StatusOr<EngineCacheEntry> DecodeEntry(std::string_view bytes, const EngineCacheKey& expected,
                                              const BlobLoader& load_blob);
 
 // The blob file format: a kBlobHeaderBytes header (magic, version, byte count), then the

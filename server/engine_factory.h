@@ -1,5 +1,5 @@
-// Builds the engine for a device from a compiled graph. The one place that knows which
-// backends exist.
+// The server's view of the backends (runtime/backend.h) by device string: building an
+// engine, the passes kept off, the lower precision, the engine cache's device fingerprint.
 #pragma once
 
 #include <memory>
@@ -12,6 +12,18 @@
 
 namespace kiln::server {
 
+// The passes that stay off for engines on `device` (compiler/pipeline.h PassesOffFor, with
+// this CPU's int8 dot product for "cpu").
+std::set<std::string> PassesOffOn(const std::string& device);
+// The lower precision `device`'s engines multiply natively (PipelineOptions::precision):
+// "bf16" on a CPU with AVX512_BF16 or AMX (at the ISA level in force), else "" (none yet:
+// the CUDA engine computes float32, TF32 only when asked).
+std::string LowerPrecisionOn(const std::string& device);
+// "cpu:" plus a hash of the CPU's ISA flags (/proc/cpuinfo) and the ISA level in force, so an
+// engine built for AVX-512 never loads on a machine without it; for a GPU its name, compute
+// capability and the driver, CUDA, cuDNN, cuBLAS and NVRTC versions; "reference" itself.
+std::string DeviceFingerprint(const std::string& device);
+
 // device: "reference" (the interpreter), "cpu" (oneDNN) or "cuda:N" (GPU N; "cuda" is GPU 0).
 // INVALID_ARGUMENT otherwise. cpu_layout (cpu device): "tune", "primitive" or "blocked"; for a
 // GPU, an earlier build's EngineInfo::layout (its convolution algorithms) or anything else to
@@ -20,14 +32,6 @@ namespace kiln::server {
 // warm_up (cpu): run the engine once on zeros at build, so the first request does not pay
 // for first-touch page faults and oneDNN's JIT; a caller that runs it at once (the warm-up
 // check) may skip it.
-// The passes that stay off for engines on `device` (compiler/pipeline.h PassesOffFor, with
-// this CPU's int8 dot product for "cpu").
-std::set<std::string> PassesOffOn(const std::string& device);
-// The lower precision `device`'s engines multiply natively (PipelineOptions::precision):
-// "bf16" on a CPU with AVX512_BF16 or AMX (at the ISA level in force), else "" (none yet:
-// the CUDA engine computes float32, TF32 only when asked).
-std::string LowerPrecisionOn(const std::string& device);
-
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
                                                              const std::string& cpu_layout,
                                                              int cpu_threads, bool tune_threads,

@@ -13,9 +13,9 @@
 
 #include <httplib.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "server/generate/generator.h"
-#include "base/json.h"
 #include "server/model_registry.h"
 
 namespace kiln::server {

@@ -5,10 +5,10 @@
 #include <charconv>
 #include <memory>
 
+#include "base/json.h"
 #include "server/auth.h"
 #include "server/echo.h"
 #include "server/http.h"
-#include "base/json.h"
 #include "server/json_message.h"
 #include "server/kserve_model.h"
 

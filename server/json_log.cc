@@ -1,9 +1,9 @@
 #include "server/json_log.h"
 
+#include <spdlog/pattern_formatter.h>
+
 #include <string>
 #include <string_view>
-
-#include <spdlog/pattern_formatter.h>
 
 #include "base/json.h"
 

@@ -1,9 +1,9 @@
 // kilnd's `log.json` lines: one JSON object per line with time, level, thread and message.
 #pragma once
 
-#include <memory>
-
 #include <spdlog/formatter.h>
+
+#include <memory>
 
 namespace kiln::server {
 

@@ -248,20 +248,6 @@ absl::StatusOr<DType> ParseDataType(std::string_view name, const std::string& wh
                                                  "'; one of ", absl::StrJoin(names, ", ")));
 }
 
-absl::StatusOr<int64_t> CheckedElementCount(const std::vector<int64_t>& shape,
-                                            const std::string& what) {
-  if (shape.size() > 16) return absl::InvalidArgumentError(absl::StrCat(what, ": rank above 16"));
-  int64_t n = 1;
-  for (const int64_t d : shape) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dim ", d));
-    if (d > 0 && n > (int64_t{1} << 40) / d) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": shape too large"));
-    }
-    n *= d;
-  }
-  return n;
-}
-
 absl::StatusOr<Tensor> FromRawBytes(DType dtype, std::vector<int64_t> shape,
                                     std::shared_ptr<std::string> owner, std::string_view bytes,
                                     const std::string& what) {

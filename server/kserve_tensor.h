@@ -11,10 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "ir/tensor.h"
 #include "kserve/grpc_service.pb.h"
-#include "base/json.h"
+#include "server/wire_checks.h"
 
 namespace kiln::server::kserve {
 
@@ -26,9 +27,6 @@ inference::DataType ConfigDataType(DType t);
 // A datatype name from a request. BYTES is a protocol type but no Kiln model input holds
 // strings: it is refused here, naming `what`.
 absl::StatusOr<DType> ParseDataType(std::string_view name, const std::string& what);
-// The element count of a request shape: no negative dim, rank <= 16, at most 2^40 elements.
-absl::StatusOr<int64_t> CheckedElementCount(const std::vector<int64_t>& shape,
-                                            const std::string& what);
 
 // Raw little-endian bytes (raw_input_contents, or a slice of a REST body). The tensor views
 // `bytes` inside `owner` without a copy when it is aligned for the dtype.

@@ -3,6 +3,11 @@
 // reflection) and HTTP (/healthz, /readyz, /metrics, the KServe v2 REST API), and on
 // SIGTERM/SIGINT drains in-flight requests before it stops.
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -11,14 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <spdlog/spdlog.h>
-
 #include "base/heap_scope.h"
-#include "base/memory_budget.h"
 #include "base/huge_pages.h"
+#include "base/memory_budget.h"
 #include "base/openmp_env.h"
 #include "server/config.h"
 #include "server/crash_point.h"

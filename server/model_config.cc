@@ -4,7 +4,7 @@
 #include <cmath>
 #include <thread>
 
-#include "runtime/cuda/cuda_engine.h"
+#include "runtime/device.h"
 #include "server/yaml_read.h"
 
 namespace kiln::server {
@@ -299,7 +299,7 @@ absl::Status FinalizeModelConfig(ModelConfig& c) {
   if (c.cpu_layout != "tune" && c.cpu_layout != "primitive" && c.cpu_layout != "blocked") {
     return BadKey("cpu_layout", absl::StrCat("'", c.cpu_layout, "' is not one of: tune, primitive, blocked"));
   }
-  if (c.device != "reference" && c.device != "cpu" && !cuda::ParseCudaDevice(c.device)) {
+  if (!runtime::ParseDevice(c.device)) {
     return BadKey("device", absl::StrCat("'", c.device, "' is not one of: reference, cpu, cuda:N"));
   }
   if (c.batch_buckets.empty()) {

@@ -192,7 +192,8 @@ absl::Status CheckDeclaredInput(const ModelSignature& sig, const std::string& na
 }
 
 absl::StatusOr<std::vector<size_t>> SelectNamedOutputs(const ModelSignature& sig,
-                                                       const std::vector<std::string>& names) {
+                                                       const std::vector<std::string>& names,
+                                                       const char* where) {
   std::vector<size_t> out;
   if (names.empty()) {
     for (size_t i = 0; i < sig.outputs.size(); ++i) out.push_back(i);
@@ -202,9 +203,9 @@ absl::StatusOr<std::vector<size_t>> SelectNamedOutputs(const ModelSignature& sig
     size_t i = 0;
     while (i < sig.outputs.size() && sig.outputs[i].name != name) ++i;
     if (i == sig.outputs.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown output '", EchoName(name),
-                                                     "' requested; the model has: ",
-                                                     absl::StrJoin(OutputNames(sig), ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown output '", EchoName(name), "' ", where,
+                       "; the model has: ", absl::StrJoin(OutputNames(sig), ", ")));
     }
     if (std::find(out.begin(), out.end(), i) != out.end()) {
       return absl::InvalidArgumentError(absl::StrCat("output '", name, "' is requested twice"));
@@ -245,24 +246,8 @@ absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoT
 
 absl::StatusOr<std::vector<size_t>> SelectOutputs(
     const ModelSignature& sig, const google::protobuf::RepeatedPtrField<std::string>& filter) {
-  std::vector<size_t> out;
-  if (filter.empty()) {
-    for (size_t i = 0; i < sig.outputs.size(); ++i) out.push_back(i);
-    return out;
-  }
-  for (const std::string& name : filter) {
-    size_t i = 0;
-    while (i < sig.outputs.size() && sig.outputs[i].name != name) ++i;
-    if (i == sig.outputs.size()) {
-      std::vector<std::string> names;
-      for (const auto& s : sig.outputs) names.push_back(s.name);
-      return absl::InvalidArgumentError(absl::StrCat("unknown output '", EchoName(name),
-                                                     "' in output_filter; the model has: ",
-                                                     absl::StrJoin(names, ", ")));
-    }
-    out.push_back(i);
-  }
-  return out;
+  return SelectNamedOutputs(sig, std::vector<std::string>(filter.begin(), filter.end()),
+                            "in output_filter");
 }
 
 std::optional<int64_t> ResponseBytesBound(const ModelSignature& sig,

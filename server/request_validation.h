@@ -4,14 +4,14 @@
 // what was expected and what came.
 #pragma once
 
+#include <google/protobuf/map.h>
+#include <google/protobuf/repeated_field.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/map.h>
-#include <google/protobuf/repeated_field.h>
 
 #include "base/status.h"
 #include "ir/tensor.h"
@@ -38,7 +38,8 @@ absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig, ProtoT
 // (ids of 17 tokens with a mask of 18). Empty for a static model.
 absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(const ModelSignature& sig,
                                                                 const std::vector<Tensor>& inputs);
-// Indices into sig.outputs to return; every name in `filter` must exist (empty: all).
+// Indices into sig.outputs to return; every name in `filter` must exist, each at most once
+// (empty: all). The kiln.v1 form of SelectNamedOutputs.
 absl::StatusOr<std::vector<size_t>> SelectOutputs(
     const ModelSignature& sig, const google::protobuf::RepeatedPtrField<std::string>& filter);
 
@@ -75,6 +76,7 @@ absl::Status CheckDeclaredInput(const ModelSignature& sig, const std::string& na
                                 const std::vector<int64_t>& shape);
 // Indices into sig.outputs for the requested names, each at most once (empty: all).
 absl::StatusOr<std::vector<size_t>> SelectNamedOutputs(const ModelSignature& sig,
-                                                       const std::vector<std::string>& names);
+                                                       const std::vector<std::string>& names,
+                                                       const char* where = "requested");
 
 }  // namespace kiln::server

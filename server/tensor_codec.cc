@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "server/wire_checks.h"
+
 namespace kiln::server {
 namespace {
 
@@ -66,19 +68,6 @@ void FillFromTyped(const v1::Tensor& p, Field f, Tensor& t) {
   }
 }
 
-absl::Status CheckShape(const v1::Tensor& p, const std::string& what) {
-  if (p.shape_size() > 16) return absl::InvalidArgumentError(absl::StrCat(what, ": rank above 16"));
-  int64_t numel = 1;
-  for (int64_t d : p.shape()) {
-    if (d < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": negative dim ", d));
-    if (d > 0 && numel > (int64_t{1} << 40) / d) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": shape too large"));
-    }
-    numel *= d;
-  }
-  return absl::OkStatus();
-}
-
 // The buffer is allocated only after every size is checked against the bytes actually sent:
 // a shape alone (up to 2^40 elements) must never make the server allocate.
 absl::StatusOr<Tensor> Decode(const v1::Tensor& p, const std::string& what, v1::Tensor* take) {
@@ -86,9 +75,8 @@ absl::StatusOr<Tensor> Decode(const v1::Tensor& p, const std::string& what, v1::
   if (!IsSupportedDType(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": unsupported dtype ", DTypeName(dtype)));
   }
-  RETURN_IF_ERROR(CheckShape(p, what));
+  ASSIGN_OR_RETURN(const int64_t numel, CheckedElementCount(p.shape(), what));
   std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
-  const int64_t numel = NumElements(shape);
   const size_t nbytes = static_cast<size_t>(numel) * DTypeSize(dtype);
   ASSIGN_OR_RETURN(auto typed, TypedFieldOf(p, what));
   if (typed.first != Field::kNone && !p.raw_data().empty()) {

@@ -3,10 +3,10 @@
 // INVALID_ARGUMENT naming the file and the key.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <functional>
 #include <string>
-
-#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"

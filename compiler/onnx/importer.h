@@ -12,11 +12,11 @@
 //  - Operators are then normalized to one form per operator (see normalize.h).
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <onnx/onnx_pb.h>
 
 #include "base/status.h"
 #include "compiler/onnx/tensor_proto.h"

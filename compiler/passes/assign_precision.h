@@ -9,8 +9,8 @@
 // "bf16-mixed" (the server's second try when "bf16" exceeds the budget) also leaves in float32
 // the weight products upstream of a Softmax along its score path (through layout, scaling,
 // masking ops and the q @ k^T product): attention's query and key projections, whose rounding
-// exp() amplifies. Leaves alone: products of two activations (attention's scores and mixing: two per-run
-// conversions would cost what bf16 saves there), non-float32 products, and everything else.
+// exp() amplifies. Leaves alone: products of two activations (attention's scores and mixing: two
+// per-run conversions would cost what bf16 saves there), non-float32 products, and everything else.
 #pragma once
 
 #include "compiler/passes/pass.h"

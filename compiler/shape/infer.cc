@@ -1,7 +1,6 @@
 #include "compiler/shape/infer.h"
 
 #include "compiler/shape/dim_expr.h"
-
 #include "ir/graph_edit.h"
 #include "ops/evaluate.h"
 

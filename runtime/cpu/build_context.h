@@ -13,12 +13,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "oneapi/dnnl/dnnl.hpp"
-
 #include "base/status.h"
 #include "compiler/plan/buffer_assign.h"
 #include "compiler/plan/memory_plan.h"
 #include "ir/graph.h"
+#include "oneapi/dnnl/dnnl.hpp"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/nonfinite_guard.h"
 

@@ -128,7 +128,8 @@ absl::Status ConvKernel::MakeExact() {
   e->src_md = epd.src_desc();
   e->dst_md = epd.dst_desc();
   e->scratch_md = epd.scratchpad_desc();
-  e->temp = NewAlignedBuffer<float>(static_cast<size_t>(dst_floats) * sizeof(float) + kBufferAlignment);
+  e->temp =
+      NewAlignedBuffer<float>(static_cast<size_t>(dst_floats) * sizeof(float) + kBufferAlignment);
   e->scratch = NewAlignedBuffer<char>(e->scratch_md.get_size() + kBufferAlignment);
   if (!e->temp || !e->scratch) return absl::ResourceExhaustedError("conv exact path: OOM");
   exact_ = std::move(e);

@@ -3,9 +3,8 @@
 
 #include <vector>
 
-#include "oneapi/dnnl/dnnl.hpp"
-
 #include "ir/kiln_ops.h"
+#include "oneapi/dnnl/dnnl.hpp"
 
 namespace kiln::cpu {
 

@@ -321,7 +321,8 @@ bool ReadShape(const Node& node, RnnShape& s) {
   s.lbr = node.GetInt("linear_before_reset", 0) != 0;
   s.input_forget = node.GetInt("input_forget", 0) != 0;
   const size_t per_dir = s.cell == Cell::kRnn ? 1 : s.cell == Cell::kGru ? 2 : 3;
-  const std::optional<std::vector<std::string>> names = ref::RnnActivationNames(node, per_dir, s.dirs);
+  const std::optional<std::vector<std::string>> names =
+      ref::RnnActivationNames(node, per_dir, s.dirs);
   if (!names || s.clip < 0) return false;
   const std::vector<float> alphas = node.GetFloats("activation_alpha");
   const std::vector<float> betas = node.GetFloats("activation_beta");

@@ -15,7 +15,8 @@ inline absl::StatusOr<std::vector<int64_t>> StaticFloatDims(const Value* v, cons
   if (!v || !v->shape || !IsStatic(*v->shape)) {
     return absl::InvalidArgumentError(node.Describe() + ": operand without a static shape");
   }
-  if (v->dtype != DType::kFloat32) return absl::UnimplementedError(node.Describe() + ": not float32");
+  if (v->dtype != DType::kFloat32)
+    return absl::UnimplementedError(node.Describe() + ": not float32");
   return StaticDims(*v->shape);
 }
 

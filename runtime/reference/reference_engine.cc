@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "compiler/pipeline.h"
 #include "ops/interpreter.h"
+#include "runtime/device.h"
 
 namespace kiln::runtime {
 namespace {
@@ -90,6 +92,30 @@ absl::StatusOr<std::unique_ptr<Engine>> BuildReferenceEngine(const CompiledGraph
 
 absl::StatusOr<std::unique_ptr<Engine>> BuildReferenceEngine(const Graph& graph) {
   return Build(graph.Clone(), nullptr);
+}
+
+namespace {
+
+class Reference final : public Backend {
+ public:
+  const char* name() const override { return "reference"; }
+  bool Serves(const std::string& device) const override {
+    const std::optional<Device> d = ParseDevice(device);
+    return d && d->family == DeviceFamily::kReference;
+  }
+  std::string Fingerprint(const std::string& device) const override { return device; }
+  std::set<std::string> PassesOff() const override { return PassesOffFor("reference"); }
+  absl::StatusOr<std::unique_ptr<Engine>> Build(const std::string&, const CompiledGraph& compiled,
+                                                const BuildOptions&) const override {
+    return BuildReferenceEngine(compiled);
+  }
+};
+
+}  // namespace
+
+const Backend& ReferenceBackend() {
+  static const Reference backend;
+  return backend;
 }
 
 }  // namespace kiln::runtime

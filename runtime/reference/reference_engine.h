@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "compiler/compile.h"
+#include "runtime/backend.h"
 #include "runtime/engine.h"
 
 namespace kiln::runtime {
@@ -16,5 +17,8 @@ namespace kiln::runtime {
 absl::StatusOr<std::unique_ptr<Engine>> BuildReferenceEngine(const CompiledGraph& compiled);
 // The same over a bare graph (shapes static): the raw graph, skipping the pipeline.
 absl::StatusOr<std::unique_ptr<Engine>> BuildReferenceEngine(const Graph& graph);
+
+// The "reference" device: no pass is kept off, nothing depends on the machine.
+const Backend& ReferenceBackend();
 
 }  // namespace kiln::runtime

@@ -2,7 +2,10 @@
 // device probe reports, a clean FAILED_PRECONDITION without a GPU, `kiln devices`), and,
 // where a GPU exists, engines built and run against the reference interpreter. On a machine
 // without one the device tests skip, saying why.
+#include "runtime/cuda/cuda_engine.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -12,14 +15,11 @@
 #include <memory>
 #include <random>
 
-#include <unistd.h>
-
 #include "compiler/compile.h"
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
 #include "ops/interpreter.h"
 #include "runtime/check/compare.h"
-#include "runtime/cuda/cuda_engine.h"
 #include "runtime/cuda/cuda_status.h"
 #include "runtime/cuda/devices.h"
 #include "tests/cuda/kernel_corpus.h"

@@ -1,5 +1,9 @@
 // kilnd end to end: the real binary on free ports, real gRPC clients. The tests run in order
 // in one process and share one server (restarted by the restart test).
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -15,11 +19,6 @@
 #include <future>
 #include <random>
 #include <thread>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "base/file.h"
 #include "compiler/onnx/exporter.h"

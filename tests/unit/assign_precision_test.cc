@@ -1,10 +1,11 @@
 // assign_precision: which products are marked for bfloat16 (structure; the reference ignores
 // the mark, so the numbers cannot move), what it leaves, and the pipeline's precision option.
+#include "compiler/passes/assign_precision.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "compiler/passes/assign_precision.h"
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"

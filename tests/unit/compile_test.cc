@@ -1,8 +1,9 @@
 // The compiler front door and the differential check: batch binding, the report, the memory
 // plan, and a deliberately broken pass being named by the bisection.
+#include "compiler/compile.h"
+
 #include <gtest/gtest.h>
 
-#include "compiler/compile.h"
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
 #include "runtime/check/differential.h"

@@ -1,6 +1,10 @@
 // The CPU engine against the reference interpreter: per kernel family (oneDNN conv with every
 // post-op, matmul/gemm variants, pools), blocked layouts flowing between convolutions, the
 // reference fallback, input validation, and steady-state allocations.
+#include "runtime/cpu/cpu_engine.h"
+
+#include <omp.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -8,15 +12,12 @@
 #include <cstdlib>
 #include <new>
 
-#include <omp.h>
-
 #include "compiler/compile.h"
 #include "gtest/gtest.h"
 #include "ir/builder.h"
 #include "ir/kiln_ops.h"
 #include "ops/interpreter.h"
 #include "runtime/check/differential.h"
-#include "runtime/cpu/cpu_engine.h"
 
 // Counts every heap allocation in this process, from any library and any thread: the test
 // binary interposes glibc's allocation entry points and forwards to glibc's own. (The CPU

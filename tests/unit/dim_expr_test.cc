@@ -1,9 +1,10 @@
 // Dims written as expressions of other symbols (compiler/shape/dim_expr.h): parsing,
 // evaluation and its errors, and binding them through BindInputDims and Specialize.
+#include "compiler/shape/dim_expr.h"
+
 #include <gtest/gtest.h>
 
 #include "compiler/shape/bind_dims.h"
-#include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
 

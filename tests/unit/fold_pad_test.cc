@@ -1,10 +1,11 @@
 // fold_pad tests: what moves into the Conv / AveragePool (structure), that the graph still
 // computes the same (the reference interpreter before and after), and the Pads it must leave.
+#include "compiler/passes/fold_pad.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "compiler/passes/fold_pad.h"
 #include "ir/builder.h"
 #include "tests/unit/pass_test_util.h"
 #include "tests/unit/test_tensors.h"

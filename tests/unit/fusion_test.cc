@@ -1,8 +1,8 @@
 // Epilogue fusion tests: structure (what was fused) and numbers (reference interpreter on the
 // graph before and after).
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "compiler/passes/fuse_conv_epilogue.h"
 #include "compiler/passes/fuse_elementwise.h"

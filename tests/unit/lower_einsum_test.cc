@@ -2,13 +2,14 @@
 // run on the reference interpreter before and after the pass (random inputs) and must agree;
 // the structure checks say what it became. Each refusal has a negative case: the Einsum
 // stays and the graph still computes the same thing.
+#include "compiler/passes/lower_einsum.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <ostream>
 #include <random>
 
-#include "compiler/passes/lower_einsum.h"
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"

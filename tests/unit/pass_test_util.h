@@ -2,10 +2,10 @@
 // and numbers (the reference interpreter on the graph before and after, same inputs).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "compiler/shape/infer.h"
 #include "ir/graph.h"

@@ -1,9 +1,9 @@
 // Pass tests check structure (changed flag, op counts) and numbers (the reference interpreter
 // on the graph before and after, same inputs).
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
-
-#include <gtest/gtest.h>
 
 #include "compiler/passes/eliminate_common_subexpressions.h"
 #include "compiler/passes/eliminate_dead_code.h"

@@ -3,13 +3,12 @@
 // corrupt one detected), memory and disk hits, and BuildModel through the cache: a warm build
 // skips compiling, a corrupt or stale file or an entry whose stored answers are wrong is
 // rebuilt instead of trusted.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "compiler/onnx/importer.h"
 #include "ir/builder.h"

@@ -1,6 +1,5 @@
 // kilnd's JSON log lines stay one valid object whatever the message holds.
 #include <gtest/gtest.h>
-
 #include <spdlog/details/log_msg.h>
 
 #include "base/json.h"

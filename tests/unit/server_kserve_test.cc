@@ -9,11 +9,11 @@
 #include <cstring>
 #include <limits>
 
+#include "base/json.h"
 #include "server/auth.h"
 #include "server/http_kserve.h"
 #include "server/http_listener.h"
 #include "server/inference.h"
-#include "base/json.h"
 #include "server/kserve_tensor.h"
 #include "server/model_stats.h"
 
@@ -64,9 +64,27 @@ TEST(Json, NonFiniteNumbersRoundTrip) {
 }
 
 TEST(Json, RefusesMalformedTextSayingWhere) {
-  for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "[1 2]", "\"abc", "tru", "01", "1.", "-",
-                          "[1]x", "\"\\q\"", "\"\\ud800\"", "\"\\udc00\"", "{1: 2}", "\"a\tb\"",
-                          "{\"\\udc00\": 1}", "Inf", "-NaN", "[Infinity.5]", "nan"}) {
+  for (const char* bad : {"",
+                          "{",
+                          "[1,]",
+                          "{\"a\" 1}",
+                          "[1 2]",
+                          "\"abc",
+                          "tru",
+                          "01",
+                          "1.",
+                          "-",
+                          "[1]x",
+                          "\"\\q\"",
+                          "\"\\ud800\"",
+                          "\"\\udc00\"",
+                          "{1: 2}",
+                          "\"a\tb\"",
+                          "{\"\\udc00\": 1}",
+                          "Inf",
+                          "-NaN",
+                          "[Infinity.5]",
+                          "nan"}) {
     auto v = json::Parse(bad);
     ASSERT_FALSE(v.ok()) << bad;
     EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);

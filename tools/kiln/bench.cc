@@ -9,15 +9,15 @@
 #include <thread>
 #include <vector>
 
+#include "base/json.h"
 #include "compiler/compile.h"
 #include "compiler/onnx/importer.h"
+#include "runtime/backend.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/cuda/cuda_engine.h"
-#include "tools/kiln/static_graph.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/dim_flag.h"
-#include "base/json.h"
+#include "tools/kiln/static_graph.h"
 
 namespace kiln::tools {
 namespace {
@@ -111,16 +111,14 @@ double Percentile(std::vector<double> v, double p) {
 
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildBenchEngine(const BenchArgs& b,
                                                                    const CompiledGraph& compiled) {
-  if (b.backend == "cuda") {
-    cuda::CudaEngineOptions co;
-    co.tf32 = b.tf32;
-    return cuda::BuildCudaEngine(compiled, co);
-  }
-  cpu::CpuEngineOptions eo;
-  eo.threads = b.threads;
-  eo.tune_threads = b.threads == 0;  // --threads T is taken as given
-  eo.layout = b.layout;
-  return cpu::BuildCpuEngine(compiled, eo);
+  ASSIGN_OR_RETURN(const runtime::Backend* backend, runtime::FindBackend(b.backend));
+  runtime::BuildOptions o;
+  o.layout = cpu::ActivationLayoutName(b.layout);  // the CUDA engine measures its algorithms
+  o.threads = b.threads;
+  o.tune_threads = b.threads == 0;  // --threads T is taken as given
+  o.dynamic_shapes = false;
+  o.tf32 = b.tf32;
+  return backend->Build(b.backend, compiled, o);
 }
 
 absl::Status Bench(const BenchArgs& b) {

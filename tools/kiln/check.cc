@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/json.h"
 #include "compiler/compile.h"
 #include "compiler/onnx/importer.h"
 #include "compiler/pipeline.h"
@@ -14,7 +15,6 @@
 #include "tools/kiln/commands.h"
 #include "tools/kiln/cpu_run.h"
 #include "tools/kiln/cuda_run.h"
-#include "base/json.h"
 #include "tools/kiln/model_io.h"
 
 namespace kiln::tools {

@@ -31,7 +31,8 @@ absl::StatusOr<CpuRun> BuildAndRun(const Graph& graph, const ref::TensorMap& fee
     cpu::CpuEngineOptions eo;
     eo.layout = layout;
     eo.dynamic_shapes = dynamic;
-    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, cpu::BuildCpuEngine(run.compiled, eo));
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
+                     cpu::BuildCpuEngine(run.compiled, eo));
     LayoutRun& r = run.runs.emplace_back();
     r.layout = cpu::ActivationLayoutName(layout);
     RETURN_IF_ERROR(RunOnFeeds(*engine, feeds, r.outputs));

@@ -1,15 +1,16 @@
 // kiln devices [--json]: what Kiln can use on this machine. The CPU's vector ISA (as the CPU
 // engine runs it), whether the CUDA backend is compiled in, the CUDA libraries' versions (or
 // which could not be opened, and why), and the GPUs found, or why there are none.
+#include "runtime/cuda/devices.h"
+
 #include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "runtime/cpu/isa.h"
-#include "runtime/cuda/devices.h"
-#include "tools/kiln/commands.h"
 #include "base/json.h"
+#include "runtime/cpu/isa.h"
+#include "tools/kiln/commands.h"
 
 namespace kiln::tools {
 namespace {

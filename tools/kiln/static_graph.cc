@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "runtime/cpu/isa.h"
+#include "runtime/backend.h"
 
 namespace kiln::tools {
 namespace {
@@ -57,7 +57,8 @@ int64_t BatchOf(const Graph& graph) {
 }
 
 std::set<std::string> PassesOffHere(const std::string& backend) {
-  return PassesOffFor(backend, backend != "cpu" || cpu::HasInt8DotProduct());
+  absl::StatusOr<const runtime::Backend*> b = runtime::FindBackend(backend);
+  return b.ok() ? (*b)->PassesOff() : PassesOffFor(backend);
 }
 
 absl::StatusOr<CompiledGraph> CompileStatic(const Graph& graph, const ref::TensorMap& feeds,

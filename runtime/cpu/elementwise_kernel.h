@@ -1,0 +1,63 @@
+// Internal to runtime/cpu: the element-wise kernel's pieces. elementwise_kernel.cc holds the
+// kernel (one tiled loop over the output) and its factory, elementwise_program.cc reads a
+// node into instructions, elementwise_layout.cc builds the kernel over activations a
+// convolution left in its own layout.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "runtime/cpu/build_context.h"
+#include "runtime/cpu/elementwise_ops.h"
+#include "runtime/cpu/own_kernels.h"
+
+namespace kiln::cpu {
+
+// Elements per tile of a float program.
+constexpr int64_t kTile = 256;
+
+struct Operand {
+  int slot;
+  std::vector<int64_t> strides;  // element strides in the output's index space (0: broadcast)
+  bool dense = false;            // laid out exactly like the output (same linear offsets)
+  // Set only for an input that is not float32, which the program casts to float before any
+  // other use (an attention mask: Cast -> Sub -> Mul), or dequantizes (an 8/16-bit tensor of a
+  // QDQ model): it is converted as it is loaded.
+  CastFn to_float = nullptr;
+  DType dtype = DType::kFloat32;  // the input's type (set with to_float)
+  // False for an input no instruction reads as data (the constant scale and zero point of a
+  // Q/DQ instruction, which the instruction carries): never loaded.
+  bool used = true;
+  // > 0: the operand repeats along the innermost dim with this period (a per-channel operand
+  // once the spatial dims are merged into the row, MergeSpatialIntoRows); its tile is the
+  // period's values repeated, filled once per row. The tile length is a multiple of it.
+  int64_t period = 0;
+};
+
+// The kernel over `in`, writing slot `out` of `shape` (float32, or the integer type a final
+// kQuantize instruction stores), split across the OpenMP team it is built for.
+std::unique_ptr<CpuKernel> NewElementwiseKernel(std::vector<Operand> in,
+                                                std::vector<ew::Instr> prog, int out,
+                                                std::vector<int64_t> shape,
+                                                DType out_dtype = DType::kFloat32);
+
+// The instructions of a FusedElementwise node, or of a single element-wise node; nullopt
+// when the kernel cannot run it (the reference then does).
+std::optional<std::vector<ew::Instr>> ReadInstrs(const Node& node);
+// Whether every instruction reading operand k is a Cast (to float) or a DequantizeLinear.
+bool OnlyConvertingReads(const std::vector<ew::Instr>& prog, int k);
+// Whether any instruction reads operand k as data.
+bool ReadsOperand(const std::vector<ew::Instr>& prog, int k);
+
+// The float program in the channels-last or blocked layout a convolution left its input in;
+// null when the node's operands are not that layout's shapes.
+std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& node,
+                                                 const std::vector<ew::Instr>& prog, int out);
+// The QDQ program on the flat buffers of one shared unpadded layout; null when its inputs are
+// not in one.
+std::unique_ptr<CpuKernel> MakeSameLayoutQuantized(BuildContext& ctx, const Node& node,
+                                                   const std::vector<ew::Instr>& prog, int out,
+                                                   DType out_dtype);
+
+}  // namespace kiln::cpu
