@@ -176,5 +176,16 @@ TEST(SelectOutputs, FilterByName) {
             "unknown output 'w' in output_filter; the model has: y, z");
 }
 
+// As KServe v2 refuses a requested output named twice, so does kiln.v1's output_filter.
+TEST(SelectOutputs, AnOutputNamedTwiceIsRefusedOnBothProtocols) {
+  google::protobuf::RepeatedPtrField<std::string> f;
+  *f.Add() = "z";
+  *f.Add() = "z";
+  EXPECT_EQ(SelectOutputs(Sig(), f).status().message(), "output 'z' is requested twice");
+  EXPECT_EQ(SelectNamedOutputs(Sig(), {"y", "y"}).status().message(),
+            "output 'y' is requested twice");
+  EXPECT_EQ(*SelectNamedOutputs(Sig(), {"z", "y"}), (std::vector<size_t>{1, 0}));
+}
+
 }  // namespace
 }  // namespace kiln::server
