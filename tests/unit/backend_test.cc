@@ -1,9 +1,10 @@
 // runtime/backend.h and runtime/device.h: one parse of device strings, one backend per family.
+#include "runtime/backend.h"
+
 #include <gtest/gtest.h>
 
 #include "compiler/compile.h"
 #include "ir/builder.h"
-#include "runtime/backend.h"
 #include "runtime/cpu/isa.h"
 #include "runtime/device.h"
 
@@ -16,8 +17,8 @@ TEST(ParseDevice, KnowsTheFourFormsAndNothingElse) {
   EXPECT_EQ(ParseDevice("cuda")->index, 0);
   EXPECT_EQ(ParseDevice("cuda:7")->family, DeviceFamily::kCuda);
   EXPECT_EQ(ParseDevice("cuda:123")->index, 123);
-  for (const char* bad : {"", "CPU", "gpu", "cuda:", "cuda:-1", "cuda:1234", "cuda:1a", "cpu:0",
-                          " cpu", "cuda0"}) {
+  for (const char* bad :
+       {"", "CPU", "gpu", "cuda:", "cuda:-1", "cuda:1234", "cuda:1a", "cpu:0", " cpu", "cuda0"}) {
     EXPECT_FALSE(ParseDevice(bad).has_value()) << bad;
   }
 }
