@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "base/file.h"
 #include "base/stop.h"

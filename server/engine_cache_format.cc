@@ -1,11 +1,5 @@
 #include "server/engine_cache_format.h"
 
-// Header-only XXH3 (Debian's libxxhash-dev): the hash inlines here, so kilnd gains no shared
-// library dependency.
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
-#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -64,14 +58,6 @@ absl::StatusOr<Tensor> GetTensor(const cache::StoredTensor& in) {
 }
 
 }  // namespace
-
-std::string ContentHash(std::string_view bytes) {
-  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
-  char hex[33];
-  std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(h.high64),
-                static_cast<unsigned long long>(h.low64));
-  return hex;
-}
 
 Tensor BytesView(std::shared_ptr<const Tensor> t) {
   void* data = const_cast<void*>(t->raw());

@@ -14,16 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/content_hash.h"
 #include "base/status.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/tensor_proto.h"
 #include "ir/tensor.h"
 
 namespace kiln::server {
-
-// XXH3-128 of the bytes as 32 hex digits. Not cryptographic: it tells model files apart and
-// detects corrupt cache files; a local cache directory is not an attack surface.
-std::string ContentHash(std::string_view bytes);
 
 struct EngineCacheKey {
   std::string model_hash;

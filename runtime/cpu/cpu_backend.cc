@@ -1,12 +1,8 @@
 #include "runtime/cpu/cpu_backend.h"
 
-// Header-only XXH3 (libxxhash-dev), inlined: the fingerprint adds no shared library.
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
-#include <cstdio>
 #include <fstream>
 
+#include "base/content_hash.h"
 #include "compiler/pipeline.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
@@ -14,6 +10,16 @@
 
 namespace kiln::cpu {
 namespace {
+
+// The first 64 bits of the hash of /proc/cpuinfo's flags line, in hex; "unknown" without one.
+std::string FlagsHash() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) return ContentHash(line).substr(0, 16);
+  }
+  return "unknown";
+}
 
 class Cpu final : public runtime::Backend {
  public:
@@ -25,20 +31,11 @@ class Cpu final : public runtime::Backend {
 
   // oneDNN dispatches on the CPU's flags at primitive creation and prepacked layouts depend on
   // them (the model name is not enough: VMs mask flags); a KILN_MAX_CPU_ISA cap changes
-  // layouts and kernels on the same flags.
+  // layouts and kernels on the same flags. The flags are read once per process (every
+  // bucket's cache key asks); the level in force is asked each time (tests lower it).
   std::string Fingerprint(const std::string&) const override {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line, flags = "unknown";
-    while (std::getline(in, line)) {
-      if (line.rfind("flags", 0) == 0) {
-        const XXH128_hash_t h = XXH3_128bits(line.data(), line.size());
-        char hex[17];
-        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.high64));
-        flags = hex;
-        break;
-      }
-    }
-    return std::string("cpu:") + flags + ":isa=" + IsaName(ActiveIsa()) + "/" + CpuIsa().onednn;
+    static const std::string flags = FlagsHash();
+    return "cpu:" + flags + ":isa=" + IsaName(ActiveIsa()) + "/" + CpuIsa().onednn;
   }
 
   std::set<std::string> PassesOff() const override {
