@@ -10,7 +10,7 @@
 // and free thousands of such buffers (a ViT-L/16's reference run: every activation widened to
 // double, every product's output), and each mapping is faulted in and zeroed again: the two
 // reference runs of ViT-L/16's check took 22-28 s that way against 13 s with the buffers
-// reused. So a build (server/model_builder.cc; not the import, whose weight copies stay)
+// reused. So a build (server/model/model_builder.cc; not the import, whose weight copies stay)
 // widens the threshold to glibc's own ceiling (32 MiB) and keeps freed memory up to 64 MiB at
 // the top of a heap, and when the last build ends puts the serving values back and hands what
 // the build freed to the OS (malloc_trim).

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // decode_step.js: a decoder step with a key/value cache (tests/models/decoder_step.py) at
 // several past lengths: ONNX Runtime at the exact length vs Kiln's CPU engine at the shape
-// class kilnd would run it on (the length padded up the class ladder, server/padding.h), and
+// class kilnd would run it on (the length padded up the class ladder, server/model/padding.h), and
 // at the exact length too. A benchmark, not a test.
 //
 //   node bench/decode_step.js --kiln build/tools/kiln --model M.onnx [--pasts 1,16,64,127,256,512,1023]
@@ -30,7 +30,7 @@ function parseArgs(argv) {
   return o;
 }
 
-// server/padding.cc's ClassLadder(min, max, typical).
+// server/model/padding.cc's ClassLadder(min, max, typical).
 function ladder(min, max, typical) {
   const s = new Set([min, typical, max]);
   for (let p = 16; p < max; p *= 2) {

@@ -41,8 +41,8 @@ def models_dir():
 
 def encoder_class(torch):
     sys.path.insert(0, os.path.join(REPO, "tests", "models"))
-    import export_models  # noqa: E402  (the test set's encoder definition)
-    return type(export_models.build_encoder(torch))
+    import torch_models  # noqa: E402  (the test set's encoder definition)
+    return type(torch_models.build_encoder(torch))
 
 
 def export_bert(path):

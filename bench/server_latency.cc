@@ -4,6 +4,8 @@
 // percentiles. bench/server_latency.sh drives it and writes bench/results/server.md.
 //
 //   server_latency --target 127.0.0.1:8500 --model resnet18 --concurrency 8 --seconds 5
+#include <grpcpp/grpcpp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,11 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
-#include "server/tensor_codec.h"
+#include "server/serving/tensor_codec.h"
 
 namespace kiln::bench {
 namespace {

@@ -16,7 +16,7 @@
 
 namespace kiln {
 
-// Part of every engine cache key (server/engine_cache.h): bump it whenever a change to the
+// Part of every engine cache key (server/model/engine_cache.h): bump it whenever a change to the
 // importer, a pass, the pipeline or the memory planner can change what CompileGraph
 // produces, so engines cached by an older compiler are rebuilt instead of trusted.
 inline constexpr int kCompilerVersion = 1;

@@ -20,17 +20,17 @@
 #include "base/huge_pages.h"
 #include "base/memory_budget.h"
 #include "base/openmp_env.h"
-#include "server/config.h"
-#include "server/crash_point.h"
-#include "server/engine_cache.h"
-#include "server/grpc_credentials.h"
-#include "server/grpc_generate.h"
-#include "server/grpc_kserve.h"
-#include "server/grpc_services.h"
-#include "server/http.h"
-#include "server/json_log.h"
-#include "server/model_registry.h"
-#include "server/test_faults.h"
+#include "server/common/crash_point.h"
+#include "server/common/json_log.h"
+#include "server/common/test_faults.h"
+#include "server/grpc/grpc_credentials.h"
+#include "server/grpc/grpc_generate.h"
+#include "server/grpc/grpc_kserve.h"
+#include "server/grpc/grpc_services.h"
+#include "server/http/http.h"
+#include "server/model/engine_cache.h"
+#include "server/serving/config.h"
+#include "server/serving/model_registry.h"
 
 namespace kiln::server {
 namespace {
@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
     std::fputs("kilnd: TEST FAULTS ENABLED (a broken pass is registered); never in production\n",
                stderr);
   }
-  // Hidden and test-only: the chaos test's crash points (server/crash_point.h).
+  // Hidden and test-only: the chaos test's crash points (server/common/crash_point.h).
   for (auto it = args.begin(); it != args.end(); ++it) {
     if (it->rfind("--test-crash-at=", 0) == 0) {
       kiln::server::ArmCrashPoint(it->substr(std::string("--test-crash-at=").size()));

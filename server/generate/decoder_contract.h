@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "server/model_signature.h"
+#include "server/common/model_signature.h"
 
 namespace kiln::server::generate {
 

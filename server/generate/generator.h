@@ -35,12 +35,12 @@
 
 #include "base/memory_budget.h"
 #include "base/status.h"
+#include "server/common/model_signature.h"
 #include "server/generate/decoder_contract.h"
 #include "server/generate/generation_config.h"
 #include "server/generate/kv_cache.h"
 #include "server/generate/sampler.h"
 #include "server/generate/stream.h"
-#include "server/model_signature.h"
 
 namespace kiln::server::generate {
 

@@ -2,7 +2,7 @@
 // (each feeding its next `count` tokens; one token when decoding, a chunk of the prompt when
 // prefilling) and, once it ran, their new cache positions stored into their pages.
 //
-// The past is padded to one size P for the group (a shape class: server/padding.h), each
+// The past is padded to one size P for the group (a shape class: server/model/padding.h), each
 // row's cache filling its first positions. The attention mask is 1 over a row's cached
 // positions and its new ones and 0 over the padding between, and the position ids continue
 // each row's own sequence, so rows of different lengths share one batch and one engine.
@@ -13,9 +13,9 @@
 
 #include "base/status.h"
 #include "ir/tensor.h"
+#include "server/common/model_signature.h"
 #include "server/generate/decoder_contract.h"
 #include "server/generate/kv_cache.h"
-#include "server/model_signature.h"
 
 namespace kiln::server::generate {
 

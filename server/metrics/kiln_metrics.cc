@@ -6,9 +6,7 @@
 #include <sstream>
 #include <type_traits>
 
-#include "base/memory_budget.h"
-#include "server/model_builder.h"
-#include "server/model_registry.h"
+#include "server/metrics/labeled.h"
 
 namespace kiln::server::metrics {
 namespace {
@@ -23,49 +21,6 @@ std::vector<double> BatchSizeBuckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 25
 // Compiling a model takes milliseconds (an MLP) to minutes (a large CNN on every bucket).
 std::vector<double> CompileBuckets() {
   return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500};
-}
-
-// A prometheus-cpp family with positional label values (in the order of `names`), so call
-// sites read as the README's table does. prometheus-cpp keys children by a name -> value
-// map; Add returns the existing child for labels it has seen, so a handle looked up once
-// (BatcherMetrics) stays valid and the hot path is the child's own update.
-template <class T>
-class Labeled {
- public:
-  Labeled(prometheus::Family<T>& family, std::vector<std::string> names,
-          std::vector<double> bounds = {})
-      : family_(family), names_(std::move(names)), bounds_(std::move(bounds)) {}
-  // A wrong number of values is padded with "" or truncated rather than failing a request.
-  T& With(const std::vector<std::string>& values) {
-    prometheus::Labels labels;
-    for (size_t i = 0; i < names_.size(); ++i) labels[names_[i]] = i < values.size() ? values[i] : "";
-    if constexpr (std::is_same_v<T, Histogram>) {
-      return family_.Add(labels, bounds_);
-    } else {
-      return family_.Add(labels);
-    }
-  }
-  T& Get() { return With({}); }
-
- private:
-  prometheus::Family<T>& family_;
-  const std::vector<std::string> names_;
-  const std::vector<double> bounds_;
-};
-
-Labeled<Histogram> AddHistogram(prometheus::Registry& r, const std::string& name,
-                                const std::string& help, std::vector<std::string> labels,
-                                std::vector<double> bounds) {
-  return {prometheus::BuildHistogram().Name(name).Help(help).Register(r), std::move(labels),
-          std::move(bounds)};
-}
-Labeled<Counter> AddCounter(prometheus::Registry& r, const std::string& name,
-                            const std::string& help, std::vector<std::string> labels) {
-  return {prometheus::BuildCounter().Name(name).Help(help).Register(r), std::move(labels)};
-}
-Labeled<Gauge> AddGauge(prometheus::Registry& r, const std::string& name, const std::string& help,
-                        std::vector<std::string> labels = {}) {
-  return {prometheus::BuildGauge().Name(name).Help(help).Register(r), std::move(labels)};
 }
 
 // Every family kilnd exports, registered together: unlabeled ones (and the cache's two
@@ -122,12 +77,6 @@ struct Families {
   Labeled<Gauge> inflight, queue_depth;
 };
 
-std::string Serialize(const prometheus::Registry& r) {
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, r.Collect());
-  return out.str();
-}
-
 prometheus::Registry& Raw() {
   static auto* r = new prometheus::Registry();  // never destroyed, like F()
   return *r;
@@ -136,56 +85,6 @@ prometheus::Registry& Raw() {
 Families& F() {
   static Families* f = new Families(Raw());  // never destroyed: used by detached threads
   return *f;
-}
-
-// kiln_models{state}, kiln_engine_arena_bytes{model,device,batch} and
-// kiln_process_resident_memory_bytes, from the registry as it is now.
-std::string RenderScrapeGauges(const ModelRegistry& registry) {
-  prometheus::Registry r;
-  Labeled<Gauge> models = AddGauge(r, "kiln_models", "Loaded model versions, by state.", {"state"});
-  Labeled<Gauge> arena = AddGauge(r, "kiln_engine_arena_bytes",
-                                  "Activation arena bytes of READY engines (summed over instances "
-                                  "and versions).",
-                                  {"model", "device", "batch"});
-  AddGauge(r, "kiln_process_resident_memory_bytes", "Resident set size of kilnd (VmRSS).")
-      .Get()
-      .Set(static_cast<double>(ResidentMemoryBytes()));
-  AddGauge(r, "kiln_memory_budget_bytes",
-           "The memory budget (server.memory_budget_bytes): what kilnd's tensors may take.")
-      .Get()
-      .Set(static_cast<double>(ProcessMemory()->cap()));
-  AddGauge(r, "kiln_memory_budget_used_bytes",
-           "Tensor bytes charged to the memory budget now (weights, builds, requests).")
-      .Get()
-      .Set(static_cast<double>(ProcessMemory()->used()));
-  Labeled<Gauge> sequences = AddGauge(r, "kiln_generation_sequences",
-                                      "Generation requests running (in the kv cache) and waiting.",
-                                      {"model", "state"});
-  Labeled<Gauge> pages = AddGauge(r, "kiln_kv_cache_pages",
-                                  "Pages of the generation kv cache, used and free.",
-                                  {"model", "state"});
-  for (ModelState s : {ModelState::kLoading, ModelState::kReady, ModelState::kFailed}) {
-    models.With({ModelStateName(s)});
-  }
-  for (const auto& mv : registry.List()) {
-    const ModelState state = mv->state();
-    models.With({ModelStateName(state)}).Increment();
-    if (state != ModelState::kReady) continue;  // built() is only valid once READY
-    if (const generate::Generator* g = mv->generator()) {
-      const generate::GeneratorStats st = g->stats();
-      sequences.With({mv->name(), "running"}).Increment(static_cast<double>(st.running));
-      sequences.With({mv->name(), "waiting"}).Increment(static_cast<double>(st.waiting));
-      pages.With({mv->name(), "used"}).Increment(static_cast<double>(st.pages_total - st.pages_free));
-      pages.With({mv->name(), "free"}).Increment(static_cast<double>(st.pages_free));
-    }
-    for (const auto& [batch, engines] : mv->built().engines) {
-      for (const auto& e : engines) {
-        arena.With({mv->name(), e->info().device, std::to_string(batch)})
-            .Increment(static_cast<double>(e->info().arena_bytes));
-      }
-    }
-  }
-  return Serialize(r);
 }
 
 }  // namespace
@@ -227,19 +126,11 @@ void RecordRequest(const std::string& model, const char* method, absl::StatusCod
   F().request_duration.With({model, method}).Observe(Seconds(elapsed));
 }
 
-void RecordModelBuild(const std::string& model, const CheckSummary* check,
-                      const absl::Status& status, std::chrono::steady_clock::time_point start) {
+void RecordModelBuild(const std::string& model, const char* check_outcome,
+                      std::chrono::steady_clock::time_point start) {
   F().compile_duration.With({model}).Observe(
       Seconds(std::chrono::steady_clock::now() - start));
-  const char* outcome = nullptr;
-  if (check != nullptr && check->ran) {
-    outcome = !check->nonfinite_ok              ? "pass_finite_only"
-              : check->disabled_passes.empty() ? "pass"
-                                               : "pass_after_bisect";
-  } else if (check == nullptr && status.code() == absl::StatusCode::kFailedPrecondition) {
-    outcome = "fail";
-  }
-  if (outcome != nullptr) F().checks.With({model, outcome}).Increment();
+  if (check_outcome != nullptr) F().checks.With({model, check_outcome}).Increment();
 }
 
 void ShapeEngineLookup(const std::string& model, bool hit) {
@@ -256,6 +147,12 @@ void ShapeEngineBuilt(const std::string& model, double seconds) {
 
 void EngineCacheResult(bool hit) { F().cache.With({hit ? "hit" : "miss"}).Increment(); }
 
+std::string Serialize(const prometheus::Registry& r) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, r.Collect());
+  return out.str();
+}
+
 int64_t ResidentMemoryBytes() {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -267,10 +164,6 @@ int64_t ResidentMemoryBytes() {
     return kib * 1024;
   }
   return 0;
-}
-
-std::string RenderAll(const ModelRegistry& registry) {
-  return Serialize(Default()) + RenderScrapeGauges(registry);
 }
 
 }  // namespace kiln::server::metrics

@@ -2,7 +2,7 @@
 // registry, plus the small hooks the server calls. The full list, with labels and meaning,
 // is in README.md ("Metrics"). Scrape-time gauges (model states, engine arenas, resident
 // memory) are computed from the model registry when /metrics is served, so they never drift
-// from the truth on unload.
+// from the truth on unload: server/serving/scrape_metrics.h, above the models they read.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -18,11 +18,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-
-namespace kiln::server {
-class ModelRegistry;
-struct CheckSummary;
-}  // namespace kiln::server
 
 namespace kiln::server::metrics {
 
@@ -73,15 +68,15 @@ void RecordRequest(const std::string& model, const char* method, absl::StatusCod
                    std::chrono::steady_clock::duration elapsed);
 
 // One BuildModel call (compile + engines + warm-up check), started at `start`:
-// kiln_compile_duration_seconds, and kiln_differential_checks_total when the check ran.
-// `check` is null when the build failed (a FAILED_PRECONDITION then means the check failed).
-void RecordModelBuild(const std::string& model, const CheckSummary* check,
-                      const absl::Status& status, std::chrono::steady_clock::time_point start);
+// kiln_compile_duration_seconds, and kiln_differential_checks_total{outcome} when
+// `check_outcome` is not null (server/model/model_builder.h CheckOutcome names it).
+void RecordModelBuild(const std::string& model, const char* check_outcome,
+                      std::chrono::steady_clock::time_point start);
 
 // For the engine cache: one lookup, found (hit) or not (miss).
 void EngineCacheResult(bool hit);
 
-// A dynamic model's specialised shapes (server/shape_engines.h): one request's lookup (hit:
+// A dynamic model's specialised shapes (server/serving/shape_engines.h): one request's lookup (hit:
 // its shape had an entry), one entry evicted from the LRU, one engine build (compile, engine
 // and check at that shape and bucket; failed builds too) and how long it took.
 void ShapeEngineLookup(const std::string& model, bool hit);
@@ -91,7 +86,7 @@ void ShapeEngineBuilt(const std::string& model, double seconds);
 // Resident set size from /proc/self/status (VmRSS); 0 when unreadable.
 int64_t ResidentMemoryBytes();
 
-// Everything /metrics serves: the process-wide registry plus the scrape-time gauges.
-std::string RenderAll(const ModelRegistry& registry);
+// A registry in the text exposition format 0.0.4 (kContentType).
+std::string Serialize(const prometheus::Registry& r);
 
 }  // namespace kiln::server::metrics

@@ -6,9 +6,9 @@
 
 #include "runtime/cuda/cuda_engine.h"
 #include "runtime/cuda/devices.h"
-#include "server/engine_cache.h"
-#include "server/engine_factory.h"
-#include "server/model_config.h"
+#include "server/model/engine_cache.h"
+#include "server/model/engine_factory.h"
+#include "server/model/model_config.h"
 #include "tests/server/test_server.h"
 
 namespace kiln::server::testing {

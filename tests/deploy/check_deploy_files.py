@@ -3,7 +3,8 @@
 
 Parses Dockerfile, docker-compose.yml, deploy/kubernetes/*.yaml, deploy/prometheus/*.yml and
 deploy/grafana/ and checks that every repository path, port, HTTP path and config file they
-name exists and agrees with config/server.yaml, server/http.cc and server/metrics/.
+name exists and agrees with config/server.yaml, server/http/http.cc, server/metrics/ and
+server/serving/scrape_metrics.cc (the scrape-time gauges).
 No Docker engine is needed. Exit 0: all checks pass; 1: a mismatch (each one printed);
 77: python3-yaml missing (ctest SKIP_RETURN_CODE).
 
@@ -59,17 +60,17 @@ server_cfg = load_yaml("config/server.yaml")
 GRPC = port_of(server_cfg["server"]["grpc_address"])
 HTTP = port_of(server_cfg["server"]["http_address"])
 MODEL_REPO = server_cfg["model_repository"]
-http_cc = read("server/http.cc")
+http_cc = read("server/http/http.cc")
 for path in ("/healthz", "/readyz", "/metrics"):
-    check(f'Get("{path}"' in http_cc, f"server/http.cc serves no {path}")
+    check(f'Get("{path}"' in http_cc, f"server/http/http.cc serves no {path}")
 metrics_cc = "".join(read(f"server/metrics/{f}") for f in sorted(os.listdir(os.path.join(SRC, "server/metrics")))
-                     if f.endswith(".cc"))
+                     if f.endswith(".cc")) + read("server/serving/scrape_metrics.cc")
 METRICS = set(re.findall(r'"(kiln_[a-z_]+)"', metrics_cc))
 check("kiln_queue_depth" in METRICS, "kiln_queue_depth not found in kiln_metrics.cc")
 check(os.path.isdir(os.path.join(SRC, MODEL_REPO)), f"model_repository {MODEL_REPO} missing")
 check(glob.glob(os.path.join(SRC, MODEL_REPO, "*", "*", "model.onnx")),
       f"no <name>/<version>/model.onnx under {MODEL_REPO}")
-config_flags = set(re.findall(r'\{"(--[a-z-]+)"', read("server/config.cc"))) | {"--config"}
+config_flags = set(re.findall(r'\{"(--[a-z-]+)"', read("server/serving/config.cc"))) | {"--config"}
 
 
 def check_kilnd_args(args, where, path_map):

@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/config.h"
-#include "server/model_config.h"
+#include "server/model/model_config.h"
+#include "server/serving/config.h"
 
 namespace {
 

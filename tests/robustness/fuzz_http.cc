@@ -1,6 +1,7 @@
 // libFuzzer target: the HTTP port's own reading of a request, before cpp-httplib sees it
-// (server/http_listener.h ParseRequestHead: where the head ends, the body's length, the
-// lane) and the bearer rule (server/auth.h CheckBearer). Built by run_fuzz.sh (--target http).
+// (server/http/http_listener.h ParseRequestHead: where the head ends, the body's length, the
+// lane) and the bearer rule (server/common/auth.h CheckBearer). Built by run_fuzz.sh (--target
+// http).
 //
 // Properties: never a crash; a request admitted as complete or waiting holds a head and a
 // body that fit the bytes and the limits; every Content-Length line of an admitted head
@@ -16,8 +17,8 @@
 #include <string>
 #include <string_view>
 
-#include "server/auth.h"
-#include "server/http_listener.h"
+#include "server/common/auth.h"
+#include "server/http/http_listener.h"
 
 namespace {
 

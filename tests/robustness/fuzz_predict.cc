@@ -1,6 +1,6 @@
 // libFuzzer target: Predict and BatchPredict request decoding and validation
-// (server/request_validation.h, server/tensor_codec.h), everything a request meets before
-// it is queued. The first byte picks the message (PredictRequest or BatchPredictRequest) and
+// (server/serving/request_validation.h, server/serving/tensor_codec.h), everything a request meets
+// before it is queued. The first byte picks the message (PredictRequest or BatchPredictRequest) and
 // one of three signatures; the rest is the serialized request. Built by run_fuzz.sh
 // (--target predict) with clang++ -fsanitize=fuzzer,address,undefined.
 //
@@ -17,8 +17,8 @@
 #include <cstring>
 
 #include "kiln/v1/inference.pb.h"
-#include "server/request_validation.h"
-#include "server/tensor_codec.h"
+#include "server/serving/request_validation.h"
+#include "server/serving/tensor_codec.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target: LoadModel's stream handling (server/upload.h) into a scratch model
+// libFuzzer target: LoadModel's stream handling (server/repository/upload.h) into a scratch model
 // repository: the chunk rules, the limits, staging, commit and removal, without gRPC. The
 // input is a sequence of frames, [u16 little-endian length][bytes]; a frame that parses as a
 // LoadModelChunk is one, any other is a chunk of raw data. Built by run_fuzz.sh (--target
@@ -16,8 +16,8 @@
 #include <filesystem>
 
 #include "base/file.h"
-#include "server/model_repository.h"
-#include "server/upload.h"
+#include "server/repository/model_repository.h"
+#include "server/repository/upload.h"
 
 namespace {
 

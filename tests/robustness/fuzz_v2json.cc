@@ -1,5 +1,5 @@
 // libFuzzer target: the KServe v2 REST bodies' JSON (server/json.h) and the tensors read from
-// it (server/kserve_tensor.h FromJsonData). Built by run_fuzz.sh (--target v2json) with
+// it (server/serving/kserve_tensor.h FromJsonData). Built by run_fuzz.sh (--target v2json) with
 // clang++ -fsanitize=fuzzer,address,undefined.
 //
 // Properties: parsing never crashes and fails only with INVALID_ARGUMENT (however deep or
@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "base/json.h"
-#include "server/kserve_tensor.h"
+#include "server/serving/kserve_tensor.h"
 
 namespace {
 

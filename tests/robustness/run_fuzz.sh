@@ -63,7 +63,7 @@ base_libs=($(pkg-config --libs protobuf absl_status absl_statusor absl_strings a
 server_libs=(-Wl,--start-group
              $(find "$build/base" "$build/proto" "$build/ir" "$build/ops" "$build/compiler" "$build/runtime" -name 'libkiln_*.a' \
                  -not -path '*/CMakeFiles/*' 2>/dev/null | sort)
-             "$build/server/libkiln_generate.a"
+             "$build/server/generate/libkiln_generate.a"
              -Wl,--end-group -lonnx_proto $(pkg-config --libs spdlog yaml-cpp) -lgomp)
 
 case "$target" in
@@ -72,22 +72,22 @@ case "$target" in
              "$src"/base/*.cc)
     libs=(-lonnx_proto "${base_libs[@]}") ;;
   predict)
-    sources=("$src"/server/request_validation.cc "$src"/server/tensor_codec.cc
-             "$src"/server/kserve_tensor.cc "$src"/base/json.cc)
+    sources=("$src"/server/serving/request_validation.cc "$src"/server/serving/tensor_codec.cc
+             "$src"/server/serving/kserve_tensor.cc "$src"/base/json.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   upload)
-    sources=("$src"/server/upload.cc "$src"/server/model_repository.cc
-             "$src"/server/repository_files.cc "$src"/server/model_config.cc)
+    sources=("$src"/server/repository/upload.cc "$src"/server/repository/model_repository.cc
+             "$src"/server/common/files.cc "$src"/server/model/model_config.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   v2json)
-    sources=("$src"/base/json.cc "$src"/server/kserve_tensor.cc)
+    sources=("$src"/base/json.cc "$src"/server/serving/kserve_tensor.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   http)
-    sources=("$src"/server/http_listener.cc "$src"/server/auth.cc)
+    sources=("$src"/server/http/http_listener.cc "$src"/server/common/auth.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   config)
-    sources=("$src"/server/config.cc "$src"/server/model_config.cc
-             "$build"/server/embedded_config.cc)
+    sources=("$src"/server/serving/config.cc "$src"/server/model/model_config.cc
+             "$build"/server/serving/embedded_config.cc)
     libs=("${server_libs[@]}" "${base_libs[@]}") ;;
   *) echo "run_fuzz.sh: unknown target $target (importer|predict|upload|config|v2json|http)" >&2; exit 2 ;;
 esac

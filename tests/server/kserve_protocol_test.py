@@ -1,223 +1,31 @@
 #!/usr/bin/env python3
-"""The KServe v2 protocol against the real kilnd, with clients a user would have.
+"""The KServe v2 protocol against the real kilnd, with clients a user would have: the gRPC
+binding and the REST inference API.
 
 gRPC: stubs generated at test time from proto/kserve/*.proto (package `inference`, the
-published definition's names and numbers). REST: Python's http.client and raw sockets. kiln.v1
-stubs only to prove the three APIs give the same numbers.
+published definition's names and numbers). REST: Python's http.client. kiln.v1 stubs only to
+prove the three APIs give the same numbers.
 
     kserve_protocol_test.py SOURCE_DIR KILND
 
 Exit 77 (skip) when numpy, onnx, grpcio or grpc_tools is missing (run with /usr/bin/python3).
-Covers every endpoint of both bindings, every datatype, the bad requests (wrong datatype,
-shape vs data length, unknown model/version/output, malformed and too deep JSON, oversize
-body, binary header length beyond the body, ...), classification, binary tensors, streaming,
-statistics, the repository with bearer tokens, the probes beside a slow /v2 upload, and runs
-the curl and Python examples of docs/server.md ("KServe v2").
+Covers every endpoint of the gRPC binding, health and metadata over both, every datatype
+through raw bytes, typed contents, JSON and the binary extension, the bad gRPC requests,
+classification, streaming and statistics. REST errors, limits, the repository and the docs'
+examples are in kserve_rest_test.py.
 """
-import http.client
 import json
 import os
-import re
-import shutil
-import signal
-import socket
 import struct
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from kiln_net import free_port  # noqa: E402
-
-try:
-    import grpc
-    import grpc_tools  # noqa: F401
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper
-except ImportError as e:  # pragma: no cover
-    print(f"SKIP: {e} (run with Debian's /usr/bin/python3)")
-    sys.exit(77)
-
-SRC, KILND = sys.argv[1], sys.argv[2]
-TOKEN = "s3cret"
-MAX_BODY = 1 << 20
-# name -> (ONNX element type, numpy dtype, has a typed `contents` field)
-DTYPES = {
-    "BOOL": (TensorProto.BOOL, np.bool_, True),
-    "UINT8": (TensorProto.UINT8, np.uint8, True),
-    "UINT16": (TensorProto.UINT16, np.uint16, True),
-    "UINT32": (TensorProto.UINT32, np.uint32, True),
-    "UINT64": (TensorProto.UINT64, np.uint64, True),
-    "INT8": (TensorProto.INT8, np.int8, True),
-    "INT16": (TensorProto.INT16, np.int16, True),
-    "INT32": (TensorProto.INT32, np.int32, True),
-    "INT64": (TensorProto.INT64, np.int64, True),
-    "FP16": (TensorProto.FLOAT16, np.float16, False),
-    "BF16": (TensorProto.BFLOAT16, np.uint16, False),  # numpy has no bfloat16: raw bits
-    "FP32": (TensorProto.FLOAT, np.float32, True),
-    "FP64": (TensorProto.DOUBLE, np.float64, True),
-}
-CONTENTS_FIELD = {"BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
-                  "UINT32": "uint_contents", "UINT64": "uint64_contents", "INT8": "int_contents",
-                  "INT16": "int_contents", "INT32": "int_contents", "INT64": "int64_contents",
-                  "FP32": "fp32_contents", "FP64": "fp64_contents"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kserve_harness import (CONTENTS_FIELD, DTYPES, KServeCase, bf16_to_f32, grpc, np, pb,  # noqa: E402
+                            sample, tpb, v1)
 
 
-
-def identity_model(path, inputs, batch):
-    """One Identity per (name, onnx type): in_<name> -> out_<name>, shape [batch, 3] or [2, 3]."""
-    dim0 = "batch" if batch else 2
-    ins = [helper.make_tensor_value_info(f"in_{n}", t, [dim0, 3]) for n, t in inputs]
-    outs = [helper.make_tensor_value_info(f"out_{n}", t, [dim0, 3]) for n, t in inputs]
-    nodes = [helper.make_node("Identity", [f"in_{n}"], [f"out_{n}"]) for n, _ in inputs]
-    model = helper.make_model(helper.make_graph(nodes, "identity", ins, outs),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    onnx.save(model, path)
-
-
-def sample(name, shape, seed):
-    """Values of each datatype that survive every path exactly (in range, finite)."""
-    rng = np.random.default_rng(seed)
-    _, npt, _ = DTYPES[name]
-    if name == "BOOL":
-        return rng.integers(0, 2, shape).astype(np.bool_)
-    if name == "BF16":  # bfloat16 bits of small floats: the top half of a float32
-        return (rng.uniform(-4, 4, shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    if np.issubdtype(npt, np.integer):
-        info = np.iinfo(npt)
-        return rng.integers(info.min, info.max, shape, dtype=npt, endpoint=True)
-    return rng.uniform(-8, 8, shape).astype(npt)
-
-
-def bf16_to_f32(bits):
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-class Kilnd:
-    """kilnd on free ports with a repository made for these tests."""
-
-    def __init__(self, tmp):
-        self.tmp = tmp
-        self.repo = os.path.join(tmp, "models")
-        shutil.copytree(os.path.join(SRC, "config/models/example"), os.path.join(self.repo, "example"))
-        identity_model(os.path.join(self.repo, "dtypes/1/model.onnx"),
-                       [(n, t) for n, (t, _, _) in DTYPES.items()], batch=True)
-        # Identity through the reference interpreter: every dtype, no compiler in the way.
-        with open(os.path.join(self.repo, "dtypes/config.yaml"), "w") as f:
-            f.write("device: reference\nopt_level: O0\nmax_batch_size: 4\n")
-        identity_model(os.path.join(self.repo, "typed/1/model.onnx"),
-                       [(n, t) for n, (t, _, typed) in DTYPES.items() if typed], batch=True)
-        shutil.copy(os.path.join(self.repo, "dtypes/config.yaml"), os.path.join(self.repo, "typed"))
-        identity_model(os.path.join(self.repo, "fixed/1/model.onnx"),
-                       [("FP32", TensorProto.FLOAT)], batch=False)
-        self.grpc_port, self.http_port = free_port(), free_port()
-        cfg = os.path.join(tmp, "server.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"server: {{grpc_address: '127.0.0.1:{self.grpc_port}', "
-                    f"http_address: '127.0.0.1:{self.http_port}', auth_token: '{TOKEN}', "
-                    f"drain_timeout_ms: 2000, http_api: {{max_body_bytes: {MAX_BODY}, "
-                    f"max_buffered_bytes: {4 * MAX_BODY}, body_timeout_ms: 3000}}}}\n"
-                    f"model_repository: '{self.repo}'\nlog: {{level: warn}}\n")
-        self.log = open(os.path.join(tmp, "kilnd.log"), "w")
-        env = dict(os.environ)
-        env.pop("KILN_AUTH_TOKEN", None)
-        self.proc = subprocess.Popen([KILND, "--config", cfg], stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                if self.get("/readyz")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("kilnd did not become ready")
-
-    def request(self, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=30)
-        c.request(method, path, body=body, headers=headers or {})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data, dict(r.getheaders())
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def post_json(self, path, doc, headers=None):
-        status, data, hdrs = self.request("POST", path, json.dumps(doc).encode(),
-                                          dict({"Content-Type": "application/json"}, **(headers or {})))
-        return status, json.loads(data) if data else None, hdrs
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-
-class ProtocolTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="kiln_kserve_")
-        stubs = os.path.join(cls.tmp, "stubs")
-        os.makedirs(stubs)
-        protos = [os.path.join(SRC, "proto", p) for p in
-                  ("kserve/model_config.proto", "kserve/grpc_service.proto",
-                   "kiln/v1/tensor.proto", "kiln/v1/inference.proto")]
-        subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I" + os.path.join(SRC, "proto"),
-                        "--python_out=" + stubs, "--grpc_python_out=" + stubs] + protos, check=True)
-        sys.path.insert(0, stubs)
-        global pb, rpc, v1, v1rpc, tpb
-        from kserve import grpc_service_pb2 as pb, grpc_service_pb2_grpc as rpc
-        from kiln.v1 import inference_pb2 as v1, inference_pb2_grpc as v1rpc, tensor_pb2 as tpb
-        cls.k = Kilnd(cls.tmp)
-        cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.k.grpc_port}")
-        cls.stub = rpc.GRPCInferenceServiceStub(cls.channel)
-        cls.v1 = v1rpc.InferenceServiceStub(cls.channel)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        cls.k.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    # --- helpers
-
-    def code_of(self, fn, *args, **kwargs):
-        with self.assertRaises(grpc.RpcError) as cm:
-            fn(*args, **kwargs)
-        return cm.exception.code(), cm.exception.details()
-
-    def infer_raw(self, model, arrays, outputs=None, **kw):
-        req = pb.ModelInferRequest(model_name=model, **kw)
-        for name, (dt, a) in arrays.items():
-            req.inputs.add(name=name, datatype=dt, shape=a.shape)
-            req.raw_input_contents.append(a.tobytes())
-        for o in outputs or []:
-            req.outputs.add(name=o)
-        return self.stub.ModelInfer(req)
-
-    def outputs_of(self, resp):
-        out = {}
-        for t, raw in zip(resp.outputs, resp.raw_output_contents):
-            out[t.name] = (t.datatype, list(t.shape), raw)
-        return out
-
-    def rest_error(self, status, body, code):
-        self.assertEqual(status, code, body)
-        self.assertIn("error", body)
-        return body["error"]
-
+class ProtocolTest(KServeCase):
     # --- health and metadata
 
     def test_health_and_server_metadata(self):
@@ -564,141 +372,6 @@ class ProtocolTest(unittest.TestCase):
         self.assertEqual(self.k.get("/v2/models/stats")[0], 200)
         self.assertEqual(self.k.get("/v2/models/fixed/versions/1/stats")[0], 200)
         self.assertEqual(self.k.get("/v2/models/nope/stats")[0], 404)
-
-    # --- REST errors and limits
-
-    def test_bad_rest_requests(self):
-        infer = "/v2/models/example/infer"
-        x = {"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.5] * 8}
-        cases = [
-            (b"{not json", 400, "malformed JSON"),
-            (b"[" * 100 + b"]" * 100, 400, "nested deeper"),
-            (json.dumps({"inputs": [dict(x, datatype="INT32")]}).encode(), 400, "datatype INT32"),
-            (json.dumps({"inputs": [dict(x, data=[0.5] * 7)]}).encode(), 400, "has 7 elements"),
-            (json.dumps({"inputs": [dict(x, data=[[0.5] * 4, [0.5] * 4, [0.5]])]}).encode(), 400, "has 9 elements"),
-            (json.dumps({"inputs": [x], "outputs": [{"name": "nope"}]}).encode(), 400, "unknown output"),
-            (json.dumps({"inputs": [dict(x, name="y")]}).encode(), 400, "unknown input"),
-            (json.dumps({"inputs": [dict(x, data=["a"] * 8)]}).encode(), 400, "expected a number"),
-            (json.dumps({"inputs": [dict(x, datatype="BYTES")]}).encode(), 400, "BYTES"),
-            (json.dumps({"inputs": x}).encode(), 400, "'inputs' must be an array"),
-            (json.dumps({"inputs": [dict(x, parameters={"shared_memory_region": "r"})]}).encode(), 501, "shared-memory"),
-        ]
-        for body, code, text in cases:
-            status, data, _ = self.k.request("POST", infer, body, {"Content-Type": "application/json"})
-            self.assertIn(text, self.rest_error(status, json.loads(data), code), body[:80])
-        for path, code in (("/v2/models/nope/infer", 404), ("/v2/models/example/versions/5/infer", 404),
-                           ("/v2/models/example/versions/zero/infer", 400)):
-            status, doc, _ = self.k.post_json(path, {"inputs": [x]})
-            self.rest_error(status, doc, code)
-        status, doc, _ = self.k.post_json("/v2/models/dtypes/infer", {"inputs": [
-            {"name": "in_UINT8", "shape": [1, 3], "datatype": "UINT8", "data": [1, 300, 2]}]})
-        self.assertIn("out of the UINT8 range", self.rest_error(status, doc, 400))
-        # The binary extension's lengths are checked against the body.
-        header = json.dumps({"inputs": [dict(x, data=None, parameters={"binary_data_size": 32})]})
-        header = header.replace('"data": null, ', "").encode()
-        for hlen, extra, text in ((len(header) + 1000, b"\0" * 32, "exceeds the body"),
-                                  (len(header), b"\0" * 16, "exceeds the 16 bytes"),
-                                  (len(header), b"\0" * 40, "8 bytes of binary data after"),
-                                  ("12x", b"", "not a byte count")):
-            status, data, _ = self.k.request("POST", infer, header + extra,
-                                             {"Inference-Header-Content-Length": str(hlen)})
-            self.assertIn(text, self.rest_error(status, json.loads(data), 400))
-        status, data, _ = self.k.request("GET", "/v2/no/such/endpoint")
-        self.rest_error(status, json.loads(data), 404)
-
-    def test_oversize_body_is_refused_before_it_is_read(self):
-        with socket.create_connection(("127.0.0.1", self.k.http_port), timeout=10) as s:
-            s.sendall(f"POST /v2/models/example/infer HTTP/1.1\r\nHost: t\r\n"
-                      f"Content-Length: {MAX_BODY + 1}\r\n\r\n".encode())
-            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 413"))
-        # A body at the limit is read (and here refused only as JSON).
-        status, data, _ = self.k.request("POST", "/v2/models/example/infer", b" " * MAX_BODY)
-        self.assertEqual(status, 400, data)
-
-    def test_probes_answer_beside_a_slow_upload(self):
-        slow = socket.create_connection(("127.0.0.1", self.k.http_port), timeout=10)
-        slow.sendall(b"POST /v2/models/example/infer HTTP/1.1\r\nHost: t\r\n"
-                     b"Content-Length: 100000\r\n\r\n" + b" " * 1000)
-        t0 = time.time()
-        for path in ("/healthz", "/readyz", "/v2/health/live"):
-            self.assertEqual(self.k.get(path)[0], 200)
-        # Well before the slow request's 3 s timeout (a loaded CI machine may take a while).
-        self.assertLess(time.time() - t0, 2.0)
-        # The slow one gets the body timeout (3 s here), not the probes' 2 s.
-        slow.settimeout(6)
-        t1 = time.time()
-        answer = slow.recv(100)
-        self.assertTrue(answer.startswith(b"HTTP/1.1 408"), answer)
-        self.assertGreater(time.time() - t0, 2.5)
-        self.assertLess(time.time() - t1, 4.0)
-        slow.close()
-
-    # --- repository
-
-    def test_repository(self):
-        md = lambda: [(m.name, m.version, m.state) for m in
-                      self.stub.RepositoryIndex(pb.RepositoryIndexRequest()).models]
-        self.assertIn(("example", "1", "READY"), md())
-        shutil.copytree(os.path.join(self.k.repo, "example"), os.path.join(self.k.repo, "late"))
-        self.assertIn(("late", "1", "UNAVAILABLE"), md())
-        ready_only = self.stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True)).models
-        self.assertNotIn("late", [m.name for m in ready_only])
-        load = pb.RepositoryModelLoadRequest(model_name="late")
-        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad, load)[0],
-                         grpc.StatusCode.UNAUTHENTICATED)
-        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad, load,
-                                      metadata=[("authorization", "Bearer wrong")])[0],
-                         grpc.StatusCode.PERMISSION_DENIED)
-        auth = [("authorization", f"Bearer {TOKEN}")]
-        self.stub.RepositoryModelLoad(load, metadata=auth)
-        self.assertTrue(self.stub.ModelReady(pb.ModelReadyRequest(name="late")).ready)
-        bad = pb.RepositoryModelLoadRequest(model_name="late")
-        bad.parameters["config"].string_param = "{}"
-        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad, bad, metadata=auth)[0],
-                         grpc.StatusCode.UNIMPLEMENTED)
-        self.assertEqual(self.code_of(self.stub.RepositoryModelLoad,
-                                      pb.RepositoryModelLoadRequest(model_name="absent"),
-                                      metadata=auth)[0], grpc.StatusCode.NOT_FOUND)
-        self.stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="late"),
-                                        metadata=auth)
-        self.assertFalse(self.stub.ModelReady(pb.ModelReadyRequest(name="late")).ready)
-        # REST: the same with the Authorization header.
-        status, doc, _ = self.k.post_json("/v2/repository/models/late/load", {})
-        self.rest_error(status, doc, 401)
-        status, doc, _ = self.k.post_json("/v2/repository/models/late/load", {},
-                                          {"Authorization": "Bearer nope"})
-        self.rest_error(status, doc, 403)
-        hdr = {"Authorization": f"Bearer {TOKEN}"}
-        self.assertEqual(self.k.post_json("/v2/repository/models/late/load", {}, hdr)[0], 200)
-        self.assertEqual(self.k.get("/v2/models/late/ready")[0], 200)
-        status, doc, _ = self.k.post_json("/v2/repository/index", {})
-        self.assertEqual(status, 200)
-        self.assertIn({"name": "late", "version": "1", "state": "READY", "reason": ""}, doc)
-        self.assertEqual(self.k.post_json("/v2/repository/models/late/unload", {}, hdr)[0], 200)
-        self.assertEqual(self.k.get("/v2/models/late/ready")[0], 404)
-        status, doc, _ = self.k.post_json("/v2/repository/index", {"ready": True})
-        self.assertNotIn("late", [m["name"] for m in doc])
-        self.rest_error(*self.k.post_json("/v2/repository/models/absent/load", {}, hdr)[:2], 404)
-        shutil.rmtree(os.path.join(self.k.repo, "late"))
-
-    # --- the examples of docs/server.md
-
-    def test_docs_examples(self):
-        with open(os.path.join(SRC, "docs/server.md")) as f:
-            text = f.read()
-        blocks = re.findall(r"<!-- tested: (sh|python) -->\s*```\w*\n(.*?)```", text, re.S)
-        self.assertGreaterEqual(len(blocks), 2)
-        for lang, code in blocks:
-            code = code.replace("localhost:8501", f"127.0.0.1:{self.k.http_port}")
-            code = code.replace("localhost:8500", f"127.0.0.1:{self.k.grpc_port}")
-            if lang == "sh":
-                r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], capture_output=True,
-                                   text=True, timeout=60)
-                self.assertEqual(r.returncode, 0, code + r.stdout + r.stderr)
-            else:
-                r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                   timeout=60, cwd=os.path.join(self.tmp, "stubs"))
-                self.assertEqual(r.returncode, 0, code + r.stdout + r.stderr)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@
 
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
-#include "server/tensor_codec.h"
+#include "server/serving/tensor_codec.h"
 #include "tests/server/free_port.h"
 #include "tests/server/kilnd_process.h"
 

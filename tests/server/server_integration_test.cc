@@ -27,125 +27,17 @@
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
 #include "ops/interpreter.h"
-#include "server/tensor_codec.h"
+#include "server/serving/tensor_codec.h"
 #include "tests/server/free_port.h"
+#include "tests/server/integration_kilnd.h"
 #include "tests/server/kilnd_process.h"
 
 namespace kiln::server {
 namespace {
+
+using namespace it;  // NOLINT: the helpers shared with the other half
+
 namespace fs = std::filesystem;
-
-// The file's bytes, empty when it cannot be read (the assertions on them then fail).
-std::string ReadFile(const fs::path& p) { return ReadWholeFile(p.string()).value_or(""); }
-
-const char kToken[] = "s3cret";
-
-// The server process and its clients.
-class Kilnd {
- public:
-  static Kilnd& Get() {
-    static Kilnd k;
-    return k;
-  }
-  void Start() {
-    const Ports ports = StartOnFreePorts(process_, [&](const Ports& p) {
-      std::ofstream(dir_ / "server.yaml")
-          << "server: {grpc_address: '127.0.0.1:" << p.grpc << "', http_address: '127.0.0.1:"
-          << p.http << "', auth_token: '" << kToken << "', max_model_bytes: 100000}\n"
-          << "model_repository: '" << (dir_ / "models").string() << "'\nlog: {level: warn}\n";
-      return (dir_ / "server.yaml").string();
-    }, extra_args_);
-    grpc_port_ = ports.grpc;
-    http_port_ = ports.http;
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", grpc_port_),
-                                   grpc::InsecureChannelCredentials());
-    infer_ = v1::InferenceService::NewStub(channel_);
-    models_ = v1::ModelService::NewStub(channel_);
-    WaitForModel("example");
-  }
-  // SIGTERM, and the exit status (0 when it drained and stopped cleanly).
-  int Stop() { return process_.Stop(); }
-  void WaitForModel(const std::string& name) {
-    for (int i = 0; i < 600; ++i) {
-      grpc::ClientContext ctx;
-      v1::GetModelRequest req;
-      req.set_name(name);
-      v1::ModelInfo info;
-      if (models_->GetModel(&ctx, req, &info).ok() && info.state() != v1::MODEL_STATE_LOADING) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "kilnd never loaded " << name;
-  }
-  ~Kilnd() {
-    process_.Stop();
-    fs::remove_all(dir_);
-  }
-
-  fs::path dir_ = fs::path(::testing::TempDir()) / absl::StrCat("kilnd_it_", getpid());
-  int grpc_port_ = 0, http_port_ = 0;
-  KilndProcess process_;
-  std::vector<std::string> extra_args_;  // after --config on the next Start
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::InferenceService::Stub> infer_;
-  std::unique_ptr<v1::ModelService::Stub> models_;
-
- private:
-  Kilnd() {
-    const fs::path src = fs::path(std::getenv("KILN_SOURCE_DIR")) / "config" / "models" / "example";
-    fs::create_directories(dir_ / "models");
-    fs::copy(src, dir_ / "models" / "example", fs::copy_options::recursive);
-    // A model whose config is wrong: FAILED from the start, so /readyz says 503 and why.
-    fs::create_directories(dir_ / "models" / "broken" / "1");
-    fs::copy(src / "1", dir_ / "models" / "broken" / "1", fs::copy_options::recursive);
-    std::ofstream(dir_ / "models" / "broken" / "config.yaml") << "device: tpu\n";
-    // The example again, holding a lone request 300 ms for company: requests stay in flight
-    // long enough to unload the model or stop the server under them.
-    fs::create_directories(dir_ / "models" / "slow");
-    fs::copy(src / "1", dir_ / "models" / "slow" / "1", fs::copy_options::recursive);
-    std::ofstream(dir_ / "models" / "slow" / "config.yaml") << "max_queue_delay_us: 300000\n";
-  }
-};
-
-fs::path ExampleOnnx() {
-  return fs::path(std::getenv("KILN_SOURCE_DIR")) / "config/models/example/1/model.onnx";
-}
-
-Tensor RandomInput(int64_t rows, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-2, 2);
-  Tensor t(DType::kFloat32, {rows, 8});
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = dist(rng);
-  return t;
-}
-
-// The reference interpreter's answer on the raw example graph.
-ref::TensorMap Expected(const Tensor& x) {
-  static std::unique_ptr<Graph> graph = *onnx_io::ImportModelFile(ExampleOnnx().string());
-  return *ref::Run(*graph, {{"x", x}});
-}
-
-void ExpectNear(const v1::Tensor& got, const Tensor& want) {
-  auto t = DecodeTensor(got, "output");
-  ASSERT_TRUE(t.ok()) << t.status();
-  ASSERT_EQ(t->shape(), want.shape());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    EXPECT_NEAR(t->GetDouble(i), want.GetDouble(i), 1e-5) << "element " << i;
-  }
-}
-
-grpc::Status Predict(const v1::PredictRequest& req, v1::PredictResponse* resp,
-                     std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
-  return Kilnd::Get().infer_->Predict(&ctx, req, resp);
-}
-
-v1::PredictRequest ExampleRequest(const Tensor& x, const std::string& model = "example") {
-  v1::PredictRequest req;
-  req.set_model(model);
-  EncodeTensor(x, false, &(*req.mutable_inputs())["x"]);
-  return req;
-}
 
 TEST(Kilnd, StartsAndReportsHealth) {
   Kilnd::Get().Start();
@@ -381,7 +273,7 @@ TEST(Kilnd, InputShapesFixASymbolicSequenceDim) {
   ASSERT_FALSE(onnx.empty());
   v1::LoadModelResponse resp;
   // Without a size for `sequence` the model loads with a profile of its own (no table
-  // bounds the sequence: sizes 1..4096, checked at 128; server/dim_profiles.h).
+  // bounds the sequence: sizes 1..4096, checked at 128; server/model/dim_profiles.h).
   grpc::Status s = Upload("seq_unbound", onnx, kToken, "max_batch_size: 2\n", &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(resp.model().state(), v1::MODEL_STATE_READY) << resp.model().reason();
@@ -498,150 +390,6 @@ TEST(Kilnd, RestartServesTheSameModels) {
   EXPECT_EQ(Predict(ExampleRequest(x, "broken"), &out).error_code(), grpc::StatusCode::NOT_FOUND);
   httplib::Client http("127.0.0.1", Kilnd::Get().http_port_);
   EXPECT_EQ(http.Get("/readyz")->status, 200);
-}
-
-// Starts `n` one-row Predicts on `model` on their own threads (each with its own channel,
-// so a later stop of the shared one cannot cancel them).
-std::vector<std::future<grpc::Status>> PredictInBackground(const std::string& model, int n) {
-  std::vector<std::future<grpc::Status>> calls;
-  const std::string target = absl::StrCat("127.0.0.1:", Kilnd::Get().grpc_port_);
-  for (int i = 0; i < n; ++i) {
-    calls.push_back(std::async(std::launch::async, [=] {
-      auto stub = v1::InferenceService::NewStub(
-          grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-      const Tensor x = RandomInput(1, 500 + i);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-      v1::PredictResponse out;
-      grpc::Status s = stub->Predict(&ctx, ExampleRequest(x, model), &out);
-      if (s.ok() && out.outputs().count("logits")) {
-        const float want = Expected(x).at("logits").data<float>()[0];
-        Tensor got = *DecodeTensor(out.outputs().at("logits"), "logits");
-        if (std::abs(got.data<float>()[0] - want) > 1e-3f) {
-          return grpc::Status(grpc::StatusCode::DATA_LOSS, "wrong answer");
-        }
-      }
-      return s;
-    }));
-  }
-  return calls;
-}
-
-grpc::Status Unload(const std::string& name, bool delete_files) {
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
-  v1::UnloadModelRequest req;
-  req.set_name(name);
-  req.set_delete_from_repository(delete_files);
-  v1::UnloadModelResponse resp;
-  return Kilnd::Get().models_->UnloadModel(&ctx, req, &resp);
-}
-
-TEST(Kilnd, UnloadWaitsForInFlightRequests) {
-  Kilnd::Get().WaitForModel("slow");
-  auto calls = PredictInBackground("slow", 3);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // queued, waiting for company
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_TRUE(Unload("slow", false).ok());
-  // The requests were queued 100 ms before the unload and wait 300 ms for company: Unload
-  // returns only after their batch ran and the version was freed.
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(150));
-  for (auto& c : calls) {
-    grpc::Status s = c.get();
-    EXPECT_TRUE(s.ok()) << s.error_message();
-  }
-  v1::PredictResponse out;
-  EXPECT_EQ(Predict(ExampleRequest(RandomInput(1, 3), "slow"), &out).error_code(),
-            grpc::StatusCode::NOT_FOUND);
-}
-
-int64_t VmRssKiB(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-
-grpc::Status UploadExample(const std::string& name) {
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", std::string("Bearer ") + kToken);
-  v1::LoadModelResponse resp;
-  auto writer = Kilnd::Get().models_->LoadModel(&ctx, &resp);
-  v1::LoadModelChunk chunk;
-  chunk.set_name(name);
-  chunk.set_version(1);
-  chunk.set_data(ReadFile(ExampleOnnx()));
-  writer->Write(chunk);
-  writer->WritesDone();
-  return writer->Finish();
-}
-
-TEST(Kilnd, LoadUnloadCyclesUnderLoadLeakNoMemory) {
-  std::atomic<bool> stop{false};
-  std::atomic<int> served{0}, failed{0};
-  std::thread load([&] {
-    while (!stop) {
-      v1::PredictResponse out;
-      (Predict(ExampleRequest(RandomInput(2, 11)), &out).ok() ? served : failed)++;
-    }
-  });
-  auto cycle = [](int i) {
-    ASSERT_TRUE(UploadExample("cycled").ok()) << "cycle " << i;
-    v1::PredictResponse out;
-    ASSERT_TRUE(Predict(ExampleRequest(RandomInput(1, i), "cycled"), &out).ok());
-    ASSERT_TRUE(Unload("cycled", true).ok()) << "cycle " << i;
-  };
-  for (int i = 0; i < 5; ++i) cycle(i);  // allocator pools and caches reach their size
-  const int64_t before = VmRssKiB(Kilnd::Get().process_.pid());
-  for (int i = 0; i < 50; ++i) cycle(i);
-  const int64_t after = VmRssKiB(Kilnd::Get().process_.pid());
-  stop = true;
-  load.join();
-  std::printf("VmRSS over 50 load/unload cycles: %lld -> %lld KiB; %d predicts served\n",
-              static_cast<long long>(before), static_cast<long long>(after), served.load());
-  EXPECT_EQ(failed, 0);
-  EXPECT_LT(after - before, 8 * 1024) << "more than 8 MiB growth over 50 cycles";
-}
-
-// Restarts with a deliberately broken pass registered (--enable-test-faults) and the engine
-// cache on disk: the warm-up check must catch the broken engine, bisect to the pass, disable
-// it and serve correct answers; a second restart must come back the same from the cache.
-TEST(Kilnd, WarmupRepairsABrokenPassAndTheCacheKeepsTheRepair) {
-  Kilnd::Get().extra_args_ = {"--enable-test-faults", "--engine-cache-dir",
-                              (Kilnd::Get().dir_ / "cache").string()};
-  for (int start = 0; start < 2; ++start) {
-    EXPECT_EQ(Kilnd::Get().Stop(), 0);
-    Kilnd::Get().Start();
-    grpc::ClientContext ctx;
-    v1::GetModelRequest get;
-    get.set_name("example");
-    v1::ModelInfo info;
-    ASSERT_TRUE(Kilnd::Get().models_->GetModel(&ctx, get, &info).ok());
-    EXPECT_EQ(info.state(), v1::MODEL_STATE_READY) << "start " << start;
-    ASSERT_EQ(info.check().disabled_passes_size(), 1) << "start " << start;
-    EXPECT_EQ(info.check().disabled_passes(0), "test_perturb_constant");
-    const Tensor x = RandomInput(3, 41 + start);
-    v1::PredictResponse out;
-    ASSERT_TRUE(Predict(ExampleRequest(x), &out).ok());
-    ExpectNear(out.outputs().at("logits"), Expected(x).at("logits"));
-  }
-  EXPECT_FALSE(fs::is_empty(Kilnd::Get().dir_ / "cache"));
-}
-
-TEST(Kilnd, SigtermLetsInFlightRequestsFinish) {
-  Kilnd::Get().WaitForModel("slow");
-  auto calls = PredictInBackground("slow", 3);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // queued for 300 ms
-  Kilnd::Get().infer_.reset();
-  Kilnd::Get().models_.reset();
-  Kilnd::Get().channel_.reset();
-  EXPECT_EQ(Kilnd::Get().Stop(), 0);
-  for (auto& c : calls) {
-    grpc::Status s = c.get();
-    EXPECT_TRUE(s.ok()) << s.error_message();
-  }
 }
 
 }  // namespace

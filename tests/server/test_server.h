@@ -25,7 +25,7 @@
 #include "ir/builder.h"
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
-#include "server/tensor_codec.h"
+#include "server/serving/tensor_codec.h"
 #include "tests/server/free_port.h"
 #include "tests/server/kilnd_process.h"
 
@@ -74,7 +74,7 @@ inline std::string ConvChainOnnx(int layers, int64_t c, int64_t hw) {
 
 // Imports, but cannot be built: dim 0 of `x` ('sequence') is symbolic while `y`'s is not, so
 // the model is not batchable, and a non-batchable model's leading dim gets no profile
-// (server/dim_profiles.h) and no input_shapes sizes it.
+// (server/model/dim_profiles.h) and no input_shapes sizes it.
 inline std::string UnbuildableOnnx() {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {Dim::Symbol("sequence"), Dim(2)});

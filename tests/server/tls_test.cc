@@ -1,17 +1,17 @@
 // kilnd's gRPC port over TLS and mutual TLS: certificates made by openssl at test time, the
 // real binary, real clients. Negative cases: a plaintext client, a client that trusts another
 // CA, a client without a certificate under mTLS, and a key file that is not PEM.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
 #include "base/file.h"
 #include "kiln/v1/inference.grpc.pb.h"
 #include "kiln/v1/model.grpc.pb.h"
-#include "server/tensor_codec.h"
+#include "server/serving/tensor_codec.h"
 #include "tests/server/free_port.h"
 #include "tests/server/kilnd_process.h"
 

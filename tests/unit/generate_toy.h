@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 #include "ir/tensor.h"
-#include "server/model_signature.h"
+#include "server/common/model_signature.h"
 
 namespace kiln::server::generate::testing {
 

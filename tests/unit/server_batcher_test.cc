@@ -1,12 +1,12 @@
 // Dynamic batching: the pure decision function, and the threaded batcher with a fake engine.
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "base/memory_budget.h"
 #include "base/stop.h"
-#include "server/batcher.h"
+#include "server/serving/batcher.h"
 
 namespace kiln::server {
 namespace {

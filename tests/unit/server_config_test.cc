@@ -1,12 +1,12 @@
 // Server and model configuration: the embedded default, errors that name the key, flags.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 
-#include <gtest/gtest.h>
-
-#include "server/config.h"
-#include "server/grpc_credentials.h"
-#include "server/model_config.h"
+#include "server/grpc/grpc_credentials.h"
+#include "server/model/model_config.h"
+#include "server/serving/config.h"
 
 namespace kiln::server {
 namespace {

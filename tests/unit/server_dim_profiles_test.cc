@@ -1,4 +1,4 @@
-// Profiles for symbolic dims no config names (server/dim_profiles.h): the range comes from
+// Profiles for symbolic dims no config names (server/model/dim_profiles.h): the range comes from
 // the model's position table (or the documented default without one), the config's range
 // and typical size win, bad ones are refused; a model with such a dim builds with no config,
 // shows the range, and a request outside it is INVALID_ARGUMENT naming the range.
@@ -7,10 +7,10 @@
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
 #include "ops/interpreter.h"
-#include "server/dim_profiles.h"
-#include "server/model_builder.h"
-#include "server/padding.h"
-#include "server/request_validation.h"
+#include "server/model/dim_profiles.h"
+#include "server/model/model_builder.h"
+#include "server/model/padding.h"
+#include "server/serving/request_validation.h"
 
 namespace kiln::server {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ir/builder.h"
-#include "server/model_builder.h"
+#include "server/model/model_builder.h"
 
 namespace kiln::server {
 namespace {

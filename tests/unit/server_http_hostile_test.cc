@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "server/http.h"
-#include "server/model_registry.h"
+#include "server/http/http.h"
+#include "server/serving/model_registry.h"
 #include "tests/server/free_port.h"
 
 namespace kiln::server {

@@ -14,7 +14,7 @@
 #include <chrono>
 #include <thread>
 
-#include "server/http_listener.h"
+#include "server/http/http_listener.h"
 #include "tests/server/free_port.h"
 
 namespace kiln::server {

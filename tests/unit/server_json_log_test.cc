@@ -3,7 +3,7 @@
 #include <spdlog/details/log_msg.h>
 
 #include "base/json.h"
-#include "server/json_log.h"
+#include "server/common/json_log.h"
 
 namespace kiln::server {
 namespace {

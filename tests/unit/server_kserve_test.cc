@@ -10,12 +10,12 @@
 #include <limits>
 
 #include "base/json.h"
-#include "server/auth.h"
-#include "server/http_kserve.h"
-#include "server/http_listener.h"
-#include "server/inference.h"
-#include "server/kserve_tensor.h"
-#include "server/model_stats.h"
+#include "server/common/auth.h"
+#include "server/http/http_kserve.h"
+#include "server/http/http_listener.h"
+#include "server/serving/inference.h"
+#include "server/serving/kserve_tensor.h"
+#include "server/serving/model_stats.h"
 
 namespace kiln::server {
 namespace {

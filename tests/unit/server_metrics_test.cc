@@ -2,7 +2,6 @@
 // positional label values of the call sites, handles that stay valid, concurrent updates, and
 // the exposition text Prometheus reads.
 #include <gtest/gtest.h>
-
 #include <prometheus/text_serializer.h>
 
 #include <sstream>
@@ -10,7 +9,7 @@
 #include <vector>
 
 #include "server/metrics/kiln_metrics.h"
-#include "server/model_builder.h"
+#include "server/model/model_builder.h"
 
 namespace kiln::server::metrics {
 namespace {
@@ -52,7 +51,7 @@ TEST(Metrics, UnlabeledFamiliesShowFromTheStartAndLabeledOnesOnceUsed) {
   CheckSummary check;
   check.ran = true;
   check.nonfinite_ok = true;
-  RecordModelBuild("m0", &check, absl::OkStatus(), std::chrono::steady_clock::now());
+  RecordModelBuild("m0", CheckOutcome(absl::OkStatus(), &check), std::chrono::steady_clock::now());
   ShapeEngineLookup("m0", true);
   ShapeEngineEvicted("m0");
   ShapeEngineBuilt("m0", 0.5);
@@ -107,6 +106,23 @@ TEST(Metrics, BatcherHandlesStayValidAndSumConcurrentUpdates) {
   EXPECT_EQ(Sample(text, "kiln_compute_duration_seconds_count", {"model=\"m3\"", "batch=\"4\""}), 8000);
   EXPECT_EQ(Sample(text, "kiln_compute_duration_seconds_count", {"model=\"m3\"", "batch=\"16\""}), 8000);
   EXPECT_EQ(Sample(text, "kiln_compute_duration_seconds_count", {"model=\"m3\"", "batch=\"1\""}), 0);
+}
+
+// The outcome label of kiln_differential_checks_total, from what BuildModel returned.
+TEST(Metrics, CheckOutcomeNamesEveryBuildResult) {
+  const absl::Status ok = absl::OkStatus();
+  CheckSummary check;
+  EXPECT_EQ(CheckOutcome(ok, &check), nullptr);  // no check ran: no sample
+  check.ran = true;
+  check.nonfinite_ok = true;
+  EXPECT_STREQ(CheckOutcome(ok, &check), "pass");
+  check.disabled_passes.insert("fuse_conv_bn");
+  EXPECT_STREQ(CheckOutcome(ok, &check), "pass_after_bisect");
+  check.nonfinite_ok = false;
+  EXPECT_STREQ(CheckOutcome(ok, &check), "pass_finite_only");
+  EXPECT_STREQ(CheckOutcome(absl::FailedPreconditionError("check failed"), nullptr), "fail");
+  // Negative: a build that failed for another reason ran no check.
+  EXPECT_EQ(CheckOutcome(absl::InternalError("compile"), nullptr), nullptr);
 }
 
 TEST(Metrics, LatencyBucketsSpanMicrosecondsToSeconds) {

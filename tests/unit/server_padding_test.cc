@@ -1,5 +1,5 @@
-// Shape classes (server/padding.h, server/padding_proof.h): the class ladder, rounding a
-// request up to its class, padding and cutting tensors, and the proof that decides whether a
+// Shape classes (server/model/padding.h, server/model/padding_proof.h): the class ladder, rounding
+// a request up to its class, padding and cutting tensors, and the proof that decides whether a
 // model may be served padded: a masked attention passes, a softmax over the padded dim and an
 // output that grows as `sequence + 1` are refused, and the model built with classes serves
 // every size of its range from engines built at load, matching the reference.
@@ -8,10 +8,10 @@
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
 #include "ops/interpreter.h"
-#include "server/model_builder.h"
-#include "server/padding.h"
-#include "server/padding_proof.h"
-#include "server/shape_engines.h"
+#include "server/model/model_builder.h"
+#include "server/model/padding.h"
+#include "server/model/padding_proof.h"
+#include "server/serving/shape_engines.h"
 
 namespace kiln::server {
 namespace {

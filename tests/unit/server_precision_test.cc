@@ -8,8 +8,8 @@
 
 #include "ir/builder.h"
 #include "runtime/cpu/isa.h"
-#include "server/model_builder.h"
-#include "server/model_config.h"
+#include "server/model/model_builder.h"
+#include "server/model/model_config.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln::server {

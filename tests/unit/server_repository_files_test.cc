@@ -20,9 +20,9 @@
 
 #include "base/file.h"
 #include "compiler/onnx/importer.h"
-#include "server/http.h"
-#include "server/mapped_file.h"
-#include "server/model_registry.h"
+#include "server/common/mapped_file.h"
+#include "server/serving/model_registry.h"
+#include "server/serving/readiness.h"
 
 namespace kiln::server {
 namespace {

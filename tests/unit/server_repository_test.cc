@@ -1,15 +1,15 @@
 // The model repository on disk: scanning, versions, atomic stores, removal, names.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
 
-#include <gtest/gtest.h>
-
-#include "server/http.h"
-#include "server/model_registry.h"
 #include "base/file.h"
-#include "server/model_repository.h"
+#include "server/repository/model_repository.h"
+#include "server/serving/model_registry.h"
+#include "server/serving/readiness.h"
 
 namespace kiln::server {
 namespace {

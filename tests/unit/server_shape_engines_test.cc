@@ -8,9 +8,9 @@
 
 #include "ir/builder.h"
 #include "ops/interpreter.h"
-#include "server/model_builder.h"
-#include "server/request_validation.h"
-#include "server/shape_engines.h"
+#include "server/model/model_builder.h"
+#include "server/serving/request_validation.h"
+#include "server/serving/shape_engines.h"
 
 namespace kiln::server {
 namespace {

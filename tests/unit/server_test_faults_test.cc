@@ -1,14 +1,14 @@
 // The test-only broken pass: RegisterTestPass puts it into the pipeline, and the warm-up
 // check catches it, bisects to it and disables it. Its own binary, because a registration
 // lasts for the process.
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "compiler/onnx/importer.h"
 #include "compiler/pipeline.h"
-#include "server/model_builder.h"
-#include "server/test_faults.h"
+#include "server/common/test_faults.h"
+#include "server/model/model_builder.h"
 
 namespace kiln::server {
 namespace {

@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "base/file.h"
-#include "server/keyed_mutex.h"
-#include "server/stall_watchdog.h"
-#include "server/upload.h"
+#include "server/common/keyed_mutex.h"
+#include "server/common/stall_watchdog.h"
+#include "server/repository/upload.h"
 
 namespace kiln::server {
 namespace {

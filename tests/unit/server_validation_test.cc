@@ -1,10 +1,10 @@
 // Request validation and the tensor codec: every client mistake gets a precise message.
-#include <cstring>
-
 #include <gtest/gtest.h>
 
-#include "server/request_validation.h"
-#include "server/tensor_codec.h"
+#include <cstring>
+
+#include "server/serving/request_validation.h"
+#include "server/serving/tensor_codec.h"
 
 namespace kiln::server {
 namespace {

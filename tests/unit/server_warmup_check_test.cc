@@ -1,4 +1,4 @@
-// The warm-up check's rows (server/model_builder.h): one reference run on the smallest
+// The warm-up check's rows (server/model/model_builder.h): one reference run on the smallest
 // bucket (finite and non-finite feeds), larger buckets checked on batches that repeat those
 // rows between distractor rows. A pass broken only at the largest bucket is still found and
 // switched off; the row helpers tile and pick rows as documented.
@@ -10,7 +10,7 @@
 #include "compiler/pipeline.h"
 #include "ir/builder.h"
 #include "runtime/check/differential.h"
-#include "server/model_builder.h"
+#include "server/model/model_builder.h"
 
 namespace kiln::server {
 namespace {

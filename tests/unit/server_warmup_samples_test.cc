@@ -1,4 +1,4 @@
-// Sample inputs shipped beside a model (server/warmup_samples.h): read from the ONNX test
+// Sample inputs shipped beside a model (server/model/warmup_samples.h): read from the ONNX test
 // layout and named by proto name or position, fitted to the check's shapes (rows cycled to
 // the batch), refused when a dtype or dim differs, and a sample's sequence length becomes
 // the typical size of a dim no config names.
@@ -10,8 +10,8 @@
 #include "compiler/onnx/tensor_proto.h"
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
-#include "server/model_builder.h"
-#include "server/warmup_samples.h"
+#include "server/model/model_builder.h"
+#include "server/model/warmup_samples.h"
 
 namespace kiln::server {
 namespace {

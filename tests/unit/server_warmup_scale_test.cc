@@ -15,7 +15,7 @@
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
 #include "runtime/check/differential.h"
-#include "server/model_builder.h"
+#include "server/model/model_builder.h"
 
 namespace kiln::server {
 namespace {

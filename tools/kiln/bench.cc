@@ -97,9 +97,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
   if (b.precision != "float32" && !passes::IsLowerPrecision(b.precision)) {
     return absl::InvalidArgumentError("--precision: float32, bf16 or bf16-mixed (got " + b.precision + ")");
   }
-  if (b.backend != "cpu" && b.backend != "cuda") {
-    return absl::InvalidArgumentError("unknown backend " + b.backend + " (have: cpu, cuda)");
-  }
+  RETURN_IF_ERROR(runtime::FindBackend(b.backend).status());
   return b;
 }
 

@@ -11,10 +11,11 @@
 #include "compiler/onnx/importer.h"
 #include "compiler/pipeline.h"
 #include "compiler/shape/infer.h"
+#include "runtime/backend.h"
 #include "runtime/check/differential.h"
+#include "runtime/cuda/cuda_engine.h"
 #include "tools/kiln/commands.h"
-#include "tools/kiln/cpu_run.h"
-#include "tools/kiln/cuda_run.h"
+#include "tools/kiln/engine_run.h"
 #include "tools/kiln/model_io.h"
 
 namespace kiln::tools {
@@ -32,8 +33,7 @@ struct CheckOptions {
   // optimized graph (or engine) against the reference on the raw graph (--nonfinite).
   bool nonfinite = false;
   // --backend cpu: the engines' activation layouts to check (--layout; default: both).
-  std::vector<cpu::ActivationLayout> layouts = {cpu::ActivationLayout::kPrimitive,
-                                                cpu::ActivationLayout::kBlocked};
+  std::vector<std::string> layouts = {"primitive", "blocked"};
   bool tf32 = false;  // --backend cuda: TF32 tensor cores (--tf32)
   std::vector<std::string> paths;
 };
@@ -92,15 +92,18 @@ absl::Status BisectGraph(const Graph& graph, const ref::TensorMap& inputs,
   return absl::OkStatus();
 }
 
-// The engine backends: the CPU engine once per activation layout, the CUDA engine once.
-absl::StatusOr<CpuRun> RunOnEngine(const Graph& graph, const ref::TensorMap& feeds, const CheckOptions& opt) {
-  const OptLevel level = opt.opt.value_or(OptLevel::kO2);
-  if (opt.backend == "cuda") {
-    cuda::CudaEngineOptions co;
-    co.tf32 = opt.tf32;
-    return RunOnCudaEngine(graph, feeds, level, co);
-  }
-  return RunOnCpuEngine(graph, feeds, level, opt.layouts);
+// Whether the check runs engines (any backend but the reference, which checks graphs).
+bool OnEngine(const CheckOptions& opt) { return opt.backend != "reference"; }
+
+// The engine backends: the CPU engine once per activation layout, the others once.
+absl::StatusOr<EngineRun> RunOnBackend(const Graph& graph, const ref::TensorMap& feeds,
+                                       const CheckOptions& opt) {
+  EngineRunOptions o;
+  o.device = opt.backend;
+  o.level = opt.opt.value_or(OptLevel::kO2);
+  o.layouts = opt.layouts;
+  o.tf32 = opt.tf32;
+  return RunOnEngine(graph, feeds, o);
 }
 
 // The data set's inputs with non-finite values planted: the raw graph on the reference is
@@ -112,8 +115,8 @@ absl::Status CheckNonFinite(const Graph& raw, const ref::TensorMap& feeds, const
   absl::StatusOr<ref::TensorMap> want = ref::Run(raw, hostile);
   if (!want.ok()) return absl::OkStatus();
   std::vector<std::pair<std::string, std::vector<Tensor>>> runs;
-  if (opt.backend == "cpu" || opt.backend == "cuda") {
-    ASSIGN_OR_RETURN(CpuRun run, RunOnEngine(raw, hostile, opt));
+  if (OnEngine(opt)) {
+    ASSIGN_OR_RETURN(EngineRun run, RunOnBackend(raw, hostile, opt));
     for (LayoutRun& lr : run.runs) runs.push_back({" [" + lr.layout + "]", std::move(lr.outputs)});
   } else {
     std::unique_ptr<Graph> g = raw.Clone();
@@ -140,8 +143,8 @@ absl::Status RunDataSet(const std::string& model_path, const DataSet& ds,
   ASSIGN_OR_RETURN(ref::TensorMap feeds, BindInputs(*graph, ds));
   RETURN_IF_ERROR(BindShapes(*graph, feeds));
   if (opt.nonfinite) RETURN_IF_ERROR(CheckNonFinite(*graph, feeds, opt, r));
-  if (opt.backend == "cpu" || opt.backend == "cuda") {
-    ASSIGN_OR_RETURN(CpuRun run, RunOnEngine(*graph, feeds, opt));
+  if (OnEngine(opt)) {
+    ASSIGN_OR_RETURN(EngineRun run, RunOnBackend(*graph, feeds, opt));
     for (const LayoutRun& lr : run.runs) {
       if (ds.outputs.size() != lr.outputs.size()) {
         return absl::InvalidArgumentError("test data has " + std::to_string(ds.outputs.size()) +
@@ -241,9 +244,9 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
     } else if (a == "--layout") {
       ASSIGN_OR_RETURN(std::string v, next());
       if (v == "all") {
-        o.layouts = {cpu::ActivationLayout::kPrimitive, cpu::ActivationLayout::kBlocked};
-      } else if (auto l = cpu::ParseActivationLayout(v); l && *l != cpu::ActivationLayout::kTune) {
-        o.layouts = {*l};
+        o.layouts = {"primitive", "blocked"};
+      } else if (v == "primitive" || v == "blocked") {
+        o.layouts = {v};
       } else {
         return absl::InvalidArgumentError("--layout: primitive, blocked or all (got '" + v + "')");
       }
@@ -261,10 +264,7 @@ absl::StatusOr<CheckOptions> ParseArgs(const std::vector<std::string>& args) {
       o.paths.push_back(a);
     }
   }
-  if (o.backend != "reference" && o.backend != "cpu" && o.backend != "cuda") {
-    return absl::InvalidArgumentError("unknown backend '" + o.backend +
-                                      "' (have: reference, cpu, cuda)");
-  }
+  RETURN_IF_ERROR(runtime::FindBackend(o.backend).status());
   if (o.paths.empty()) return absl::InvalidArgumentError("no test PATH given");
   return o;
 }
@@ -332,7 +332,7 @@ int CheckCommand(const std::vector<std::string>& args) {
     }
     // A sticky CUDA error (an illegal address...) loses this process's context: every later
     // test would fail with it, so the run stops here and says so.
-    const bool sticky = opt->backend == "cuda" && r.status == "error" && cuda::IsStickyCudaError(r.message);
+    const bool sticky = r.status == "error" && cuda::IsStickyCudaError(r.message);
     if (sticky) stopped = "sticky CUDA error in " + r.test + ": " + r.message;
     results.push_back(std::move(r));
     if (!opt->json_path.empty()) WriteJson(opt->json_path, results, counts, cases.size(), stopped);

@@ -7,9 +7,9 @@
 
 #include "compiler/onnx/importer.h"
 #include "compiler/onnx/tensor_proto.h"
+#include "runtime/backend.h"
 #include "tools/kiln/commands.h"
-#include "tools/kiln/cpu_run.h"
-#include "tools/kiln/cuda_run.h"
+#include "tools/kiln/engine_run.h"
 #include "tools/kiln/model_io.h"
 
 namespace kiln::tools {
@@ -53,9 +53,7 @@ absl::StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
   }
   if (o.model.empty()) return absl::InvalidArgumentError("no MODEL given");
   if (o.output_dir.empty()) return absl::InvalidArgumentError("--output-dir is required");
-  if (o.backend != "reference" && o.backend != "cpu" && o.backend != "cuda") {
-    return absl::InvalidArgumentError("unknown backend '" + o.backend + "' (have: reference, cpu, cuda)");
-  }
+  RETURN_IF_ERROR(runtime::FindBackend(o.backend).status());
   return o;
 }
 
@@ -63,14 +61,10 @@ absl::StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
 // O2 graph compiled for the inputs' shapes.
 absl::StatusOr<ref::TensorMap> RunOn(const RunOptions& o, const Graph& graph, const ref::TensorMap& feeds) {
   if (o.backend == "reference") return ref::Run(graph, feeds);
-  CpuRun run;
-  if (o.backend == "cuda") {
-    cuda::CudaEngineOptions co;
-    co.tf32 = o.tf32;
-    ASSIGN_OR_RETURN(run, RunOnCudaEngine(graph, feeds, OptLevel::kO2, co));
-  } else {
-    ASSIGN_OR_RETURN(run, RunOnCpuEngine(graph, feeds, OptLevel::kO2, {cpu::ActivationLayout::kPrimitive}));
-  }
+  EngineRunOptions eo;
+  eo.device = o.backend;
+  eo.tf32 = o.tf32;
+  ASSIGN_OR_RETURN(EngineRun run, RunOnEngine(graph, feeds, eo));
   ref::TensorMap outs;
   for (size_t k = 0; k < graph.outputs.size() && k < run.runs[0].outputs.size(); ++k) {
     outs[graph.outputs[k]->name] = run.runs[0].outputs[k];

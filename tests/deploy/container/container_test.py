@@ -27,13 +27,9 @@ Every figure goes to REPORT_JSON (default: container-report.json in the working 
 Exit 0 pass, 1 fail, 77 skip: only where Docker cannot run at all (no client, or no engine and
 no permission to start one). Under CI=true a missing engine is a failure, not a skip.
 """
-import glob
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +41,10 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
 from kiln_net import free_port, http_get  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from docker_env import (DOCKER, ENV, START, Failure, check, docker, docker_answers, log,  # noqa: E402
+                        sh, skip, start_dockerd, stop_dockerd, wait_for)
+
 # An idle gRPC client notices the server's GOAWAY only when its backup poller runs (5 s by
 # default) and kilnd's drain waits for that: poll fast, so stops take what they should.
 os.environ.setdefault("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100")
@@ -52,33 +52,9 @@ os.environ.setdefault("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100")
 SRC = os.path.abspath(sys.argv[1])
 REPORT = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else "container-report.json")
 HERE = os.path.dirname(os.path.abspath(__file__))
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 IMAGE = "kiln:latest"
 PROJECT = "kilnct"
-START = time.monotonic()
 report = {"phases_s": {}}
-
-
-def log(*a):
-    print(f"[{time.monotonic() - START:7.1f}s]", *a, flush=True)
-
-
-def skip(why):
-    if IN_CI:
-        print("FAIL (CI=true, so no skip):", why)
-        sys.exit(1)
-    print("SKIP:", why)
-    sys.exit(77)
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    log("ok  ", msg)
 
 
 try:
@@ -89,73 +65,7 @@ try:
 except ImportError as e:
     skip(f"{e.name} is not installed (Debian: python3-grpcio python3-grpc-tools python3-numpy "
          "python3-onnx; run with /usr/bin/python3)")
-
-# The docker.io package's client: BuildKit through DOCKER_BUILDKIT=1 without buildx.
-DOCKER = os.environ.get("DOCKER") or next(
-    (p for p in ("/usr/bin/docker", shutil.which("docker")) if p and os.access(p, os.X_OK)), None)
-if not DOCKER:
-    skip("no docker client (Debian: docker.io; scripts/install-deps.sh installs it)")
-ENV = dict(os.environ, DOCKER_BUILDKIT="1", COMPOSE_DOCKER_CLI_BUILD="1", DOCKER=DOCKER)
-
-
-def sh(cmd, check_rc=True, timeout=600, capture=True, env=None, cwd=None, stdout=None):
-    r = subprocess.run(cmd, env=env or ENV, cwd=cwd, timeout=timeout, text=True,
-                       stdout=stdout if stdout else (subprocess.PIPE if capture else None),
-                       stderr=subprocess.STDOUT if (capture or stdout) else None)
-    if check_rc and r.returncode != 0:
-        out = (r.stdout or "")[-3000:] if capture and not stdout else ""
-        raise Failure(f"{' '.join(cmd)} exited {r.returncode}\n{out}")
-    return r
-
-
-def docker(*args, **kw):
-    return sh([DOCKER, *args], **kw)
-
-
-def docker_answers():
-    try:
-        return docker("info", check_rc=False, timeout=20).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
-# ---- 1. the engine -------------------------------------------------------------------------
-def start_dockerd(tmp):
-    if os.geteuid() != 0:
-        skip("no Docker engine answers and starting dockerd needs root")
-    dockerd = shutil.which("dockerd")
-    if not dockerd:
-        skip("no Docker engine answers and there is no dockerd (Debian: docker.io)")
-    path = os.path.join(tmp, "dockerd.log")
-    logf = open(path, "w")
-    # Niced: the image build compiles Kiln on cores other work shares.
-    proc = subprocess.Popen(["nice", "-n", "10", dockerd], stdout=logf, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    end = time.monotonic() + 90
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            break
-        if docker_answers():
-            log(f"started dockerd (pid {proc.pid}); it is stopped at the end")
-            return proc
-        time.sleep(0.5)
-    tail = open(path).read()[-2000:]
-    if proc.poll() is None:
-        proc.terminate()
-    skip(f"dockerd did not start (so Docker cannot run here):\n{tail}")
-
-
-def stop_dockerd(proc):
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log("stopped the dockerd this test started")
-
+from kiln_clients import Client, check_predict, convnet_onnx, make_stubs  # noqa: E402
 
 # ---- 2. the image --------------------------------------------------------------------------
 def context_copy(dst):
@@ -229,16 +139,6 @@ def image_checks():
 # ---- 3. the stack ----------------------------------------------------------------------------
 
 
-def wait_for(what, fn, seconds, step=0.2):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        v = fn()
-        if v:
-            return v
-        time.sleep(step)
-    raise Failure(f"timed out after {seconds} s waiting for {what}")
-
-
 class Stack:
     """One compose project of the repository's docker-compose.yml on free host ports."""
 
@@ -274,81 +174,6 @@ class Stack:
 
     def logs(self, service):
         return self("logs", "--no-color", "--tail", "60", service, check_rc=False).stdout
-
-
-def make_stubs(tmp):
-    stubs = os.path.join(tmp, "stubs")
-    os.makedirs(stubs)
-    protos = sorted(glob.glob(os.path.join(SRC, "proto/kiln/v1/*.proto")))
-    sh([sys.executable, "-m", "grpc_tools.protoc", "-I" + os.path.join(SRC, "proto"),
-        "--python_out=" + stubs, "--grpc_python_out=" + stubs] + protos)
-    sys.path.insert(0, stubs)
-    from kiln.v1 import inference_pb2, inference_pb2_grpc, model_pb2, model_pb2_grpc, tensor_pb2
-    return inference_pb2, inference_pb2_grpc, model_pb2, model_pb2_grpc, tensor_pb2
-
-
-def convnet_onnx(path):
-    """8 convolutions (64 channels, 96x96): compiling it and the warm-up check take seconds,
-    which is what the engine cache saves on a restart."""
-    from onnx import TensorProto, checker, helper, numpy_helper, save
-    rng = np.random.default_rng(7)
-    nodes, inits, prev, cin = [], [], "x", 3
-    for i in range(8):
-        w = (rng.standard_normal((64, cin, 3, 3)) * np.sqrt(2 / (cin * 9))).astype(np.float32)
-        inits += [numpy_helper.from_array(w, f"w{i}"),
-                  numpy_helper.from_array(np.zeros(64, np.float32), f"b{i}")]
-        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1] * 4),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
-        prev, cin = f"r{i}", 64
-    inits.append(numpy_helper.from_array(
-        (rng.standard_normal((64, 10)) * 0.1).astype(np.float32), "fw"))
-    nodes += [helper.make_node("GlobalAveragePool", [prev], ["g"]),
-              helper.make_node("Flatten", ["g"], ["f"]),
-              helper.make_node("MatMul", ["f", "fw"], ["m"]),
-              helper.make_node("Softmax", ["m"], ["probs"], axis=1)]
-    g = helper.make_graph(nodes, "convnet",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 96, 96])],
-                          [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", 10])],
-                          inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    checker.check_model(m)
-    save(m, path)
-
-
-class Client:
-    def __init__(self, target, pb):
-        self.pb, self.rpc, self.mpb, self.mrpc, self.tpb = pb
-        self.channel = grpc.insecure_channel(target)
-        self.infer = self.rpc.InferenceServiceStub(self.channel)
-        self.models = self.mrpc.ModelServiceStub(self.channel)
-
-    def tensor(self, a):
-        return self.tpb.Tensor(dtype=self.tpb.DATA_TYPE_FLOAT, shape=a.shape,
-                               raw_data=a.astype(np.float32).tobytes())
-
-    def predict(self, model, x, timeout=30):
-        out = self.infer.Predict(self.pb.PredictRequest(model=model, inputs={"x": self.tensor(x)}),
-                                 timeout=timeout)
-        t = out.outputs["probs"]
-        return np.frombuffer(t.raw_data, np.float32).reshape(list(t.shape))
-
-    def upload(self, name, data, config_yaml):
-        def chunks():
-            yield self.mpb.LoadModelChunk(name=name, config_yaml=config_yaml, data=data[:1 << 18])
-            for i in range(1 << 18, len(data), 1 << 18):
-                yield self.mpb.LoadModelChunk(data=data[i:i + (1 << 18)])
-        return self.models.LoadModel(chunks(), timeout=600).model
-
-    def close(self):
-        self.channel.close()
-
-
-def check_predict(client, model, cols_in, shape_in, cols_out):
-    x = np.random.default_rng(1).random((2, *shape_in)).astype(np.float32)
-    y = client.predict(model, x)
-    check(y.shape == (2, cols_out) and np.allclose(y.sum(axis=1), 1, atol=1e-4),
-          f"Predict {model} through the published gRPC port: {y.shape}, rows sum to 1")
 
 
 def prom_query(stack, expr):
@@ -602,7 +427,7 @@ def main():
                           "(Debian: docker-compose; scripts/install-deps.sh installs it)")
         report["compose"] = [" ".join(t) for t in tools]
         log("compose implementations:", report["compose"])
-        pb = make_stubs(tmp)
+        pb = make_stubs(tmp, SRC)
 
         took, hits = build(SRC, os.path.join(tmp, "build-1.log"))
         report["build_s"] = round(took, 1)

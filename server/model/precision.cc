@@ -1,0 +1,55 @@
+#include "server/model/precision.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kiln::server {
+
+std::string PrecisionOf(
+    const std::map<int64_t, std::vector<std::unique_ptr<runtime::Engine>>>& engines,
+    const PipelineOptions& pipeline) {
+  size_t lowered = 0;
+  for (const auto& [batch, list] : engines)
+    lowered += !list.empty() && list[0]->info().bf16_ops > 0;
+  if (lowered == 0) return "float32";
+  return lowered == engines.size() ? pipeline.precision : "bf16 and float32 (by batch bucket)";
+}
+
+check::Tolerance ToleranceOf(const ModelConfig& config, const PipelineOptions& pipeline) {
+  if (pipeline.precision == "float32") return {config.warmup.rtol, config.warmup.atol, {}};
+  // Element by element only a guard against a broken kernel (ten times the budget, at the
+  // output's scale); the budget itself bounds each output's relative error (WithinBudget).
+  const PrecisionConfig& p = config.precision;
+  return {10 * p.max_rel_error, p.max_abs_error, {}};
+}
+
+void WithinBudget(const ModelConfig& config, const PipelineOptions& pipeline,
+                  check::Divergence& d) {
+  if (pipeline.precision == "float32" || !d.ok) return;
+  if (d.norm_rel_err <= config.precision.max_rel_error) return;
+  d.ok = false;
+  d.message = absl::StrFormat("relative error %.3g over the budget's %.3g", d.norm_rel_err,
+                              config.precision.max_rel_error);
+}
+
+void FallBack(int64_t batch, const check::Divergence& d, PipelineOptions& pipeline,
+              CheckSummary& check) {
+  const std::string next = pipeline.precision == "bf16" ? "bf16-mixed" : "float32";
+  absl::StrAppend(
+      &check.precision_message, check.precision_message.empty() ? "" : "; ",
+      absl::StrFormat("%s exceeded the budget on batch %d (relative error %.3g, "
+                      "max_abs_err %.3g: %s); %s",
+                      pipeline.precision, batch, d.norm_rel_err, d.max_abs_err, d.message, next));
+  spdlog::warn("precision: {}", check.precision_message);
+  pipeline.precision = next;
+}
+
+std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipeline) {
+  if (pipeline.precision == "float32") return "float32";
+  return absl::StrCat(pipeline.precision, ",", config.precision.max_abs_error, ",",
+                      config.precision.max_rel_error);
+}
+
+}  // namespace kiln::server

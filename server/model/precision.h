@@ -1,0 +1,47 @@
+// The precision side of a model's build (`precision: {mode: auto}`, model_config.h): the
+// warm-up check's tolerance while products are lowered, the fallback to float32 when the
+// lowered engine exceeds the budget, and what the served engines compute in.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/pipeline.h"
+#include "runtime/check/compare.h"
+#include "runtime/engine.h"
+#include "server/model/model_builder.h"
+#include "server/model/model_config.h"
+
+namespace kiln::server {
+
+// The config's tolerance, or while the compile lowers products the precision budget's
+// element-wise guard: |engine - reference| <= max_abs_error + 10 * max_rel_error * (the
+// output's RMS + |reference|), which only a broken kernel exceeds.
+check::Tolerance ToleranceOf(const ModelConfig& config, const PipelineOptions& pipeline);
+
+// The budget proper, for a lowered engine whose elements passed the guard: every float
+// output's relative error ||engine - reference|| / ||reference|| within max_rel_error
+// (`d` fails with the figure otherwise).
+void WithinBudget(const ModelConfig& config, const PipelineOptions& pipeline, check::Divergence& d);
+
+// The engine cache key's part for precision: "float32", or the lowered precision with the
+// budget it was verified within (a tighter budget must not take a looser one's entry).
+std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipeline);
+
+// A lowered engine failed the budget on `batch` with `d`: this and every later bucket
+// compile one step up, bf16 -> bf16-mixed (attention's score projections in float32) ->
+// float32, and `check` says why (the errors measured go to the message, not to the summary
+// of the served engines).
+void FallBack(int64_t batch, const check::Divergence& d, PipelineOptions& pipeline,
+              CheckSummary& check);
+
+// What the engines compute in, from the engines themselves: "float32", the pipeline's lowered
+// precision when every bucket's engine has bf16 products, or a mix when a bucket fell back to
+// float32 after another passed.
+std::string PrecisionOf(
+    const std::map<int64_t, std::vector<std::unique_ptr<runtime::Engine>>>& engines,
+    const PipelineOptions& pipeline);
+
+}  // namespace kiln::server

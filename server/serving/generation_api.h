@@ -1,0 +1,37 @@
+// What the generation entry points share once their transport has decoded the request
+// (kiln.v1 Generate/GenerateOnce over gRPC, the KServe v2 generate extension over REST):
+// finding the version's generation loop, and relaying its stream to the client with the
+// client's cancel and deadline seen while it runs. Protocol-neutral, like
+// server/serving/inference.h.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "server/generate/generator.h"
+#include "server/serving/model_registry.h"
+
+namespace kiln::server {
+
+struct FoundGenerator {
+  std::shared_ptr<ModelVersion> version;  // held for the request's life
+  generate::Generator* generator = nullptr;
+};
+
+// The READY version's generation loop; FAILED_PRECONDITION saying why when the model does
+// not generate (not a decoder, generation off, no shape classes).
+absl::StatusOr<FoundGenerator> FindGenerator(const ModelRegistry& registry, const std::string& name,
+                                             std::optional<int64_t> version);
+
+// Hands each chunk of `stream` to `emit` as it comes (false from `emit`: the client is gone)
+// until the request is over, polling `client_gone` (null: never) meanwhile; a gone client
+// cancels the request. The final chunk (done) is also passed to `emit`, with or without
+// tokens. Its status is the request's: OK, or why it failed (CANCELLED when the client went).
+absl::Status RelayStream(generate::GenerationStream& stream,
+                         const std::function<bool(const generate::StreamChunk&)>& emit,
+                         const std::function<bool()>& client_gone);
+
+}  // namespace kiln::server

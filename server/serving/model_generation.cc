@@ -1,0 +1,77 @@
+// ModelVersion::StartGeneration: a READY decoder's generation loop, wired to the version's
+// own batcher and shape classes (declared in server/serving/model_registry.h).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "server/metrics/generation_metrics.h"
+#include "server/serving/model_registry.h"
+
+namespace kiln::server {
+namespace {
+
+// The past size a step runs at: the smallest class holding `n` (and the range's start).
+generate::PastSizeFn PastSizes(std::vector<int64_t> classes, int64_t min) {
+  return [classes = std::move(classes), min](int64_t n) {
+    n = std::max(n, min);
+    auto it = std::lower_bound(classes.begin(), classes.end(), n);
+    return it == classes.end() ? n : *it;
+  };
+}
+
+}  // namespace
+
+absl::Status ModelVersion::StartGeneration() {
+  const generate::GenerationConfig& gc = config_.generation;
+  if (gc.mode == "off") {
+    generation_refused_ = "generation.mode is off";
+    return absl::OkStatus();
+  }
+  absl::StatusOr<generate::DecoderContract> contract =
+      generate::FindDecoderContract(built_.signature);
+  if (!contract.ok()) {
+    generation_refused_ = std::string(contract.status().message());
+    return absl::OkStatus();
+  }
+  const ModelSignature& sig = built_.signature;
+  // Without classes every step of a new length would build an engine (seconds per token).
+  if (!built_.padding || !built_.padding->classes.count(contract->past_symbol)) {
+    generation_refused_ = absl::StrCat(
+        "generation needs shape classes over '", contract->past_symbol, "' (",
+        built_.padding_refused.empty() ? "shape_classes is off" : built_.padding_refused,
+        "); give dynamic_dims a range ending at most ", kMaxClassSize);
+    return absl::OkStatus();
+  }
+  generate::GeneratorSetup setup;
+  setup.contract = *contract;
+  setup.signature = sig;
+  setup.config = gc;
+  setup.max_rows = sig.batchable ? built_.buckets.back() : 1;
+  const auto past = sig.dim_ranges.at(contract->past_symbol);
+  const auto seq = sig.dim_ranges.at(contract->sequence_symbol);
+  setup.min_step = seq.first;
+  setup.max_step = seq.second;
+  setup.max_context = past.second;
+  setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), past.first);
+  setup.step = [this](std::vector<Tensor> in, int64_t rows,
+                      std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
+    // The loop batched its sequences already: the step runs at once (inline on the loop's
+    // thread when the engine is idle), not after max_queue_delay, into the last outputs of
+    // its shape.
+    RunHints hints;
+    hints.run_now = true;
+    hints.outputs = std::move(reuse);
+    ASSIGN_OR_RETURN(auto f, Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
+    return f.get();
+  };
+  setup.hooks = metrics::GenerationHooksFor(name_);
+  ASSIGN_OR_RETURN(generator_, generate::Generator::Create(std::move(setup), ProcessMemory()));
+  spdlog::info(
+      "model {} version {}: generating (context {}, kv cache {} pages of {} positions, "
+      "{} bytes)",
+      name_, version_, past.second, generator_->stats().pages_total, gc.page_tokens,
+      gc.kv_cache_bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server

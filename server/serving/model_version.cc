@@ -1,0 +1,172 @@
+// ModelVersion: one loaded version's engines, batcher and shape engines (declared in
+// server/serving/model_registry.h), from READY until unload.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include "base/stop.h"
+#include "server/serving/model_registry.h"
+#include "server/serving/request_validation.h"
+
+namespace kiln::server {
+
+const char* ModelStateName(ModelState s) {
+  switch (s) {
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kFailed:
+      return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+ModelVersion::~ModelVersion() {
+  if (generator_) generator_->Stop();
+  if (batcher_) batcher_->Stop();
+  if (shapes_) shapes_->Stop();
+}
+
+std::string ModelVersion::reason() const {
+  std::lock_guard<std::mutex> lk(reason_mu_);
+  return reason_;
+}
+
+void ModelVersion::SetReason(const std::string& r) {
+  std::lock_guard<std::mutex> lk(reason_mu_);
+  reason_ = r;
+}
+
+void ModelVersion::Fail(const std::string& reason) {
+  SetReason(reason);
+  state_ = ModelState::kFailed;
+}
+
+absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> graph) {
+  built_ = std::move(built);
+  BatchPolicy policy;
+  policy.buckets = built_.buckets;
+  policy.batchable = built_.signature.batchable;
+  policy.max_queue_delay = std::chrono::microseconds(config_.max_queue_delay_us);
+  policy.max_queue_size = static_cast<size_t>(config_.max_queue_size);
+  policy.model = name_;
+  // gRPC handler threads wait for their result anyway: at low load they run it themselves.
+  policy.inline_when_idle = true;
+  stats_ = std::make_unique<ModelStats>(built_.buckets);
+  policy.stats = stats_.get();
+  // Worker w owns instance w of every bucket's engines, so no engine runs two batches at once.
+  auto run = [this](int worker, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const int64_t bucket = built_.signature.batchable ? in.at(0).dim(0) : built_.buckets[0];
+    auto it = built_.engines.find(bucket);
+    if (it == built_.engines.end()) return absl::InternalError("no engine for the batch size");
+    return it->second.at(worker)->Run(in, out);
+  };
+  if (built_.signature.dynamic()) {
+    if (!graph) return absl::InternalError("a dynamic model needs its graph to build shapes");
+    graph_ = std::move(graph);
+    auto build = [this](const DimValues& dims, int64_t bucket, bool check) {
+      return BuildShapeEngine(*graph_, config_, built_, dims, bucket, check);
+    };
+    size_t capacity = static_cast<size_t>(config_.max_shape_engines);
+    if (built_.padding) capacity = std::max(capacity, AllClasses(built_.padding->classes).size());
+    ASSIGN_OR_RETURN(shapes_, ShapeEngines::Create(policy, capacity, build));
+    if (built_.padding) RETURN_IF_ERROR(BuildShapeClasses());
+  }
+  ASSIGN_OR_RETURN(batcher_, Batcher::Create(policy, config_.instances, run));
+  RETURN_IF_ERROR(StartGeneration());
+  SetReason("");
+  state_ = ModelState::kReady;
+  return absl::OkStatus();
+}
+
+absl::Status ModelVersion::CheckReady() const {
+  if (state() == ModelState::kReady && batcher_) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("model '", name_, "' version ", version_, " is ", ModelStateName(state())));
+}
+
+absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
+    std::vector<Tensor> inputs, int64_t rows, std::optional<Clock::time_point> deadline,
+    AbandonFlag abandoned, RunHints hints) {
+  RETURN_IF_ERROR(CheckReady());  // before reading shapes_, which Start writes
+  DimValues dims;
+  if (shapes_) {
+    ASSIGN_OR_RETURN(dims, DynamicDimValues(built_.signature, inputs));
+  }
+  return Route(std::move(inputs), rows, std::move(dims), deadline, std::move(abandoned),
+               std::move(hints));
+}
+
+absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Submit(
+    ValidatedInputs in, std::optional<Clock::time_point> deadline, AbandonFlag abandoned) {
+  RETURN_IF_ERROR(CheckReady());     // before reading shapes_, which Start writes
+  if (shapes_ && in.dims.empty()) {  // not from the validator: compute them
+    ASSIGN_OR_RETURN(in.dims, DynamicDimValues(built_.signature, in.tensors));
+  }
+  return Route(std::move(in.tensors), in.rows, std::move(in.dims), deadline, std::move(abandoned));
+}
+
+absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
+    std::vector<Tensor> inputs, int64_t rows, DimValues dims,
+    std::optional<Clock::time_point> deadline, AbandonFlag abandoned, RunHints hints) {
+  RowFinish finish;
+  if (shapes_) {
+    // Validation has checked the sizes; requests at the warm-up sizes take the model's own
+    // engines, any other shape its specialised ones (padded to its class first when the
+    // model is served by classes).
+    if (built_.padding) {
+      ASSIGN_OR_RETURN(DimValues cls, ClassOf(built_.padding->classes, dims));
+      if (cls != dims) {
+        ASSIGN_OR_RETURN(inputs,
+                         ResizeToDims(std::move(inputs), built_.padding->inputs, dims, cls));
+        finish = [outputs = &built_.padding->outputs, dims, cls](std::vector<Tensor>& out) {
+          ASSIGN_OR_RETURN(out, ResizeToDims(std::move(out), *outputs, cls, dims));
+          return absl::OkStatus();
+        };
+      }
+      dims = std::move(cls);
+    }
+    if (dims != built_.signature.default_dims) {
+      return shapes_->Enqueue(dims, std::move(inputs), rows, deadline, std::move(abandoned),
+                              std::move(finish), std::move(hints));
+    }
+  }
+  return batcher_->Enqueue(std::move(inputs), rows, deadline, std::move(abandoned),
+                           std::move(finish), std::move(hints));
+}
+
+absl::Status ModelVersion::BuildShapeClasses() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<DimValues> classes = AllClasses(built_.padding->classes);
+  // A dynamic dim of one size (no classes) keeps it: the key a request's class has.
+  for (DimValues& c : classes) {
+    for (const auto& [symbol, size] : built_.signature.default_dims) c.emplace(symbol, size);
+  }
+  // The check proves the range at its ends and one class inside (seeded, so a reload
+  // checks the same one) at the smallest bucket; the typical size's engines were checked
+  // with the model. Every other class and bucket is built by the same compiler and backend.
+  std::set<size_t> checked{0, classes.size() - 1};
+  if (classes.size() > 2) {
+    checked.insert(1 + std::hash<std::string>{}(name_) % (classes.size() - 2));
+  }
+  for (size_t i = 0; i < classes.size(); ++i) {
+    if (classes[i] == built_.signature.default_dims) continue;
+    for (int64_t bucket : built_.buckets) {
+      RETURN_IF_ERROR(CheckStop());
+      const bool check =
+          config_.warmup.enabled && checked.count(i) && bucket == built_.buckets.front();
+      RETURN_IF_ERROR(shapes_->Prebuild(classes[i], bucket, check));
+    }
+  }
+  built_.times.classes_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::info("model {} version {}: shape classes {} ({} engines) built in {:.0f} ms", name_,
+               version_, built_.padding->ToString(), shapes_->counters().prebuilt,
+               built_.times.classes_ms);
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server

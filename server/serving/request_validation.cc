@@ -1,0 +1,296 @@
+#include "server/serving/request_validation.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_join.h"
+#include "compiler/shape/dim_expr.h"
+#include "server/common/echo.h"
+#include "server/serving/kserve_tensor.h"
+#include "server/serving/tensor_codec.h"
+
+namespace kiln::server {
+namespace {
+
+// How messages name dtypes: ONNX's names for kiln.v1 (its enum follows ONNX), the v2
+// protocol's for v2 clients.
+enum class Naming { kOnnx, kKServe };
+
+std::string TypeName(DType t, Naming naming) {
+  if (naming == Naming::kKServe && !kserve::DataTypeName(t).empty()) {
+    return std::string(kserve::DataTypeName(t));
+  }
+  return DTypeName(t);
+}
+
+// `symbols`: the input's dynamic dims (ModelSignature::dim_symbols), named instead of "batch".
+std::string SpecText(const runtime::TensorSpec& s, Naming naming = Naming::kOnnx,
+                     const std::vector<std::string>* symbols = nullptr) {
+  std::vector<std::string> dims;
+  for (size_t i = 0; i < s.shape.size(); ++i) {
+    const bool named = symbols && i < symbols->size() && !(*symbols)[i].empty();
+    dims.push_back(named ? (*symbols)[i] : s.shape[i] < 0 ? "batch" : std::to_string(s.shape[i]));
+  }
+  return absl::StrCat(TypeName(s.dtype, naming), "[", absl::StrJoin(dims, ","), "]");
+}
+
+std::vector<std::string> InputNames(const ModelSignature& sig) {
+  std::vector<std::string> names;
+  for (const auto& s : sig.inputs) names.push_back(s.name);
+  return names;
+}
+
+// Checks a tensor's dtype and shape against its spec; `rows` is the batch size seen so far
+// (-1 none).
+absl::Status CheckAgainstSpec(const ModelSignature& sig, const runtime::TensorSpec& spec,
+                              DType dtype, const std::vector<int64_t>& shape, int64_t& rows,
+                              Naming naming = Naming::kOnnx) {
+  const std::string what = absl::StrCat("input '", spec.name, "'");
+  if (dtype != spec.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, naming == Naming::kOnnx ? ": dtype " : ": datatype ",
+                     TypeName(dtype, naming), ", the model takes ", SpecText(spec, naming)));
+  }
+  bool match = shape.size() == spec.shape.size();
+  for (size_t i = 0; match && i < spec.shape.size(); ++i) {
+    match = spec.shape[i] < 0 ? shape[i] >= 1 : shape[i] == spec.shape[i];
+  }
+  if (!match) {
+    const size_t k = static_cast<size_t>(&spec - sig.inputs.data());
+    const auto* symbols = k < sig.dim_symbols.size() ? &sig.dim_symbols[k] : nullptr;
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeToString(shape),
+                                                   ", the model takes ",
+                                                   SpecText(spec, naming, symbols)));
+  }
+  if (!sig.batchable) return absl::OkStatus();
+  if (shape[0] > sig.max_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": batch of ", shape[0],
+                                                   " exceeds max_batch_size ", sig.max_batch_size));
+  }
+  if (rows >= 0 && shape[0] != rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": batch dim ", shape[0], " differs from the other inputs' ", rows));
+  }
+  rows = shape[0];
+  return absl::OkStatus();
+}
+
+absl::Status CheckAgainstSpec(const ModelSignature& sig, const runtime::TensorSpec& spec,
+                              const Tensor& t, int64_t& rows, Naming naming = Naming::kOnnx) {
+  return CheckAgainstSpec(sig, spec, t.dtype(), t.shape(), rows, naming);
+}
+
+absl::Status UnknownInput(const ModelSignature& sig, const std::string& name) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown input '", EchoName(name),
+                   "'; the model takes: ", absl::StrJoin(InputNames(sig), ", ")));
+}
+
+std::vector<std::string> OutputNames(const ModelSignature& sig) {
+  std::vector<std::string> names;
+  for (const auto& s : sig.outputs) names.push_back(s.name);
+  return names;
+}
+
+}  // namespace
+
+namespace {
+
+// Every dim written as an expression of the symbols ("past + 1") must have its value.
+absl::Status CheckDerivedDims(const ModelSignature& sig, const std::vector<Tensor>& inputs,
+                              const std::map<std::string, int64_t>& values) {
+  for (size_t k = 0; k < sig.dim_symbols.size() && k < inputs.size(); ++k) {
+    for (size_t i = 0; i < sig.dim_symbols[k].size() && i < inputs[k].shape().size(); ++i) {
+      const std::string& expr = sig.dim_symbols[k][i];
+      if (expr.empty() || !shape::IsDimExpr(expr)) continue;
+      absl::StatusOr<int64_t> want = shape::EvalDimExpr(expr, values);
+      if (!want.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", sig.inputs[k].name, "' dim ", i,
+                                                       ": ", want.status().message()));
+      }
+      if (inputs[k].shape()[i] != *want) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", sig.inputs[k].name, "' dim ", i,
+                                                       " ('", expr, "') is ", inputs[k].shape()[i],
+                                                       ", but the other inputs make it ", *want));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(const ModelSignature& sig,
+                                                                const std::vector<Tensor>& inputs) {
+  std::map<std::string, int64_t> values;
+  std::map<std::string, size_t> first;  // symbol -> the input that gave its size
+  for (size_t k = 0; k < sig.dim_symbols.size() && k < inputs.size(); ++k) {
+    for (size_t i = 0; i < sig.dim_symbols[k].size() && i < inputs[k].shape().size(); ++i) {
+      const std::string& sym = sig.dim_symbols[k][i];
+      if (sym.empty() || shape::IsDimExpr(sym)) continue;
+      const int64_t size = inputs[k].shape()[i];
+      if (auto r = sig.dim_ranges.find(sym);
+          r != sig.dim_ranges.end() && (size < r->second.first || size > r->second.second)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", sig.inputs[k].name, "' dim ", i, " ('", sym, "') is ", size,
+            ", outside the sizes the model serves, [", r->second.first, ", ", r->second.second,
+            "] (model config dynamic_dims: {", sym, ": [min, max]})"));
+      }
+      auto [it, inserted] = values.emplace(sym, size);
+      if (inserted) {
+        first[sym] = k;
+      } else if (it->second != size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", sig.inputs[k].name, "' dim ", i, " ('", sym, "') is ", size,
+                         ", but input '", sig.inputs[first[sym]].name, "' has ", it->second));
+      }
+    }
+  }
+  RETURN_IF_ERROR(CheckDerivedDims(sig, inputs, values));
+  return values;
+}
+
+absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
+                                                    std::vector<NamedTensor> inputs) {
+  std::vector<Tensor*> by_spec(sig.inputs.size(), nullptr);
+  for (NamedTensor& in : inputs) {
+    size_t i = 0;
+    while (i < sig.inputs.size() && sig.inputs[i].name != in.name) ++i;
+    if (i == sig.inputs.size()) return UnknownInput(sig, in.name);
+    if (by_spec[i] != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "' is given twice"));
+    }
+    by_spec[i] = &in.tensor;
+  }
+  ValidatedInputs out;
+  int64_t rows = -1;
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    const runtime::TensorSpec& spec = sig.inputs[i];
+    if (by_spec[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing input '", spec.name, "' (", SpecText(spec, Naming::kKServe), ")"));
+    }
+    RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, *by_spec[i], rows, Naming::kKServe));
+    out.tensors.push_back(std::move(*by_spec[i]));
+  }
+  if (sig.dynamic()) {
+    ASSIGN_OR_RETURN(out.dims, DynamicDimValues(sig, out.tensors));
+  }
+  out.rows = sig.batchable ? rows : 1;
+  return out;
+}
+
+absl::Status CheckDeclaredInput(const ModelSignature& sig, const std::string& name, DType dtype,
+                                const std::vector<int64_t>& shape) {
+  for (const runtime::TensorSpec& spec : sig.inputs) {
+    if (spec.name != name) continue;
+    int64_t rows = -1;
+    return CheckAgainstSpec(sig, spec, dtype, shape, rows, Naming::kKServe);
+  }
+  return UnknownInput(sig, name);
+}
+
+absl::StatusOr<std::vector<size_t>> SelectNamedOutputs(const ModelSignature& sig,
+                                                       const std::vector<std::string>& names,
+                                                       const char* where) {
+  std::vector<size_t> out;
+  if (names.empty()) {
+    for (size_t i = 0; i < sig.outputs.size(); ++i) out.push_back(i);
+    return out;
+  }
+  for (const std::string& name : names) {
+    size_t i = 0;
+    while (i < sig.outputs.size() && sig.outputs[i].name != name) ++i;
+    if (i == sig.outputs.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown output '", EchoName(name), "' ", where,
+                       "; the model has: ", absl::StrJoin(OutputNames(sig), ", ")));
+    }
+    if (std::find(out.begin(), out.end(), i) != out.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", name, "' is requested twice"));
+    }
+    out.push_back(i);
+  }
+  return out;
+}
+
+absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig,
+                                               ProtoTensorMap* inputs_ptr) {
+  ProtoTensorMap& inputs = *inputs_ptr;
+  for (const auto& [name, tensor] : inputs) {
+    bool known = false;
+    for (const auto& s : sig.inputs) known |= s.name == name;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown input '", EchoName(name),
+                       "'; the model takes: ", absl::StrJoin(InputNames(sig), ", ")));
+    }
+  }
+  ValidatedInputs out;
+  int64_t rows = -1;
+  for (const auto& spec : sig.inputs) {
+    auto it = inputs.find(spec.name);
+    if (it == inputs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("missing input '", spec.name, "' (", SpecText(spec), ")"));
+    }
+    ASSIGN_OR_RETURN(Tensor t, TakeTensor(&it->second, absl::StrCat("input '", spec.name, "'")));
+    RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, t, rows));
+    out.tensors.push_back(std::move(t));
+  }
+  if (sig.dynamic()) {
+    ASSIGN_OR_RETURN(out.dims, DynamicDimValues(sig, out.tensors));
+  }
+  out.rows = sig.batchable ? rows : 1;
+  return out;
+}
+
+absl::StatusOr<std::vector<size_t>> SelectOutputs(
+    const ModelSignature& sig, const google::protobuf::RepeatedPtrField<std::string>& filter) {
+  return SelectNamedOutputs(sig, std::vector<std::string>(filter.begin(), filter.end()),
+                            "in output_filter");
+}
+
+std::optional<int64_t> ResponseBytesBound(const ModelSignature& sig,
+                                          const std::vector<size_t>& selected, int64_t rows) {
+  // In double: a hostile shape times a hostile row count must not wrap around.
+  double total = 0;
+  for (size_t i : selected) {
+    const runtime::TensorSpec& s = sig.outputs[i];
+    double bytes = static_cast<double>(DTypeSize(s.dtype));
+    for (size_t d = 0; d < s.shape.size(); ++d) {
+      if (d == 0 && sig.batchable) {
+        bytes *= static_cast<double>(rows);
+      } else if (s.shape[d] < 0) {
+        return std::nullopt;
+      } else {
+        bytes *= static_cast<double>(s.shape[d]);
+      }
+    }
+    total += bytes;
+  }
+  return total > 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
+}
+
+int64_t ResponseBytes(const std::vector<Tensor>& outputs, const std::vector<size_t>& selected) {
+  int64_t total = 0;
+  for (size_t i : selected) total += static_cast<int64_t>(outputs.at(i).nbytes());
+  return total;
+}
+
+absl::Status CheckResponseBytes(int64_t bytes, int64_t limit) {
+  if (bytes <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the response would carry ", bytes,
+                   " bytes of outputs, more than the server's message "
+                   "limit of ",
+                   limit, " bytes (server.max_message_bytes); ask for fewer rows or outputs"));
+}
+
+absl::Status CheckResponseBound(const ModelSignature& sig, const std::vector<size_t>& selected,
+                                int64_t rows, int64_t limit) {
+  const std::optional<int64_t> bound = ResponseBytesBound(sig, selected, rows);
+  return bound ? CheckResponseBytes(*bound, limit) : absl::OkStatus();
+}
+
+}  // namespace kiln::server
