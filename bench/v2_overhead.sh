@@ -17,29 +17,14 @@ build="${1:-$root/build}"
 seconds="${2:-3}"
 rounds="${3:-5}"
 wanted="${4:-example,resnet18}"
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=loadtest/local_kilnd.sh
+source "$root/loadtest/local_kilnd.sh"
 
-models=(example)
-mkdir -p "$work/models/example/1"
-cp "$root/config/models/example/1/model.onnx" "$work/models/example/1/"
-resnet="$HOME/.cache/kiln/models/resnet18/model.onnx"
-if [ -f "$resnet" ] && [[ ",$wanted," == *,resnet18,* ]]; then
-  mkdir -p "$work/models/resnet18/1"
-  cp "$resnet" "$work/models/resnet18/1/"
-  models+=(resnet18)
-fi
+want_resnet=0
+[[ ",$wanted," == *,resnet18,* ]] && want_resnet=1
+stage_models "$root" "$want_resnet"
 
-read -r grpc_port http_port < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+pick_free_ports
 cat >"$work/server.yaml" <<YAML
 server: {grpc_address: '127.0.0.1:$grpc_port', http_address: '127.0.0.1:$http_port'}
 model_repository: '$work/models'

@@ -30,7 +30,7 @@ struct CompileOptions {
   // A graph whose shapes depend on input values (NonZero, NMS, a Reshape to a computed
   // shape) cannot be planned as a whole. With this set, such a graph compiles with an empty
   // plan instead of failing, and the backend plans what is static itself (the CPU engine's
-  // dynamic region, runtime/cpu/dynamic_engine.h). Off by default: callers that need one
+  // dynamic region, runtime/dynamic_engine.h). Off by default: callers that need one
   // fixed arena (the server) keep the error.
   bool allow_dynamic_shapes = false;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 namespace kiln {
 
@@ -124,23 +125,22 @@ bool IsSupportedDType(DType t) {
   }
 }
 
+namespace {
+
+bool OneOf(DType t, std::initializer_list<DType> set) {
+  return std::find(set.begin(), set.end(), t) != set.end();
+}
+
+}  // namespace
+
 bool IsNarrowDType(DType t) {
   return IsNarrowFloatDType(t) || t == DType::kInt4 || t == DType::kUInt4 || t == DType::kInt2 ||
          t == DType::kUInt2;
 }
 
 bool IsNarrowFloatDType(DType t) {
-  switch (t) {
-    case DType::kFloat8E4M3FN:
-    case DType::kFloat8E4M3FNUZ:
-    case DType::kFloat8E5M2:
-    case DType::kFloat8E5M2FNUZ:
-    case DType::kFloat8E8M0:
-    case DType::kFloat4E2M1:
-      return true;
-    default:
-      return false;
-  }
+  return OneOf(t, {DType::kFloat8E4M3FN, DType::kFloat8E4M3FNUZ, DType::kFloat8E5M2,
+                   DType::kFloat8E5M2FNUZ, DType::kFloat8E8M0, DType::kFloat4E2M1});
 }
 
 int SubByteBits(DType t) {
@@ -173,19 +173,8 @@ bool IsFloatDType(DType t) {
 }
 
 bool IsIntegerDType(DType t) {
-  switch (t) {
-    case DType::kInt8:
-    case DType::kInt16:
-    case DType::kInt32:
-    case DType::kInt64:
-    case DType::kUInt8:
-    case DType::kUInt16:
-    case DType::kUInt32:
-    case DType::kUInt64:
-      return true;
-    default:
-      return false;
-  }
+  return OneOf(t, {DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64, DType::kUInt8,
+                   DType::kUInt16, DType::kUInt32, DType::kUInt64});
 }
 
 bool IsSignedDType(DType t) {

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <type_traits>
 
 #include "base/aligned.h"
 #include "base/memory_budget.h"
@@ -78,6 +80,43 @@ Tensor Tensor::View(DType dtype, std::vector<int64_t> shape, std::shared_ptr<voi
   return t;
 }
 
+namespace {
+
+// Element i of `base` as R for the integer dtypes (bool and the sub-byte ones, which live one
+// per byte, included); nullopt for the floating ones.
+template <class R>
+std::optional<R> IntegerElement(DType dtype, const void* base, int64_t i) {
+  auto at = [&](auto* typed) { return static_cast<R>(typed[i]); };
+  switch (dtype) {
+    case DType::kInt8:
+    case DType::kInt4:
+    case DType::kInt2:
+      return at(static_cast<const int8_t*>(base));
+    case DType::kInt16:
+      return at(static_cast<const int16_t*>(base));
+    case DType::kInt32:
+      return at(static_cast<const int32_t*>(base));
+    case DType::kInt64:
+      return at(static_cast<const int64_t*>(base));
+    case DType::kUInt8:
+    case DType::kUInt4:
+    case DType::kUInt2:
+      return at(static_cast<const uint8_t*>(base));
+    case DType::kUInt16:
+      return at(static_cast<const uint16_t*>(base));
+    case DType::kUInt32:
+      return at(static_cast<const uint32_t*>(base));
+    case DType::kUInt64:
+      return at(static_cast<const uint64_t*>(base));
+    case DType::kBool:
+      return static_cast<R>(static_cast<const uint8_t*>(base)[i] != 0);
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
 double Tensor::GetDouble(int64_t i) const {
   switch (dtype_) {
     case DType::kFloat32:
@@ -88,34 +127,12 @@ double Tensor::GetDouble(int64_t i) const {
       return HalfToFloat(data<uint16_t>()[i]);
     case DType::kBFloat16:
       return BFloat16ToFloat(data<uint16_t>()[i]);
-    case DType::kInt8:
-      return data<int8_t>()[i];
-    case DType::kInt16:
-      return data<int16_t>()[i];
-    case DType::kInt32:
-      return data<int32_t>()[i];
-    case DType::kInt64:
-      return static_cast<double>(data<int64_t>()[i]);
-    case DType::kUInt8:
-      return data<uint8_t>()[i];
-    case DType::kUInt16:
-      return data<uint16_t>()[i];
-    case DType::kUInt32:
-      return data<uint32_t>()[i];
-    case DType::kUInt64:
-      return static_cast<double>(data<uint64_t>()[i]);
-    case DType::kBool:
-      return data<uint8_t>()[i] ? 1.0 : 0.0;
-    case DType::kInt4:
-    case DType::kInt2:
-      return data<int8_t>()[i];
-    case DType::kUInt4:
-    case DType::kUInt2:
-      return data<uint8_t>()[i];
     default:
-      if (IsNarrowFloatDType(dtype_)) return NarrowFloatToDouble(dtype_, data<uint8_t>()[i]);
-      return 0.0;
+      break;
   }
+  if (std::optional<double> v = IntegerElement<double>(dtype_, data_, i)) return *v;
+  if (IsNarrowFloatDType(dtype_)) return NarrowFloatToDouble(dtype_, data<uint8_t>()[i]);
+  return 0.0;
 }
 
 void Tensor::SetDouble(int64_t i, double v) {
@@ -153,77 +170,46 @@ void Tensor::SetDouble(int64_t i, double v) {
 }
 
 int64_t Tensor::GetInt(int64_t i) const {
-  switch (dtype_) {
-    case DType::kInt8:
-      return data<int8_t>()[i];
-    case DType::kInt16:
-      return data<int16_t>()[i];
-    case DType::kInt32:
-      return data<int32_t>()[i];
-    case DType::kInt64:
-      return data<int64_t>()[i];
-    case DType::kUInt8:
-      return data<uint8_t>()[i];
-    case DType::kUInt16:
-      return data<uint16_t>()[i];
-    case DType::kUInt32:
-      return data<uint32_t>()[i];
-    case DType::kUInt64:
-      return static_cast<int64_t>(data<uint64_t>()[i]);
-    case DType::kBool:
-      return data<uint8_t>()[i] ? 1 : 0;
-    case DType::kInt4:
-    case DType::kInt2:
-      return data<int8_t>()[i];
-    case DType::kUInt4:
-    case DType::kUInt2:
-      return data<uint8_t>()[i];
-    default:
-      return static_cast<int64_t>(GetDouble(i));
-  }
+  if (std::optional<int64_t> v = IntegerElement<int64_t>(dtype_, data_, i)) return *v;
+  return static_cast<int64_t>(GetDouble(i));
 }
 
 void Tensor::SetInt(int64_t i, int64_t v) {
+  auto put = [&](auto* typed) {
+    typed[i] = static_cast<std::remove_reference_t<decltype(*typed)>>(v);
+  };
   switch (dtype_) {
     case DType::kInt8:
-      mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
-      break;
+      return put(mutable_data<int8_t>());
     case DType::kInt16:
-      mutable_data<int16_t>()[i] = static_cast<int16_t>(v);
-      break;
+      return put(mutable_data<int16_t>());
     case DType::kInt32:
-      mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
-      break;
+      return put(mutable_data<int32_t>());
     case DType::kInt64:
-      mutable_data<int64_t>()[i] = v;
-      break;
+      return put(mutable_data<int64_t>());
     case DType::kUInt8:
-      mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
-      break;
+      return put(mutable_data<uint8_t>());
     case DType::kUInt16:
-      mutable_data<uint16_t>()[i] = static_cast<uint16_t>(v);
-      break;
+      return put(mutable_data<uint16_t>());
     case DType::kUInt32:
-      mutable_data<uint32_t>()[i] = static_cast<uint32_t>(v);
-      break;
+      return put(mutable_data<uint32_t>());
     case DType::kUInt64:
-      mutable_data<uint64_t>()[i] = static_cast<uint64_t>(v);
-      break;
+      return put(mutable_data<uint64_t>());
     case DType::kBool:
       mutable_data<uint8_t>()[i] = v != 0;
-      break;
+      return;
     // Sub-byte integers live one per byte, already wrapped (and sign-extended) to their width.
     case DType::kInt4:
     case DType::kInt2:
       mutable_data<int8_t>()[i] = static_cast<int8_t>(WrapNarrowInt(dtype_, v));
-      break;
+      return;
     case DType::kUInt4:
     case DType::kUInt2:
       mutable_data<uint8_t>()[i] = static_cast<uint8_t>(WrapNarrowInt(dtype_, v));
-      break;
+      return;
     default:
       SetDouble(i, static_cast<double>(v));
-      break;
+      return;
   }
 }
 

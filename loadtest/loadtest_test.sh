@@ -4,20 +4,10 @@
 #   loadtest_test.sh KILND KILN_LOAD SOURCE_DIR
 set -euo pipefail
 kilnd=$1 load=$2 src=$3
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=loadtest/local_kilnd.sh
+source "$(dirname "${BASH_SOURCE[0]}")/local_kilnd.sh"
 
-# Two free ports from the kernel (bound to port 0, then released).
-read -r grpc_port http_port < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+pick_free_ports
 
 mkdir -p "$work/models"
 cp -r "$src/config/models/example" "$work/models/"

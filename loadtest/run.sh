@@ -9,31 +9,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 seconds="${2:-5}"
-work="$(mktemp -d)"
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=loadtest/local_kilnd.sh
+source "$root/loadtest/local_kilnd.sh"
 
-models=(example)
-mkdir -p "$work/models/example/1"
-cp "$root/config/models/example/1/model.onnx" "$work/models/example/1/"
-resnet="$HOME/.cache/kiln/models/resnet18/model.onnx"
-if [ -f "$resnet" ]; then
-  mkdir -p "$work/models/resnet18/1"
-  cp "$resnet" "$work/models/resnet18/1/"
-  models+=(resnet18)
-else
-  echo "run.sh: $resnet not found (tests/models/export_models.py writes it); example only" >&2
-fi
+stage_models "$root" 1
 
-read -r grpc_port http_port < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+pick_free_ports
 
 start_kilnd() {  # delay_us
   cat >"$work/server.yaml" <<YAML

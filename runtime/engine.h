@@ -18,7 +18,7 @@ struct TensorSpec {
   std::string name;
   DType dtype = DType::kUndefined;
   // Static: an engine serves one batch size. -1: a dim known only per run (a CPU engine
-  // built with dynamic_shapes, runtime/cpu/dynamic_engine.h).
+  // built with dynamic_shapes, runtime/dynamic_engine.h).
   std::vector<int64_t> shape;
 };
 

@@ -28,20 +28,18 @@ void IdentitySpan(const std::vector<int64_t>& map, int64_t& lo, int64_t& hi, int
   }
 }
 
-class AxisGatherKernel : public CpuKernel {
+class AxisGatherKernel : public WordKernel<AxisGatherKernel> {
  public:
   AxisGatherKernel(int in, int out, AxisGatherPlan plan, std::vector<unsigned char> fill)
-      : in_(in), out_(out), p_(std::move(plan)), fill_(std::move(fill)),
+      : WordKernel(plan.elem),
+        in_(in),
+        out_(out),
+        p_(std::move(plan)),
+        fill_(std::move(fill)),
         index_(p_.out_shape.size(), 0) {
     IdentitySpan(p_.map.back(), lo_, hi_, shift_);
   }
 
-  absl::Status Run(const ExecContext& ctx) override {
-    WithWordType(p_.elem, [&](auto word) { Walk<decltype(word)>(ctx); });
-    return absl::OkStatus();
-  }
-
- private:
   template <class T>
   void Walk(const ExecContext& ctx) {
     const T* x = static_cast<const T*>(ctx.ptrs[in_]);
@@ -73,6 +71,7 @@ class AxisGatherKernel : public CpuKernel {
     }
   }
 
+ private:
   int in_, out_;
   AxisGatherPlan p_;
   std::vector<unsigned char> fill_;

@@ -18,11 +18,11 @@
 #include "ops/evaluate.h"
 #include "ops/interpreter.h"
 #include "runtime/cpu/build_context.h"
-#include "runtime/cpu/dynamic_engine.h"
 #include "runtime/cpu/isa.h"
 #include "runtime/cpu/slot_table.h"
 #include "runtime/cpu/transient_heap.h"
 #include "runtime/cpu/tune.h"
+#include "runtime/dynamic_engine.h"
 
 namespace kiln::cpu {
 namespace {
@@ -445,8 +445,8 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGr
     const char* layout = options.layout == ActivationLayout::kTune
                              ? ActivationLayoutName(ActivationLayout::kPrimitive)
                              : ActivationLayoutName(options.layout);
-    return BuildDynamicEngine(
-        compiled, [&](const CompiledGraph& part) { return BuildCpuEngine(part, options); },
+    return runtime::BuildDynamicEngine(
+        compiled, [&](const CompiledGraph& part) { return BuildCpuEngine(part, options); }, "cpu",
         layout);
   }
   auto build_with = [&](const CpuEngineOptions& o, ActivationLayout layout)

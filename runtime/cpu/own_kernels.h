@@ -62,6 +62,23 @@ void WithWordType(size_t bytes, F&& f) {
   }
 }
 
+// A kernel that only moves elements: Run calls Derived's `template <class T> void
+// Walk(const ExecContext&)` with T the unsigned word of the element size given here.
+template <class Derived>
+class WordKernel : public CpuKernel {
+ public:
+  explicit WordKernel(size_t elem) : word_bytes_(elem) {}
+  absl::Status Run(const ExecContext& ctx) override {
+    WithWordType(word_bytes_, [&](auto word) {
+      static_cast<Derived*>(this)->template Walk<decltype(word)>(ctx);
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  size_t word_bytes_;
+};
+
 // Cast's conversion (cast_kernel.cc: the reference's rules) of n elements read from
 // x[start + i * stride] into y[i]; the element-wise kernel converts integer inputs of fused
 // programs with it too.

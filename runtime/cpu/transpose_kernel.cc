@@ -11,19 +11,18 @@
 namespace kiln::cpu {
 namespace {
 
-class TransposeKernel : public CpuKernel {
+class TransposeKernel : public WordKernel<TransposeKernel> {
  public:
-  TransposeKernel(int in, int out, std::vector<int64_t> out_shape,
-                  std::vector<int64_t> in_strides, size_t elem, int64_t start = 0)
-      : in_(in), out_(out), shape_(std::move(out_shape)), strides_(std::move(in_strides)),
-        elem_(elem), start_(start), index_(shape_.size(), 0) {}
+  TransposeKernel(int in, int out, std::vector<int64_t> out_shape, std::vector<int64_t> in_strides,
+                  size_t elem, int64_t start = 0)
+      : WordKernel(elem),
+        in_(in),
+        out_(out),
+        shape_(std::move(out_shape)),
+        strides_(std::move(in_strides)),
+        start_(start),
+        index_(shape_.size(), 0) {}
 
-  absl::Status Run(const ExecContext& ctx) override {
-    WithWordType(elem_, [&](auto word) { Walk<decltype(word)>(ctx); });
-    return absl::OkStatus();
-  }
-
- private:
   template <class T>
   void Walk(const ExecContext& ctx) {
     const T* x = static_cast<const T*>(ctx.ptrs[in_]);
@@ -46,9 +45,9 @@ class TransposeKernel : public CpuKernel {
     }
   }
 
+ private:
   int in_, out_;
   std::vector<int64_t> shape_, strides_;
-  size_t elem_;
   int64_t start_;  // input offset of output element 0
   std::vector<int64_t> index_;
 };

@@ -10,19 +10,17 @@
 namespace kiln::cpu {
 namespace {
 
-class WhereKernel : public CpuKernel {
+class WhereKernel : public WordKernel<WhereKernel> {
  public:
   WhereKernel(std::array<int, 3> in, int out, std::vector<int64_t> shape,
               std::array<std::vector<int64_t>, 3> strides, size_t elem)
-      : in_(in), out_(out), shape_(std::move(shape)), strides_(std::move(strides)), elem_(elem),
+      : WordKernel(elem),
+        in_(in),
+        out_(out),
+        shape_(std::move(shape)),
+        strides_(std::move(strides)),
         index_(shape_.size(), 0) {}
 
-  absl::Status Run(const ExecContext& ctx) override {
-    WithWordType(elem_, [&](auto word) { Walk<decltype(word)>(ctx); });
-    return absl::OkStatus();
-  }
-
- private:
   template <class T>
   void Walk(const ExecContext& ctx) {
     const uint8_t* c = static_cast<const uint8_t*>(ctx.ptrs[in_[0]]);  // bool as bytes
@@ -50,11 +48,11 @@ class WhereKernel : public CpuKernel {
     }
   }
 
+ private:
   std::array<int, 3> in_;
   int out_;
   std::vector<int64_t> shape_;
   std::array<std::vector<int64_t>, 3> strides_;
-  size_t elem_;
   std::vector<int64_t> index_;
 };
 

@@ -20,6 +20,7 @@
 #include "runtime/cuda/node_plan.h"
 #include "runtime/cuda/nvrtc_compiler.h"
 #include "runtime/cuda/steps.h"
+#include "runtime/dynamic_engine.h"
 
 namespace kiln::cuda {
 namespace {
@@ -87,13 +88,19 @@ class CudaEngine : public runtime::Engine {
   std::vector<runtime::TensorSpec> input_specs_, output_specs_;
 };
 
-absl::Status CudaEngine::SelectDevice() {
+// FAILED_PRECONDITION unless GPU `device` exists (no driver: the runtime's error).
+absl::Status CheckDeviceUsable(int device) {
   int count = 0;
   KILN_CUDA(cudaGetDeviceCount(&count));
-  if (options_.device < 0 || options_.device >= count) {
-    return absl::FailedPreconditionError("no GPU " + std::to_string(options_.device) + " (this machine has " +
-                                         std::to_string(count) + ")");
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError("no GPU " + std::to_string(device) +
+                                         " (this machine has " + std::to_string(count) + ")");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::SelectDevice() {
+  RETURN_IF_ERROR(CheckDeviceUsable(options_.device));
   ctx_.device = options_.device;
   KILN_CUDA(cudaSetDevice(options_.device));
   KILN_CUDA(cudaGetDeviceProperties(&ctx_.prop, options_.device));
@@ -380,10 +387,21 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCudaEngine(const CompiledG
                                                                   const CudaEngineOptions& options) {
   if (!compiled.graph) return absl::InvalidArgumentError("cuda engine: no graph");
   RETURN_IF_ERROR(ref::CheckSupported(*compiled.graph));  // host fallbacks and bodies need kernels
+  const std::string device = "cuda:" + std::to_string(options.device);
+  if (HasDynamicShapes(*compiled.graph)) {
+    // Shapes known only per run: the static region on this engine (its sub-graph is all
+    // static, so one level deep), the rest on the reference per call, as on the CPU. The GPU
+    // is checked first, so a graph with no static region does not pass for a GPU engine on a
+    // machine without one.
+    RETURN_IF_ERROR(CheckDeviceUsable(options.device));
+    return runtime::BuildDynamicEngine(
+        compiled, [&](const CompiledGraph& part) { return BuildCudaEngine(part, options); }, device,
+        "cuda");
+  }
   auto engine = std::make_unique<CudaEngine>();
   absl::Status st = engine->Build(compiled, options);
   if (!st.ok()) {
-    return absl::Status(st.code(), "cuda:" + std::to_string(options.device) + ": " + std::string(st.message()));
+    return absl::Status(st.code(), device + ": " + std::string(st.message()));
   }
   return std::unique_ptr<runtime::Engine>(std::move(engine));
 }

@@ -89,6 +89,18 @@ std::vector<std::string> NvrtcParts() {
           std::to_string(CUDART_VERSION % 1000 / 10)};
 }
 
+// Opens `soname` for `lib` (its file and the loader's notes recorded): the handle, or null
+// with lib.status saying why.
+template <class Api>
+void* OpenInto(Library<Api>& lib, const std::string& soname, const char* build_dir,
+               const std::vector<std::string>& parts) {
+  const Opened o = OpenLibrary(soname, build_dir, parts);
+  lib.file = o.file;
+  lib.notes = o.notes;
+  if (!o.handle) lib.status = absl::FailedPreconditionError(o.error);
+  return o.handle;
+}
+
 #define KILN_API_LOAD(f)                                                                  \
   lib.api.f = reinterpret_cast<decltype(lib.api.f)>(dlsym(h, #f));                        \
   if (!lib.api.f) {                                                                       \
@@ -99,14 +111,8 @@ std::vector<std::string> NvrtcParts() {
 Library<CudnnApi> OpenCudnn() {
   Library<CudnnApi> lib;
   const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
-  const Opened o = OpenLibrary(soname, KILN_CUDNN_LIB_DIR, CudnnParts());
-  lib.file = o.file;
-  lib.notes = o.notes;
-  if (!o.handle) {
-    lib.status = absl::FailedPreconditionError(o.error);
-    return lib;
-  }
-  void* h = o.handle;
+  void* h = OpenInto(lib, soname, KILN_CUDNN_LIB_DIR, CudnnParts());
+  if (!h) return lib;
   KILN_CUDNN_API(KILN_API_LOAD)
   return lib;
 }
@@ -114,14 +120,8 @@ Library<CudnnApi> OpenCudnn() {
 Library<CublasLtApi> OpenCublasLt() {
   Library<CublasLtApi> lib;
   const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-  const Opened o = OpenLibrary(soname, KILN_CUDA_LIB_DIR, {});
-  lib.file = o.file;
-  lib.notes = o.notes;
-  if (!o.handle) {
-    lib.status = absl::FailedPreconditionError(o.error);
-    return lib;
-  }
-  void* h = o.handle;
+  void* h = OpenInto(lib, soname, KILN_CUDA_LIB_DIR, {});
+  if (!h) return lib;
   KILN_CUBLASLT_API(KILN_API_LOAD)
   return lib;
 }
@@ -130,14 +130,8 @@ Library<NvrtcApi> OpenNvrtc() {
   Library<NvrtcApi> lib;
   // NVRTC's major is the CUDA major it ships with.
   const std::string soname = "libnvrtc.so." + std::to_string(CUDART_VERSION / 1000);
-  const Opened o = OpenLibrary(soname, KILN_CUDA_LIB_DIR, NvrtcParts());
-  lib.file = o.file;
-  lib.notes = o.notes;
-  if (!o.handle) {
-    lib.status = absl::FailedPreconditionError(o.error);
-    return lib;
-  }
-  void* h = o.handle;
+  void* h = OpenInto(lib, soname, KILN_CUDA_LIB_DIR, NvrtcParts());
+  if (!h) return lib;
   KILN_NVRTC_API(KILN_API_LOAD)
   return lib;
 }

@@ -50,7 +50,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     options.batch = batch;
     options.pipeline = pipeline;
     // Output sizes that depend on input values (a detector's NonZero and NonMaxSuppression):
-    // the CPU engine runs that region per call (runtime/cpu/dynamic_engine.h).
+    // the CPU and CUDA engines run that region per call (runtime/dynamic_engine.h).
     options.allow_dynamic_shapes = true;
     Clock::time_point t0 = Clock::now();
     ASSIGN_OR_RETURN(r.compiled, CompileGraph(imported, options));

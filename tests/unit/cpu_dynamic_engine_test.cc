@@ -1,4 +1,4 @@
-// The CPU engine on graphs with data-dependent shapes (runtime/cpu/dynamic_engine.h): the
+// The CPU engine on graphs with data-dependent shapes (runtime/dynamic_engine.h): the
 // static region planned, the rest on the reference per run. Every case runs several inputs
 // that give different output sizes through one engine and compares with ref::Run.
 #include <algorithm>
@@ -9,7 +9,8 @@
 #include "ir/builder.h"
 #include "ops/interpreter.h"
 #include "runtime/cpu/cpu_engine.h"
-#include "runtime/cpu/dynamic_engine.h"
+#include "runtime/dynamic_engine.h"
+#include "runtime/reference/reference_engine.h"
 
 namespace kiln {
 namespace {
@@ -97,7 +98,7 @@ TEST(CpuEngineDynamic, NonZeroThenGatherTransposeAndStaticOps) {
   std::unique_ptr<Graph> g = NonZeroGraph();
   Built b = Build(*g);
   ASSERT_NE(b.engine, nullptr);
-  EXPECT_TRUE(cpu::HasDynamicRegion(*b.engine));
+  EXPECT_TRUE(runtime::HasDynamicRegion(*b.engine));
   const runtime::EngineInfo& info = b.engine->info();
   // NonZero, Transpose, both Gathers, ReduceSum, Add run on the reference; Relu and Mul
   // are planned.
@@ -129,7 +130,7 @@ TEST(CpuEngineDynamic, ReshapeToComputedShape) {
   std::unique_ptr<Graph> g = gb.Build();
   Built b = Build(*g);
   ASSERT_NE(b.engine, nullptr);
-  EXPECT_TRUE(cpu::HasDynamicRegion(*b.engine));
+  EXPECT_TRUE(runtime::HasDynamicRegion(*b.engine));
   // Reshape and Sigmoid (and the int64 Abs, which the static region runs on its fallback).
   const runtime::EngineInfo& info = b.engine->info();
   EXPECT_GE(info.fallback_ops, 2);
@@ -174,7 +175,7 @@ TEST(CpuEngineDynamic, StaticGraphBuildsThePlainEngine) {
   std::unique_ptr<Graph> g = gb.Build();
   Built b = Build(*g);
   ASSERT_NE(b.engine, nullptr);
-  EXPECT_FALSE(cpu::HasDynamicRegion(*b.engine));
+  EXPECT_FALSE(runtime::HasDynamicRegion(*b.engine));
   EXPECT_EQ(b.engine->info().fallback_ops, 0);
   std::vector<Tensor> outs;
   ExpectMatches(*g, *b.engine, {{"x", WithPositives(9)}}, outs);
@@ -191,6 +192,43 @@ TEST(CpuEngineDynamic, RefusedWithoutTheOption) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(std::string(e.status().message()).find("no static shape"), std::string::npos)
       << e.status();
+}
+
+// The two-region engine takes any backend's engine for its static region: here the reference
+// engine, so it is proven apart from the CPU engine. Its builder gets the static sub-graph
+// only (all static shapes), and the device named is what info() and messages say.
+TEST(DynamicEngine, AnyBackendBuildsTheStaticRegion) {
+  std::unique_ptr<Graph> g = NonZeroGraph();
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO0;
+  co.allow_dynamic_shapes = true;
+  absl::StatusOr<CompiledGraph> c = CompileGraph(*g, co);
+  ASSERT_TRUE(c.ok()) << c.status();
+  int builds = 0;
+  auto build_static = [&](const CompiledGraph& part) {
+    ++builds;
+    EXPECT_FALSE(HasDynamicShapes(*part.graph));
+    return runtime::BuildReferenceEngine(part);
+  };
+  auto e = runtime::BuildDynamicEngine(*c, build_static, "reference", "reference");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(builds, 1);
+  EXPECT_TRUE(runtime::HasDynamicRegion(**e));
+  EXPECT_GT((*e)->info().fallback_ops, 0);
+  std::vector<Tensor> outs;
+  for (int positive : {7, 0, 20}) ExpectMatches(*g, **e, {{"x", WithPositives(positive)}}, outs);
+  // Negative: a static builder's refusal is the engine's, and messages name the device.
+  auto refused = runtime::BuildDynamicEngine(
+      *c,
+      [](const CompiledGraph&) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
+        return absl::FailedPreconditionError("no GPU 0");
+      },
+      "cuda:0", "cuda");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "no GPU 0");
+  auto empty = runtime::BuildDynamicEngine(CompiledGraph{}, build_static, "cuda:0", "cuda");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), "cuda:0 engine: no graph");
 }
 
 }  // namespace

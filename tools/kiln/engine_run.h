@@ -35,7 +35,7 @@ struct EngineRun {
 // `options.level` with the backend's passes kept off, builds its engines and runs each once
 // on `feeds` (by input name). When shapes depend on input values, small integer inputs are
 // bound as constants and the build is retried; still data-dependent, the engine is built
-// with a dynamic region (runtime/cpu/dynamic_engine.h) where the backend has one.
+// with a dynamic region (runtime/dynamic_engine.h) where the backend has one.
 // UNIMPLEMENTED when shapes stay data-dependent.
 absl::StatusOr<EngineRun> RunOnEngine(const Graph& graph, const ref::TensorMap& feeds,
                                       const EngineRunOptions& options);

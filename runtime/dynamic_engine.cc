@@ -1,6 +1,6 @@
-// The two-region CPU engine (dynamic_engine.h): a planned CpuEngine for the static region,
+// The two-region engine (dynamic_engine.h): the backend's planned engine for the static region,
 // the reference interpreter for the data-dependent rest.
-#include "runtime/cpu/dynamic_engine.h"
+#include "runtime/dynamic_engine.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,14 +13,16 @@
 #include "compiler/plan/memory_plan.h"
 #include "ops/interpreter.h"
 
-namespace kiln::cpu {
+namespace kiln::runtime {
 namespace {
 
 bool HasStaticLayout(const Value* v) {
   return v->shape && IsStatic(*v->shape) && DTypeSize(v->dtype) > 0;
 }
 
-std::string OpName(const Node& n) { return n.domain.empty() ? n.op_type : n.domain + "." + n.op_type; }
+std::string OpName(const Node& n) {
+  return n.domain.empty() ? n.op_type : n.domain + "." + n.op_type;
+}
 
 // How the graph splits. A node is static when its outputs have static shapes and a dense
 // dtype and it reads only graph inputs, constants and static values: nodes after a
@@ -92,7 +94,8 @@ absl::StatusOr<CompiledGraph> StaticPart(const Graph& graph, const Partition& p)
   c.graph = graph.Clone();
   KeepNodes(*c.graph, p.is_static);
   c.graph->outputs.clear();
-  for (const std::string& name : p.static_outputs) c.graph->outputs.push_back(c.graph->FindValue(name));
+  for (const std::string& name : p.static_outputs)
+    c.graph->outputs.push_back(c.graph->FindValue(name));
   c.graph->PruneUnusedValues();
   ASSIGN_OR_RETURN(c.plan, plan::PlanMemory(*c.graph));
   return c;
@@ -118,13 +121,13 @@ std::unique_ptr<Graph> DynamicPart(const Graph& graph, const Partition& p) {
 // Where a graph output's tensor comes from on each run.
 struct OutputSource {
   enum Kind { kStatic, kDynamic, kInput, kConstant } kind = kDynamic;
-  size_t index = 0;   // kStatic: static engine output; kInput: graph input
-  std::string name;   // kDynamic: the dynamic region's output
-  Tensor constant;    // kConstant
+  size_t index = 0;  // kStatic: static engine output; kInput: graph input
+  std::string name;  // kDynamic: the dynamic region's output
+  Tensor constant;   // kConstant
 };
 
-runtime::TensorSpec SpecOf(const Value& v) {
-  runtime::TensorSpec s{v.name, v.dtype, {}};
+TensorSpec SpecOf(const Value& v) {
+  TensorSpec s{v.name, v.dtype, {}};
   if (v.shape) {
     for (const Dim& d : *v.shape) s.shape.push_back(d.known() ? d.value : -1);
   }
@@ -144,13 +147,16 @@ void CopyOut(const Tensor& src, Tensor& dst) {
   dst = src.Clone();
 }
 
-class DynamicEngine : public runtime::Engine {
+class DynamicEngine : public Engine {
  public:
+  // `device`: the device string of the backend building the static region ("cpu", "cuda:0").
+  explicit DynamicEngine(std::string device)
+      : device_(std::move(device)), where_(device_ + " engine: ") {}
   absl::Status Build(const CompiledGraph& compiled, const StaticEngineBuilder& build_static,
                      const char* layout);
-  const runtime::EngineInfo& info() const override { return info_; }
-  const std::vector<runtime::TensorSpec>& inputs() const override { return input_specs_; }
-  const std::vector<runtime::TensorSpec>& outputs() const override { return output_specs_; }
+  const EngineInfo& info() const override { return info_; }
+  const std::vector<TensorSpec>& inputs() const override { return input_specs_; }
+  const std::vector<TensorSpec>& outputs() const override { return output_specs_; }
   absl::Status Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) override;
 
  private:
@@ -159,13 +165,14 @@ class DynamicEngine : public runtime::Engine {
   absl::Status BindOutputs(const Graph& graph);
   void FillInfo(const Partition& p, const char* layout);
 
-  std::unique_ptr<runtime::Engine> static_;  // null when no static value is needed
-  std::vector<size_t> static_inputs_;        // per static engine input: our input index
-  std::vector<Tensor> static_outs_;          // its outputs, reused between runs
+  const std::string device_, where_;
+  std::unique_ptr<Engine> static_;     // null when no static value is needed
+  std::vector<size_t> static_inputs_;  // per static engine input: our input index
+  std::vector<Tensor> static_outs_;    // its outputs, reused between runs
   std::unique_ptr<Graph> dynamic_;
   std::vector<OutputSource> sources_;
-  runtime::EngineInfo info_;
-  std::vector<runtime::TensorSpec> input_specs_, output_specs_;
+  EngineInfo info_;
+  std::vector<TensorSpec> input_specs_, output_specs_;
 };
 
 absl::Status DynamicEngine::Build(const CompiledGraph& compiled,
@@ -174,7 +181,7 @@ absl::Status DynamicEngine::Build(const CompiledGraph& compiled,
   const Graph& graph = *compiled.graph;
   for (const Value* in : graph.inputs) {
     if (!HasStaticLayout(in)) {
-      return absl::InvalidArgumentError("cpu engine: input '" + in->name +
+      return absl::InvalidArgumentError(where_ + "input '" + in->name +
                                         "' has no static shape (compile for one batch size)");
     }
     input_specs_.push_back(SpecOf(*in));
@@ -194,11 +201,11 @@ absl::Status DynamicEngine::BuildStatic(const Graph& graph, const Partition& p,
   if (p.static_outputs.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(CompiledGraph part, StaticPart(graph, p));
   ASSIGN_OR_RETURN(static_, build_static(part));
-  for (const runtime::TensorSpec& spec : static_->inputs()) {
+  for (const TensorSpec& spec : static_->inputs()) {
     size_t i = 0;
     while (i < input_specs_.size() && input_specs_[i].name != spec.name) ++i;
     if (i == input_specs_.size()) {
-      return absl::InternalError("cpu engine: static region input '" + spec.name + "' unknown");
+      return absl::InternalError(where_ + "static region input '" + spec.name + "' unknown");
     }
     static_inputs_.push_back(i);
   }
@@ -209,7 +216,7 @@ absl::Status DynamicEngine::BindOutputs(const Graph& graph) {
   for (const Value* v : graph.outputs) {
     OutputSource src;
     src.name = v->name;
-    auto named = [&](const std::vector<runtime::TensorSpec>& specs) {
+    auto named = [&](const std::vector<TensorSpec>& specs) {
       size_t i = 0;
       while (i < specs.size() && specs[i].name != v->name) ++i;
       return i;
@@ -223,8 +230,9 @@ absl::Status DynamicEngine::BindOutputs(const Graph& graph) {
     } else if (static_ && named(static_->outputs()) < static_->outputs().size()) {
       src.kind = OutputSource::kStatic;
       src.index = named(static_->outputs());
-    } else if (!dynamic_->FindValue(v->name) || !dynamic_->IsGraphOutput(dynamic_->FindValue(v->name))) {
-      return absl::InternalError("cpu engine: output '" + v->name + "' is in neither region");
+    } else if (!dynamic_->FindValue(v->name) ||
+               !dynamic_->IsGraphOutput(dynamic_->FindValue(v->name))) {
+      return absl::InternalError(where_ + "output '" + v->name + "' is in neither region");
     }
     sources_.push_back(std::move(src));
     output_specs_.push_back(SpecOf(*v));
@@ -236,10 +244,10 @@ void DynamicEngine::FillInfo(const Partition& p, const char* layout) {
   if (static_) {
     info_ = static_->info();
   } else {
-    info_.device = "cpu";
+    info_.device = device_;
     info_.layout = layout;
-    info_.batch = input_specs_.empty() || input_specs_[0].shape.empty()
-                      ? 1 : input_specs_[0].shape[0];
+    info_.batch =
+        input_specs_.empty() || input_specs_[0].shape.empty() ? 1 : input_specs_[0].shape[0];
   }
   info_.total_ops += p.dynamic_ops;
   info_.fallback_ops += p.dynamic_ops;
@@ -249,7 +257,7 @@ void DynamicEngine::FillInfo(const Partition& p, const char* layout) {
 }
 
 absl::Status DynamicEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
-  RETURN_IF_ERROR(runtime::CheckInputs(input_specs_, inputs));
+  RETURN_IF_ERROR(CheckInputs(input_specs_, inputs));
   ref::TensorMap known;  // every value the dynamic region may read, sharing buffers
   for (size_t i = 0; i < inputs.size(); ++i) known[input_specs_[i].name] = inputs[i];
   if (static_) {
@@ -267,10 +275,18 @@ absl::Status DynamicEngine::Run(const std::vector<Tensor>& inputs, std::vector<T
   for (size_t k = 0; k < sources_.size(); ++k) {
     const OutputSource& s = sources_[k];
     switch (s.kind) {
-      case OutputSource::kStatic: CopyOut(static_outs_[s.index], outputs[k]); break;
-      case OutputSource::kInput: CopyOut(inputs[s.index], outputs[k]); break;
-      case OutputSource::kConstant: CopyOut(s.constant, outputs[k]); break;
-      case OutputSource::kDynamic: CopyOut(results.at(s.name), outputs[k]); break;
+      case OutputSource::kStatic:
+        CopyOut(static_outs_[s.index], outputs[k]);
+        break;
+      case OutputSource::kInput:
+        CopyOut(inputs[s.index], outputs[k]);
+        break;
+      case OutputSource::kConstant:
+        CopyOut(s.constant, outputs[k]);
+        break;
+      case OutputSource::kDynamic:
+        CopyOut(results.at(s.name), outputs[k]);
+        break;
     }
   }
   return absl::OkStatus();
@@ -278,16 +294,18 @@ absl::Status DynamicEngine::Run(const std::vector<Tensor>& inputs, std::vector<T
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildDynamicEngine(
-    const CompiledGraph& compiled, const StaticEngineBuilder& build_static, const char* layout) {
-  if (!compiled.graph) return absl::InvalidArgumentError("cpu engine: no graph");
-  auto engine = std::make_unique<DynamicEngine>();
+absl::StatusOr<std::unique_ptr<Engine>> BuildDynamicEngine(const CompiledGraph& compiled,
+                                                           const StaticEngineBuilder& build_static,
+                                                           const std::string& device,
+                                                           const char* layout) {
+  if (!compiled.graph) return absl::InvalidArgumentError(device + " engine: no graph");
+  auto engine = std::make_unique<DynamicEngine>(device);
   RETURN_IF_ERROR(engine->Build(compiled, build_static, layout));
-  return std::unique_ptr<runtime::Engine>(std::move(engine));
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
-bool HasDynamicRegion(const runtime::Engine& engine) {
+bool HasDynamicRegion(const Engine& engine) {
   return dynamic_cast<const DynamicEngine*>(&engine) != nullptr;
 }
 
-}  // namespace kiln::cpu
+}  // namespace kiln::runtime
