@@ -318,6 +318,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
         rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable, config, samples));
   }
   const std::vector<int64_t> order = BuildOrder(m.buckets);
+  std::map<int64_t, std::string> precision_by_bucket;
   for (size_t position = 0; position < order.size(); ++position) {
     const int64_t batch = order[position];
     RETURN_IF_ERROR(CheckStop());
@@ -326,6 +327,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     ASSIGN_OR_RETURN(BucketResult r,
                      BuildBucket(imported, batch, position, bucket_config, cache, pipeline, m.check,
                                  rows ? &*rows : nullptr, m.times));
+    precision_by_bucket[batch] = BucketPrecision(*r.engine, pipeline.precision);
     auto& instances = m.engines[batch];
     // Further instances take the layout and thread count the first one settled on (tuned
     // once, and alike).
@@ -356,7 +358,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     if (s.shape.empty()) s.shape = DeclaredShape(imported, s.name);  // rank known only there
     m.signature.outputs.push_back(std::move(s));
   }
-  m.check.precision = PrecisionOf(m.engines, pipeline);
+  m.check.precision = PrecisionOf(precision_by_bucket);
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
   if (m.signature.dynamic() && config.shape_classes == "auto") ProveClasses(model, config, m);
   return m;

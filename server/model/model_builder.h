@@ -53,8 +53,8 @@ struct CheckSummary {
   bool nonfinite_ok = true;
   std::string nonfinite_message;
   // What the engines compute in (server/model/precision.h PrecisionOf: "float32", "bf16",
-  // "bf16-mixed" or a mix of buckets) and, when `precision: {mode: auto}` lowered it or tried
-  // to, each step the check found over the budget.
+  // "bf16-mixed", or each bucket's step when they differ) and, when `precision: {mode: auto}`
+  // lowered it or tried to, each step the check found over the budget.
   std::string precision = "float32";
   std::string precision_message;
 };

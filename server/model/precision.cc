@@ -4,17 +4,30 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace kiln::server {
 
-std::string PrecisionOf(
-    const std::map<int64_t, std::vector<std::unique_ptr<runtime::Engine>>>& engines,
-    const PipelineOptions& pipeline) {
-  size_t lowered = 0;
-  for (const auto& [batch, list] : engines)
-    lowered += !list.empty() && list[0]->info().bf16_ops > 0;
-  if (lowered == 0) return "float32";
-  return lowered == engines.size() ? pipeline.precision : "bf16 and float32 (by batch bucket)";
+std::string BucketPrecision(const runtime::Engine& engine, const std::string& compiled_at) {
+  return engine.info().bf16_ops > 0 ? compiled_at : "float32";
+}
+
+std::string PrecisionOf(const std::map<int64_t, std::string>& by_bucket) {
+  std::map<std::string, std::vector<std::string>> buckets;  // precision -> its batch sizes
+  for (const auto& [batch, precision] : by_bucket) {
+    buckets[precision].push_back(std::to_string(batch));
+  }
+  if (buckets.empty()) return "float32";
+  if (buckets.size() == 1) return buckets.begin()->first;
+  // The ladder's order, lowest precision first.
+  std::string out;
+  for (const char* p : {"bf16", "bf16-mixed", "float32"}) {
+    auto it = buckets.find(p);
+    if (it == buckets.end()) continue;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", p, " (batch ", absl::StrJoin(it->second, ", "),
+                    ")");
+  }
+  return out;
 }
 
 check::Tolerance ToleranceOf(const ModelConfig& config, const PipelineOptions& pipeline) {

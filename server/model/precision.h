@@ -37,11 +37,14 @@ std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipel
 void FallBack(int64_t batch, const check::Divergence& d, PipelineOptions& pipeline,
               CheckSummary& check);
 
-// What the engines compute in, from the engines themselves: "float32", the pipeline's lowered
-// precision when every bucket's engine has bf16 products, or a mix when a bucket fell back to
-// float32 after another passed.
-std::string PrecisionOf(
-    const std::map<int64_t, std::vector<std::unique_ptr<runtime::Engine>>>& engines,
-    const PipelineOptions& pipeline);
+// What one bucket's engine computes in: the precision its compile lowered to (`compiled_at`,
+// after any fallback), or "float32" when the engine has no bf16 product.
+std::string BucketPrecision(const runtime::Engine& engine, const std::string& compiled_at);
+
+// What the model's engines compute in, from each bucket's BucketPrecision: that precision
+// when every bucket agrees ("float32", "bf16", "bf16-mixed"), else each one with its buckets,
+// lowest first ("bf16 (batch 1, 2), bf16-mixed (batch 8)"), which a shape's engines read as
+// float32.
+std::string PrecisionOf(const std::map<int64_t, std::string>& by_bucket);
 
 }  // namespace kiln::server

@@ -10,6 +10,7 @@
 #include "runtime/cpu/isa.h"
 #include "server/model/model_builder.h"
 #include "server/model/model_config.h"
+#include "server/model/precision.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln::server {
@@ -79,6 +80,37 @@ TEST(PrecisionAuto, ServesBf16WithinTheBudgetAndFloat32Beyond) {
   EXPECT_NE(tight.check.precision_message.find("exceeded the budget"), std::string::npos)
       << tight.check.precision_message;
   for (const auto& [batch, list] : tight.engines) EXPECT_EQ(list[0]->info().bf16_ops, 0) << batch;
+}
+
+// An engine that only reports how many bf16 products it has.
+class InfoEngine : public runtime::Engine {
+ public:
+  explicit InfoEngine(int bf16_ops) { info_.bf16_ops = bf16_ops; }
+  const runtime::EngineInfo& info() const override { return info_; }
+  const std::vector<runtime::TensorSpec>& inputs() const override { return specs_; }
+  const std::vector<runtime::TensorSpec>& outputs() const override { return specs_; }
+  absl::Status Run(const std::vector<Tensor>&, std::vector<Tensor>&) override {
+    return absl::OkStatus();
+  }
+
+ private:
+  runtime::EngineInfo info_;
+  std::vector<runtime::TensorSpec> specs_;
+};
+
+// Each bucket reports the ladder step it was compiled at, so a model whose batch 1 passed at
+// bf16 and whose batch 8 fell back to bf16-mixed says both (not the last step for all).
+TEST(PrecisionOf, NamesEachBucketsStepWhenTheyDiffer) {
+  EXPECT_EQ(BucketPrecision(InfoEngine(12), "bf16-mixed"), "bf16-mixed");
+  // Negative: a bucket compiled at bf16 whose engine has no bf16 product computes float32.
+  EXPECT_EQ(BucketPrecision(InfoEngine(0), "bf16"), "float32");
+  EXPECT_EQ(PrecisionOf({}), "float32");
+  EXPECT_EQ(PrecisionOf({{1, "bf16"}, {8, "bf16"}}), "bf16");
+  EXPECT_EQ(PrecisionOf({{1, "float32"}, {8, "float32"}}), "float32");
+  EXPECT_EQ(PrecisionOf({{1, "bf16"}, {2, "bf16"}, {8, "bf16-mixed"}}),
+            "bf16 (batch 1, 2), bf16-mixed (batch 8)");
+  EXPECT_EQ(PrecisionOf({{1, "bf16"}, {4, "float32"}, {8, "bf16-mixed"}}),
+            "bf16 (batch 1), bf16-mixed (batch 8), float32 (batch 4)");
 }
 
 }  // namespace
