@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_join.h"
 #include "compiler/shape/dim_expr.h"
@@ -150,34 +151,52 @@ absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(const ModelSigna
   return values;
 }
 
-absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
-                                                    std::vector<NamedTensor> inputs) {
-  std::vector<Tensor*> by_spec(sig.inputs.size(), nullptr);
-  for (NamedTensor& in : inputs) {
-    size_t i = 0;
-    while (i < sig.inputs.size() && sig.inputs[i].name != in.name) ++i;
-    if (i == sig.inputs.size()) return UnknownInput(sig, in.name);
-    if (by_spec[i] != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "' is given twice"));
-    }
-    by_spec[i] = &in.tensor;
-  }
+namespace {
+
+// The rules every transport's request meets once its inputs are decoded and placed in
+// signature order (nullopt: not given): every input present, dtypes and shapes, one batch
+// size, and a dynamic model's dims, computed here once and carried with the request.
+absl::StatusOr<ValidatedInputs> ValidatePlaced(const ModelSignature& sig,
+                                               std::vector<std::optional<Tensor>> placed,
+                                               Naming naming) {
   ValidatedInputs out;
   int64_t rows = -1;
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
     const runtime::TensorSpec& spec = sig.inputs[i];
-    if (by_spec[i] == nullptr) {
+    if (!placed[i]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("missing input '", spec.name, "' (", SpecText(spec, Naming::kKServe), ")"));
+          absl::StrCat("missing input '", spec.name, "' (", SpecText(spec, naming), ")"));
     }
-    RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, *by_spec[i], rows, Naming::kKServe));
-    out.tensors.push_back(std::move(*by_spec[i]));
+    RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, *placed[i], rows, naming));
+    out.tensors.push_back(std::move(*placed[i]));
   }
   if (sig.dynamic()) {
     ASSIGN_OR_RETURN(out.dims, DynamicDimValues(sig, out.tensors));
   }
   out.rows = sig.batchable ? rows : 1;
   return out;
+}
+
+size_t SpecIndex(const ModelSignature& sig, const std::string& name) {
+  size_t i = 0;
+  while (i < sig.inputs.size() && sig.inputs[i].name != name) ++i;
+  return i;
+}
+
+}  // namespace
+
+absl::StatusOr<ValidatedInputs> ValidateNamedInputs(const ModelSignature& sig,
+                                                    std::vector<NamedTensor> inputs) {
+  std::vector<std::optional<Tensor>> placed(sig.inputs.size());
+  for (NamedTensor& in : inputs) {
+    const size_t i = SpecIndex(sig, in.name);
+    if (i == sig.inputs.size()) return UnknownInput(sig, in.name);
+    if (placed[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "' is given twice"));
+    }
+    placed[i] = std::move(in.tensor);
+  }
+  return ValidatePlaced(sig, std::move(placed), Naming::kKServe);
 }
 
 absl::Status CheckDeclaredInput(const ModelSignature& sig, const std::string& name, DType dtype,
@@ -217,32 +236,18 @@ absl::StatusOr<std::vector<size_t>> SelectNamedOutputs(const ModelSignature& sig
 absl::StatusOr<ValidatedInputs> ValidateInputs(const ModelSignature& sig,
                                                ProtoTensorMap* inputs_ptr) {
   ProtoTensorMap& inputs = *inputs_ptr;
+  // Names first, so no data is decoded for a request the model refuses by name.
   for (const auto& [name, tensor] : inputs) {
-    bool known = false;
-    for (const auto& s : sig.inputs) known |= s.name == name;
-    if (!known) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown input '", EchoName(name),
-                       "'; the model takes: ", absl::StrJoin(InputNames(sig), ", ")));
-    }
+    if (SpecIndex(sig, name) == sig.inputs.size()) return UnknownInput(sig, name);
   }
-  ValidatedInputs out;
-  int64_t rows = -1;
-  for (const auto& spec : sig.inputs) {
-    auto it = inputs.find(spec.name);
-    if (it == inputs.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("missing input '", spec.name, "' (", SpecText(spec), ")"));
-    }
-    ASSIGN_OR_RETURN(Tensor t, TakeTensor(&it->second, absl::StrCat("input '", spec.name, "'")));
-    RETURN_IF_ERROR(CheckAgainstSpec(sig, spec, t, rows));
-    out.tensors.push_back(std::move(t));
+  std::vector<std::optional<Tensor>> placed(sig.inputs.size());
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    auto it = inputs.find(sig.inputs[i].name);
+    if (it == inputs.end()) continue;  // ValidatePlaced names it
+    ASSIGN_OR_RETURN(placed[i],
+                     TakeTensor(&it->second, absl::StrCat("input '", sig.inputs[i].name, "'")));
   }
-  if (sig.dynamic()) {
-    ASSIGN_OR_RETURN(out.dims, DynamicDimValues(sig, out.tensors));
-  }
-  out.rows = sig.batchable ? rows : 1;
-  return out;
+  return ValidatePlaced(sig, std::move(placed), Naming::kOnnx);
 }
 
 absl::StatusOr<std::vector<size_t>> SelectOutputs(
