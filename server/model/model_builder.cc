@@ -26,6 +26,7 @@
 #include "server/model/engine_factory.h"
 #include "server/model/model_dims.h"
 #include "server/model/precision.h"
+#include "server/model/precision_speed.h"
 #include "server/model/warmup_check.h"
 #include "server/model/warmup_samples.h"
 
@@ -180,6 +181,24 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
   return r;
 }
 
+// `prefer: fastest`: the first bucket's lowered engine against float32 (precision_speed.h);
+// when float32 wins, this bucket is rebuilt (and checked) in float32 and every later one
+// compiles in float32.
+absl::Status PreferFaster(const Graph& imported, int64_t batch, size_t position,
+                          const ModelConfig& config, const CacheContext& cache,
+                          PipelineOptions& pipeline, CheckSummary& check, CheckRows* rows,
+                          LoadTimes& times, BucketResult& r) {
+  if (position != 0 || !ShouldCompareSpeed(config, pipeline, *r.engine)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const bool exact_faster,
+                   Float32IsFaster(imported, batch, config, pipeline, *r.engine, check));
+  if (!exact_faster) return absl::OkStatus();
+  pipeline.precision = "float32";
+  check.max_abs_err = check.max_rel_err = check.norm_rel_err = 0;  // the lowered engine's
+  ASSIGN_OR_RETURN(
+      r, BuildBucket(imported, batch, position, config, cache, pipeline, check, rows, times));
+  return absl::OkStatus();
+}
+
 // The model's declared shape of output `name` (-1 for a dim not known before a run); empty
 // when it declares none. For an output whose rank the engine learns only per run (a
 // detector's boxes, computed under If).
@@ -327,6 +346,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     ASSIGN_OR_RETURN(BucketResult r,
                      BuildBucket(imported, batch, position, bucket_config, cache, pipeline, m.check,
                                  rows ? &*rows : nullptr, m.times));
+    RETURN_IF_ERROR(PreferFaster(imported, batch, position, bucket_config, cache, pipeline, m.check,
+                                 rows ? &*rows : nullptr, m.times, r));
     precision_by_bucket[batch] = BucketPrecision(*r.engine, pipeline.precision);
     auto& instances = m.engines[batch];
     // Further instances take the layout and thread count the first one settled on (tuned

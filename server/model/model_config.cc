@@ -75,6 +75,9 @@ absl::Status ApplyPrecision(const YAML::Node& node, PrecisionConfig& p) {
     if (key == "mode") {
       RETURN_IF_ERROR(Read(v, full, p.mode));
       if (p.mode != "float32" && p.mode != "auto") return BadKey(full, "float32 or auto");
+    } else if (key == "prefer") {
+      RETURN_IF_ERROR(Read(v, full, p.prefer));
+      if (p.prefer != "fastest" && p.prefer != "lowest") return BadKey(full, "fastest or lowest");
     } else if (key == "max_abs_error" || key == "max_rel_error") {
       double& out = key == "max_abs_error" ? p.max_abs_error : p.max_rel_error;
       RETURN_IF_ERROR(Read(v, full, out));

@@ -42,6 +42,9 @@ struct WarmupConfig {
 struct PrecisionConfig {
   std::string mode = "float32";  // float32 | auto
   double max_abs_error = 1e-2, max_rel_error = 1e-2;
+  // fastest: a lowered engine within the budget is served only when it also runs faster than
+  // float32 (server/model/precision_speed.h); lowest: the lowest precision within the budget.
+  std::string prefer = "fastest";
   // Not a config key: where auto starts (a shape's engines start at what the model's own
   // build settled on); empty: the device's lowest.
   std::string start;

@@ -4,13 +4,16 @@
 // says so and serves float32.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "ir/builder.h"
 #include "runtime/cpu/isa.h"
 #include "server/model/model_builder.h"
 #include "server/model/model_config.h"
 #include "server/model/precision.h"
+#include "server/model/precision_speed.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln::server {
@@ -24,9 +27,13 @@ TEST(PrecisionConfig, ParsesModeAndBudgetAndRefusesTheRest) {
   EXPECT_EQ(c->precision.max_abs_error, 0.02);
   EXPECT_EQ(c->precision.max_rel_error, 0.03);
   EXPECT_EQ(ModelConfig().precision.mode, "float32");  // exact by default
+  EXPECT_EQ(c->precision.prefer, "fastest");
+  c = ParseModelConfig("precision: {mode: auto, prefer: lowest}\n", {}, "t");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->precision.prefer, "lowest");
   for (const char* bad : {"precision: {mode: fast}\n", "precision: {max_abs_error: -1}\n",
-                          "precision: {max_rel_error: .nan}\n", "precision: {budget: 1}\n",
-                          "precision: auto\n"}) {
+                          "precision: {prefer: smallest}\n", "precision: {max_rel_error: .nan}\n",
+                          "precision: {budget: 1}\n", "precision: auto\n"}) {
     absl::StatusOr<ModelConfig> r = ParseModelConfig(bad, {}, "t");
     EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << bad;
     if (!r.ok()) {
@@ -47,10 +54,11 @@ std::unique_ptr<Graph> TwoLayers() {
   return b.Build();
 }
 
-BuiltModel Build(double budget) {
+BuiltModel Build(double budget, const char* prefer = "lowest") {
   ModelConfig config;
   config.max_batch_size = 2;
   config.precision.mode = "auto";
+  config.precision.prefer = prefer;
   config.precision.max_abs_error = config.precision.max_rel_error = budget;
   EXPECT_TRUE(FinalizeModelConfig(config).ok());
   absl::StatusOr<BuiltModel> built = BuildModel(*TwoLayers(), config, nullptr);
@@ -111,6 +119,56 @@ TEST(PrecisionOf, NamesEachBucketsStepWhenTheyDiffer) {
             "bf16 (batch 1, 2), bf16-mixed (batch 8)");
   EXPECT_EQ(PrecisionOf({{1, "bf16"}, {4, "float32"}, {8, "bf16-mixed"}}),
             "bf16 (batch 1), bf16-mixed (batch 8), float32 (batch 4)");
+}
+
+// An engine whose run takes `ms` (sleeping), with one float input.
+class SleepEngine : public InfoEngine {
+ public:
+  explicit SleepEngine(double ms) : InfoEngine(1), ms_(ms) {
+    specs_.push_back({"x", DType::kFloat32, {2, 3}});
+  }
+  const std::vector<runtime::TensorSpec>& inputs() const override { return specs_; }
+  absl::Status Run(const std::vector<Tensor>& in, std::vector<Tensor>&) override {
+    if (in.size() != 1 || in[0].shape() != std::vector<int64_t>{2, 3}) {
+      return absl::InvalidArgumentError("zeros of the input specs expected");
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_));
+    return absl::OkStatus();
+  }
+
+ private:
+  double ms_;
+  std::vector<runtime::TensorSpec> specs_;
+};
+
+TEST(PrecisionSpeed, TheLowerPrecisionIsServedOnlyWhenItIsFaster) {
+  SleepEngine fast(2), slow(12), same(12);
+  absl::StatusOr<SpeedComparison> c = CompareSpeed(fast, slow, 3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->keep_lowered);
+  EXPECT_LT(c->lowered_ms, c->float32_ms);
+  // Negative: slower, or no faster than float32, keeps the exact arithmetic.
+  c = CompareSpeed(slow, fast, 3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->keep_lowered);
+  c = CompareSpeed(same, slow, 3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->keep_lowered) << c->lowered_ms << " vs " << c->float32_ms;
+}
+
+// `prefer: fastest` (the default) times the first bucket and serves what it says: whichever
+// wins on this machine, the message gives both times and the served precision agrees.
+TEST(PrecisionSpeed, TheBuildServesWhatTheTimingChose) {
+  if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "no native bf16 products here";
+  BuiltModel m = Build(0.05, "fastest");
+  ASSERT_TRUE(m.check.ok);
+  const std::string& msg = m.check.precision_message;
+  ASSERT_NE(msg.find("vs float32"), std::string::npos) << msg;
+  const bool chose_float32 = msg.find(": float32 (") != std::string::npos;
+  EXPECT_EQ(m.check.precision, chose_float32 ? "float32" : "bf16") << msg;
+  for (const auto& [batch, list] : m.engines) {
+    EXPECT_EQ(list[0]->info().bf16_ops > 0, !chose_float32) << batch;
+  }
 }
 
 }  // namespace
