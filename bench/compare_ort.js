@@ -4,12 +4,16 @@
 //
 //   node bench/compare_ort.js --kiln build/tools/kiln[,other/kiln] [--models DIR] [--batches 1,8]
 //                             [--threads 2] [--rounds 4] [--runs 10] [--only m1,m2] [--with-o0]
-//                             [--dim NAME=N ...] [--json FILE]
+//                             [--dim NAME=N ...] [--json FILE] [--max-noise 1.5] [--retries 3]
 //
 // For every model folder under DIR (default ~/.cache/kiln/models) and batch: `rounds`
-// rounds, each running `kiln bench --runs R` (its own warm-up) and then R timed ORT runs
-// (after one warm-up session run), pooling the per-run times of all rounds. Prints p50/p99
-// per side and the ratio Kiln/ORT. ORT: graphOptimizationLevel 'all', intraOpNumThreads T.
+// rounds, each running `kiln bench --runs R` (its own warm-up) and R timed ORT runs (after
+// one warm-up session run), in alternating order (even rounds Kiln first, odd rounds ORT
+// first) so neither side always runs on the machine the other left. A round in which either
+// side's p99/p50 exceeds --max-noise is noise, not a measurement: it is run again, up to
+// --retries times per row (a row that still has one says `noisy`). The kept rounds' times are
+// pooled: p50/p99 per side and the ratio Kiln/ORT, with the spread of the per-round ratios
+// (min-max) and the re-runs. ORT: graphOptimizationLevel 'all', intraOpNumThreads T.
 // Several comma-separated kiln binaries (a baseline and a change) run in the same rounds, one
 // after another, so their ratios share the machine state: one row per binary. An entry may
 // carry extra `kiln bench` flags after a space ("build/tools/kiln --layout blocked").
@@ -27,7 +31,7 @@ const {execFileSync} = require('child_process');
 
 function parseArgs(argv) {
   const o = {models: path.join(os.homedir(), '.cache/kiln/models'), batches: [1, 8], threads: 2,
-             rounds: 4, runs: 10, only: null, settleMs: 300, dims: {}};
+             rounds: 4, runs: 10, only: null, settleMs: 300, dims: {}, maxNoise: 1.5, retries: 3};
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i], v = argv[i + 1];
     if (a === '--with-o0') { o.withO0 = true; continue; }
@@ -39,6 +43,8 @@ function parseArgs(argv) {
     else if (a === '--runs') o.runs = Number(v);
     else if (a === '--only') o.only = v.split(',');
     else if (a === '--json') o.json = v;
+    else if (a === '--max-noise') o.maxNoise = Number(v);
+    else if (a === '--retries') o.retries = Number(v);
     else if (a === '--dim') {
       const [name, size] = v.split('=');
       if (!name || !(Number(size) > 0)) { process.stderr.write(`--dim takes NAME=N, got ${v}\n`); process.exit(2); }
@@ -104,7 +110,7 @@ async function main() {
   const ort = require(path.join(__dirname, '..', 'tools', 'ort', 'node_modules', 'onnxruntime-node'));
   const names = fs.readdirSync(o.models).filter((m) => fs.existsSync(path.join(o.models, m, 'model.onnx')))
                   .filter((m) => !o.only || o.only.includes(m)).sort();
-  console.log('model           batch  kiln_p50  kiln_p99   ort_p50   ort_p99  kiln/ort');
+  console.log('model           batch  kiln_p50  kiln_p99   ort_p50   ort_p99  kiln/ort     spread  reruns');
   const rows = [];
   for (const m of names) {
     try {
@@ -128,26 +134,51 @@ async function benchModel(o, ort, m, rows) {
     await timeOrt(session, feeds, 3);  // warm-up
     const kiln = o.kiln.map(() => []), ortTimes = [];
     const reports = o.kiln.map(() => ({}));
+    const roundRatios = o.kiln.map(() => []);
+    let reruns = 0, noisy = false;
     for (let r = 0; r < o.rounds; ++r) {
-      o.kiln.forEach((bin, i) => kiln[i].push(...timeKiln(o, bin, model, batch, reports[i])));
-      ortTimes.push(...(await timeOrt(session, feeds, o.runs)));
-      // ORT's pool spins for a while after a run: let it park before kiln's next turn, or
-      // kiln would be timed beside a busy core.
-      await new Promise((resolve) => setTimeout(resolve, o.settleMs));
+      const round = await measureRound(o, session, feeds, model, batch, reports, r % 2 === 1);
+      const sides = [...round.kiln, round.ort];
+      if (sides.some((xs) => percentile(xs, 0.99) > o.maxNoise * percentile(xs, 0.5))) {
+        if (reruns < o.retries) { ++reruns; --r; continue; }
+        noisy = true;  // kept: the retries are spent
+      }
+      round.kiln.forEach((times, i) => {
+        kiln[i].push(...times);
+        roundRatios[i].push(percentile(times, 0.5) / percentile(round.ort, 0.5));
+      });
+      ortTimes.push(...round.ort);
     }
     const o50 = percentile(ortTimes, 0.5);
     kiln.forEach((times, i) => {
       const k50 = percentile(times, 0.5);
+      const spread = [Math.min(...roundRatios[i]), Math.max(...roundRatios[i])];
       const tag = o.kiln.length > 1 ? `  ${o.kiln[i]}` : '';
       console.log(`${m.padEnd(15)} ${String(batch).padStart(5)} ${k50.toFixed(2).padStart(9)} ` +
                   `${percentile(times, 0.99).toFixed(2).padStart(9)} ${o50.toFixed(2).padStart(9)} ` +
-                  `${percentile(ortTimes, 0.99).toFixed(2).padStart(9)} ${(k50 / o50).toFixed(2).padStart(9)}${tag}`);
+                  `${percentile(ortTimes, 0.99).toFixed(2).padStart(9)} ${(k50 / o50).toFixed(2).padStart(9)} ` +
+                  `${(spread[0].toFixed(2) + '-' + spread[1].toFixed(2)).padStart(10)} ` +
+                  `${String(reruns).padStart(7)}${noisy ? ' noisy' : ''}${tag}`);
       const rep = reports[i];
       delete rep.times_ms;
       rows.push({model: m, batch, kiln: o.kiln[i], kiln_p50: k50, kiln_p99: percentile(times, 0.99),
-                 ort_p50: o50, ort_p99: percentile(ortTimes, 0.99), ratio: k50 / o50, engine: rep});
+                 ort_p50: o50, ort_p99: percentile(ortTimes, 0.99), ratio: k50 / o50,
+                 round_ratios: roundRatios[i], spread, reruns, noisy, engine: rep});
     });
   }
+}
+
+// One round: every kiln binary's `kiln bench` and ORT's timed runs, ORT first when
+// `ortFirst`. ORT's pool spins for a while after a run: it is let park before Kiln's turn,
+// or Kiln would be timed beside a busy core.
+async function measureRound(o, session, feeds, model, batch, reports, ortFirst) {
+  const settle = () => new Promise((resolve) => setTimeout(resolve, o.settleMs));
+  const round = {kiln: [], ort: []};
+  if (ortFirst) { round.ort = await timeOrt(session, feeds, o.runs); await settle(); }
+  round.kiln = o.kiln.map((bin, i) => timeKiln(o, bin, model, batch, reports[i]));
+  if (!ortFirst) round.ort = await timeOrt(session, feeds, o.runs);
+  await settle();
+  return round;
 }
 
 main().catch((e) => { process.stderr.write(`compare_ort: ${e.stack || e}\n`); process.exit(1); });
