@@ -5,48 +5,22 @@
 // contiguous gate rows (vectorizable without reassociating sums); the input projection of
 // a whole sequence is done before its recurrence. Scratch is owned by the kernel: Run
 // allocates nothing.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
 
+#include "base/aligned.h"
 #include "ops/rnn_activations.h"
+#include "runtime/cpu/axpy_rows.h"
 #include "runtime/cpu/elementwise_ops.h"
-#include "runtime/cpu/isa.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/own_kernels.h"
 
 namespace kiln::cpu {
 namespace {
-
-// out[j] += sum_k in[k] * m[k * ld + j] for j < n: a vector-matrix product as axpys over the
-// rows of m (contiguous, no reassociated sums), compiled per ISA level (isa.h; built for
-// baseline x86-64 it ran 4 floats wide). Columns go in blocks of kCols kept in registers
-// across k (4 AVX-512 / 8 AVX2 vectors): out is loaded and stored once per block, not once
-// per k. Each sum keeps its k order.
-KILN_ISA_BODY void AxpyRowsBody(const float* in, int64_t k_count, const float* m, int64_t ld,
-                                float* out, int64_t n) {
-  constexpr int64_t kCols = 64;
-  int64_t j0 = 0;
-  for (; j0 + kCols <= n; j0 += kCols) {
-    float acc[kCols];
-    for (int64_t j = 0; j < kCols; ++j) acc[j] = out[j0 + j];
-    for (int64_t k = 0; k < k_count; ++k) {
-      const float v = in[k];
-      const float* r = m + k * ld + j0;
-      for (int64_t j = 0; j < kCols; ++j) acc[j] += v * r[j];
-    }
-    for (int64_t j = 0; j < kCols; ++j) out[j0 + j] = acc[j];
-  }
-  for (int64_t k = 0; k < k_count && j0 < n; ++k) {
-    const float v = in[k];
-    const float* r = m + k * ld;
-    for (int64_t j = j0; j < n; ++j) out[j] += v * r[j];
-  }
-}
-KILN_ISA_VERSIONS(void, AxpyRows,
-                  (const float* in, int64_t k_count, const float* m, int64_t ld, float* out,
-                   int64_t n),
-                  (in, k_count, m, ld, out, n))
 
 enum class Cell { kRnn, kGru, kLstm };
 
@@ -125,16 +99,21 @@ class RecurrentKernel : public CpuKernel {
     const int64_t gh = s_.gates * s_.hidden;
     scratch_.resize(s_.dirs * s_.batch);
     for (Scratch& w : scratch_) {
-      w.xw.resize(s_.steps * gh);
       w.gates.resize(gh);
       w.h.resize(s_.hidden);
       w.c.resize(s_.hidden);
       w.tmp.resize(s_.hidden);
     }
-    // Sequences of a batch and directions are independent: split across threads when the
-    // work outweighs waking them.
-    parallel_ = s_.dirs * s_.batch > 1 &&
-                s_.steps * gh * (s_.input + s_.hidden) * s_.dirs * s_.batch >= kParallelElements * 8;
+    // Without sequence_lens every sequence of a direction steps in lockstep: up to
+    // kMaxAxpyRows of them share each read of R (a group); with it, one sequence per group.
+    group_ = io_.lens >= 0 ? 1 : kMaxAxpyRows;
+    groups_ = (s_.batch + group_ - 1) / group_;
+    // Groups and directions are independent: split across threads when the work outweighs
+    // waking them.
+    parallel_ =
+        s_.dirs * groups_ > 1 &&
+        s_.steps * gh * (s_.input + s_.hidden) * s_.dirs * s_.batch >= kParallelElements * 8;
+    PrepareProjection();
   }
 
   absl::Status Run(const ExecContext& ctx) override {
@@ -150,8 +129,10 @@ class RecurrentKernel : public CpuKernel {
         }
       }
     }
-    ForEachIndex(s_.dirs * s_.batch, parallel_, [&](int64_t task) {
-      RunOne(ctx, task / s_.batch, task % s_.batch, y, scratch_[task]);
+    Project(static_cast<const float*>(ctx.ptrs[io_.x]));
+    ForEachIndex(s_.dirs * groups_, parallel_, [&](int64_t task) {
+      const int64_t d = task / groups_, b0 = task % groups_ * group_;
+      RunGroup(ctx, d, b0, static_cast<int>(std::min<int64_t>(group_, s_.batch - b0)), y);
     });
     return absl::OkStatus();
   }
@@ -165,8 +146,9 @@ class RecurrentKernel : public CpuKernel {
   int64_t StateAt(int64_t d, int64_t b) const {
     return s_.batch_first ? (b * s_.dirs + d) * s_.hidden : (d * s_.batch + b) * s_.hidden;
   }
-  const float* XAt(const float* x, int64_t t, int64_t b) const {
-    return x + (s_.batch_first ? b * s_.steps + t : t * s_.batch + b) * s_.input;
+  // Row of (t, b) in X viewed as a [steps * batch, input] matrix, and in its projection.
+  int64_t XRow(int64_t t, int64_t b) const {
+    return s_.batch_first ? b * s_.steps + t : t * s_.batch + b;
   }
   // Gate values are clipped, then activated a whole gate at a time (Act::Apply).
   void Gate(const Act& act, float* x, int64_t n) const {
@@ -175,87 +157,132 @@ class RecurrentKernel : public CpuKernel {
     }
     act.Apply(x, n);
   }
-  // out[0, rows) += in * R^T's columns [first, first + rows) for direction d.
-  void Recur(int64_t d, const float* in, float* out, int64_t first, int64_t rows) const {
+  // out[r][0, n) += in[r] * R^T's columns [first, first + n) for direction d, for the
+  // `rows` sequences of a group (R^T read once for all of them).
+  void Recur(int64_t d, const float* const* in, float* const* out, int rows, int64_t first,
+             int64_t n) const {
     const int64_t gh = s_.gates * s_.hidden;
-    AxpyRows(in, s_.hidden, rt_.data() + d * s_.hidden * gh + first, gh, out, rows);
+    AxpyRowsMulti(in, rows, s_.hidden, rt_.data() + d * s_.hidden * gh + first, gh, out, n);
   }
 
-  // One sequence's buffers: the input projection, gates, state and a temp.
+  // One sequence's buffers: gates, state and a temp.
   struct Scratch {
-    std::vector<float> xw, gates, h, c, tmp;
+    std::vector<float> gates, h, c, tmp;
   };
-  void RunOne(const ExecContext& ctx, int64_t d, int64_t b, float* y, Scratch& w) const;
-  void Project(const float* x, int64_t d, int64_t b, int64_t len, bool reverse, Scratch& w) const;
-  void Step(int64_t d, const float* xw, Scratch& w) const;
+  // One group's pointers into its sequences' scratch.
+  struct Rows {
+    int n = 0;
+    int64_t b[kMaxAxpyRows];
+    float *g[kMaxAxpyRows], *h[kMaxAxpyRows], *c[kMaxAxpyRows], *tmp[kMaxAxpyRows];
+  };
+  void RunGroup(const ExecContext& ctx, int64_t d, int64_t b0, int rows, float* y);
+  void PrepareProjection();
+  void Project(const float* x);
+  void Step(int64_t d, int64_t t, const Rows& rows) const;
+  void GruStep(int64_t d, const Act* a, const Rows& rows) const;
   void LstmGates(const Act* a, float* g, float* h, float* c, float* tmp, int64_t d) const;
 
   RnnShape s_;
   RnnSlots io_;
   std::vector<float> wt_, rt_, b_, p_;  // W^T, R^T per direction, B (Wb then Rb), P
   std::vector<Scratch> scratch_;          // one per (direction, batch entry)
+  int64_t group_ = 1, groups_ = 1;        // sequences per group, groups per direction
   bool parallel_ = false;
+  // The input projection X W^T of every step and sequence, one GEMM per direction per run
+  // (W^T packed at build), and the biases the steps add to it.
+  gemm::Blocking bl_;
+  int threads_ = 1;
+  std::vector<AlignedPtr<float>> packed_w_;
+  AlignedPtr<float> a_pack_;
+  std::vector<float> xw_;    // per direction: [steps * batch, gates * hidden], X's row order
+  std::vector<float> bias_;  // per direction: Wb + Rb (GRU's candidate: Wb only)
 };
 
-// xw_[k] = x_t W^T + Wb (+ Rb where it adds directly) for the steps in processing order.
-void RecurrentKernel::Project(const float* x, int64_t d, int64_t b, int64_t len, bool reverse,
-                              Scratch& ws) const {
+void RecurrentKernel::PrepareProjection() {
   const int64_t gh = s_.gates * s_.hidden;
-  const float* wt = wt_.data() + d * s_.input * gh;
-  const float* wb = b_.data() + d * 2 * gh;
-  const float* rb = wb + gh;
-  for (int64_t k = 0; k < len; ++k) {
-    const int64_t t = reverse ? len - 1 - k : k;
-    float* out = ws.xw.data() + k * gh;
+  bl_ = gemm::BlockingFor(ActiveIsa());
+  threads_ = std::max(1, omp_get_max_threads());
+  for (int64_t d = 0; d < s_.dirs; ++d) {
+    const int64_t floats = gemm::PackedBFloats(bl_, s_.input, gh);
+    packed_w_.push_back(NewAlignedBuffer<float>(floats * sizeof(float)));
+    gemm::PackB(bl_, {wt_.data() + d * s_.input * gh, gh, 1}, s_.input, gh, 1.f,
+                packed_w_.back().get());
+    const float* wb = b_.data() + d * 2 * gh;
     for (int64_t j = 0; j < gh; ++j) {
       // GRU's candidate keeps Rbh apart (it is scaled by r with linear_before_reset).
       const bool apart = s_.cell == Cell::kGru && j >= 2 * s_.hidden;
-      out[j] = wb[j] + (apart ? 0.f : rb[j]);
+      bias_.push_back(wb[j] + (apart ? 0.f : wb[gh + j]));
     }
-    AxpyRows(XAt(x, t, b), s_.input, wt, gh, out, gh);
+  }
+  a_pack_ = NewAlignedBuffer<float>(threads_ * gemm::APackFloats(bl_) * sizeof(float));
+  xw_.resize(s_.dirs * s_.steps * s_.batch * gh);
+}
+
+// xw_ = X W^T for every direction: the whole input's projection in one product each.
+void RecurrentKernel::Project(const float* x) {
+  const int64_t gh = s_.gates * s_.hidden, rows = s_.steps * s_.batch;
+  for (int64_t d = 0; d < s_.dirs; ++d) {
+    gemm::Problem p;
+    p.a = {x, s_.input, 1};
+    p.b_packed = packed_w_[d].get();
+    p.c = xw_.data() + d * rows * gh;
+    p.ldc = gh;
+    gemm::Run(bl_, &p, 1, rows, gh, s_.input, rows * gh >= kParallelElements, threads_,
+              a_pack_.get(), {});
   }
 }
 
-void RecurrentKernel::Step(int64_t d, const float* xw, Scratch& ws) const {
+// Time step t of every sequence of a group: their gates from the input projection and the
+// biases, the R products for all of them at once, then each one's gate arithmetic.
+void RecurrentKernel::Step(int64_t d, int64_t t, const Rows& rows) const {
   const int64_t H = s_.hidden, gh = s_.gates * H;
   const size_t per_dir = s_.acts.size() / s_.dirs;
   const Act* a = s_.acts.data() + d * per_dir;
-  float* g = ws.gates.data();
-  float* h = ws.h.data();
-  float* c = ws.c.data();
-  float* tmp = ws.tmp.data();
-  std::copy(xw, xw + gh, g);
-  if (s_.cell == Cell::kRnn) {
-    Recur(d, h, g, 0, gh);
-    Gate(a[0], g, H);
-    std::copy(g, g + H, h);
-    return;
+  const float* bias = bias_.data() + d * gh;
+  for (int r = 0; r < rows.n; ++r) {
+    const float* xw = xw_.data() + (d * s_.steps * s_.batch + XRow(t, rows.b[r])) * gh;
+    for (int64_t j = 0; j < gh; ++j) rows.g[r][j] = xw[j] + bias[j];
   }
-  if (s_.cell == Cell::kGru) {
-    Recur(d, h, g, 0, 2 * H);  // z and r
-    Gate(a[0], g, 2 * H);
-    const float* rbh = b_.data() + d * 2 * gh + gh + 2 * H;
-    std::copy(rbh, rbh + H, tmp);
-    if (s_.lbr) {
-      Recur(d, h, tmp, 2 * H, H);  // r scales (Rh h + Rbh)
-      for (int64_t j = 0; j < H; ++j) tmp[j] *= g[H + j];
+  if (s_.cell == Cell::kGru) return GruStep(d, a, rows);
+  Recur(d, rows.h, rows.g, rows.n, 0, gh);
+  for (int r = 0; r < rows.n; ++r) {
+    if (s_.cell == Cell::kRnn) {
+      Gate(a[0], rows.g[r], H);
+      std::copy(rows.g[r], rows.g[r] + H, rows.h[r]);
     } else {
-      for (int64_t j = 0; j < H; ++j) c[j] = g[H + j] * h[j];  // r (.) h, c is free in a GRU
-      Recur(d, c, tmp, 2 * H, H);
+      LstmGates(a, rows.g[r], rows.h[r], rows.c[r], rows.tmp[r], d);
+    }
+  }
+}
+
+void RecurrentKernel::GruStep(int64_t d, const Act* a, const Rows& rows) const {
+  const int64_t H = s_.hidden, gh = s_.gates * H;
+  Recur(d, rows.h, rows.g, rows.n, 0, 2 * H);  // z and r
+  const float* rbh = b_.data() + d * 2 * gh + gh + 2 * H;
+  for (int r = 0; r < rows.n; ++r) {
+    Gate(a[0], rows.g[r], 2 * H);
+    std::copy(rbh, rbh + H, rows.tmp[r]);
+    if (!s_.lbr) {  // r (.) h, into c (free in a GRU)
+      for (int64_t j = 0; j < H; ++j) rows.c[r][j] = rows.g[r][H + j] * rows.h[r][j];
+    }
+  }
+  // With linear_before_reset r scales (Rh h + Rbh), else Rh multiplies (r (.) h).
+  Recur(d, s_.lbr ? rows.h : rows.c, rows.tmp, rows.n, 2 * H, H);
+  for (int r = 0; r < rows.n; ++r) {
+    float *g = rows.g[r], *h = rows.h[r], *tmp = rows.tmp[r];
+    if (s_.lbr) {
+      for (int64_t j = 0; j < H; ++j) tmp[j] *= g[H + j];
     }
     float* cand = g + 2 * H;
     for (int64_t j = 0; j < H; ++j) cand[j] += tmp[j];
     Gate(a[1], cand, H);
     for (int64_t j = 0; j < H; ++j) h[j] = (1 - g[j]) * cand[j] + g[j] * h[j];
-    return;
   }
-  LstmGates(a, g, h, c, tmp, d);
 }
 
 void RecurrentKernel::LstmGates(const Act* a, float* g, float* h, float* c, float* tmp,
                                 int64_t d) const {
-  const int64_t H = s_.hidden, gh = s_.gates * H;
-  Recur(d, h, g, 0, gh);
+  const int64_t H = s_.hidden;
   float *gi = g, *go = g + H, *gf = g + 2 * H, *gc = g + 3 * H;
   const float* p = p_.empty() ? nullptr : p_.data() + d * 3 * H;  // i, o, f
   if (p) {
@@ -280,32 +307,45 @@ void RecurrentKernel::LstmGates(const Act* a, float* g, float* h, float* c, floa
   for (int64_t j = 0; j < H; ++j) h[j] = go[j] * tmp[j];
 }
 
-void RecurrentKernel::RunOne(const ExecContext& ctx, int64_t d, int64_t b, float* y,
-                             Scratch& ws) const {
-  const float* x = static_cast<const float*>(ctx.ptrs[io_.x]);
-  const int64_t len = io_.lens >= 0 ? static_cast<const int32_t*>(ctx.ptrs[io_.lens])[b]
-                                    : s_.steps;
-  const int64_t st = StateAt(d, b), H = s_.hidden;
-  auto load = [&](int slot, std::vector<float>& v) {
+// Sequences b0 .. b0 + n of direction d, stepping together (one when sequence_lens is given,
+// so every sequence of a group has the same length).
+void RecurrentKernel::RunGroup(const ExecContext& ctx, int64_t d, int64_t b0, int n, float* y) {
+  const int64_t len =
+      io_.lens >= 0 ? static_cast<const int32_t*>(ctx.ptrs[io_.lens])[b0] : s_.steps;
+  const int64_t H = s_.hidden;
+  const bool reverse = s_.reverse_only || d == 1;
+  auto load = [&](int slot, int64_t b, std::vector<float>& v) {
     if (slot >= 0) {
-      const float* src = static_cast<const float*>(ctx.ptrs[slot]) + st;
+      const float* src = static_cast<const float*>(ctx.ptrs[slot]) + StateAt(d, b);
       std::copy(src, src + H, v.begin());
     } else {
       std::fill(v.begin(), v.end(), 0.f);
     }
   };
-  load(io_.h0, ws.h);
-  load(io_.c0, ws.c);
-  const bool reverse = s_.reverse_only || d == 1;
-  Project(x, d, b, len, reverse, ws);
-  const int64_t gh = s_.gates * H;
-  for (int64_t k = 0; k < len; ++k) {
-    Step(d, ws.xw.data() + k * gh, ws);
-    const int64_t t = reverse ? len - 1 - k : k;
-    if (y) std::copy(ws.h.begin(), ws.h.end(), y + YAt(t, d, b));
+  Rows rows;
+  rows.n = n;
+  for (int r = 0; r < n; ++r) {
+    Scratch& ws = scratch_[d * s_.batch + b0 + r];
+    load(io_.h0, b0 + r, ws.h);
+    load(io_.c0, b0 + r, ws.c);
+    rows.b[r] = b0 + r;
+    rows.g[r] = ws.gates.data();
+    rows.h[r] = ws.h.data();
+    rows.c[r] = ws.c.data();
+    rows.tmp[r] = ws.tmp.data();
   }
-  if (io_.yh >= 0) std::copy(ws.h.begin(), ws.h.end(), static_cast<float*>(ctx.ptrs[io_.yh]) + st);
-  if (io_.yc >= 0) std::copy(ws.c.begin(), ws.c.end(), static_cast<float*>(ctx.ptrs[io_.yc]) + st);
+  for (int64_t k = 0; k < len; ++k) {
+    const int64_t t = reverse ? len - 1 - k : k;
+    Step(d, t, rows);
+    for (int r = 0; r < n && y; ++r) std::copy(rows.h[r], rows.h[r] + H, y + YAt(t, d, b0 + r));
+  }
+  for (int r = 0; r < n; ++r) {
+    const int64_t st = StateAt(d, b0 + r);
+    if (io_.yh >= 0)
+      std::copy(rows.h[r], rows.h[r] + H, static_cast<float*>(ctx.ptrs[io_.yh]) + st);
+    if (io_.yc >= 0)
+      std::copy(rows.c[r], rows.c[r] + H, static_cast<float*>(ctx.ptrs[io_.yc]) + st);
+  }
 }
 
 // Attributes as the reference reads them; false for what the kernel leaves to it.
