@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 
 #include "compiler/onnx/importer.h"
 #include "ir/builder.h"
@@ -94,5 +95,28 @@ class EngineCacheTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;
 };
+
+// Rewrites the cached entry of each of `batches` (under the key kilnd would use for `config`)
+// with its stored answers shifted by 0.5: a well-formed entry that must fail re-verification.
+inline void StoreWrongAnswers(EngineCache& cache, const std::string& model_hash,
+                              const ModelConfig& config, std::initializer_list<int64_t> batches) {
+  PipelineOptions pipeline;
+  pipeline.level = config.opt_level;
+  pipeline.disabled = config.disabled_passes;
+  for (const std::string& p : PassesOffOn(config.device)) pipeline.disabled.insert(p);  // as kilnd
+  for (int64_t batch : batches) {
+    const EngineCacheKey key =
+        CacheKeyFor(CacheContext{&cache, model_hash}, config, pipeline, batch);
+    auto entry = cache.Lookup(key);
+    ASSERT_NE(entry, nullptr) << "batch " << batch;
+    EngineCacheEntry wrong = *entry;
+    for (auto& [name, t] : wrong.outputs) {
+      Tensor shifted = t.Clone();
+      for (int64_t i = 0; i < shifted.numel(); ++i) shifted.mutable_data<float>()[i] += 0.5f;
+      t = shifted;
+    }
+    ASSERT_TRUE(cache.Store(key, std::move(wrong)).ok());
+  }
+}
 
 }  // namespace kiln::server::cache_test

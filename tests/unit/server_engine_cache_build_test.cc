@@ -78,22 +78,7 @@ TEST_F(BuildThroughCacheTest, EntryThatFailsReverificationIsRebuilt) {
   EngineCache cold(dir_.string());
   auto first = Build(cold);
   ASSERT_TRUE(first.ok()) << first.status();
-  PipelineOptions pipeline;
-  pipeline.level = config_.opt_level;
-  pipeline.disabled = config_.disabled_passes;
-  for (const std::string& p : PassesOffOn(config_.device)) pipeline.disabled.insert(p);  // as kilnd
-  for (int64_t batch : {1, 2}) {
-    const EngineCacheKey key = CacheKeyFor(CacheContext{&cold, hash_}, config_, pipeline, batch);
-    auto entry = cold.Lookup(key);
-    ASSERT_NE(entry, nullptr);
-    EngineCacheEntry wrong = *entry;
-    for (auto& [name, t] : wrong.outputs) {
-      Tensor shifted = t.Clone();
-      for (int64_t i = 0; i < shifted.numel(); ++i) shifted.mutable_data<float>()[i] += 0.5f;
-      t = shifted;
-    }
-    ASSERT_TRUE(cold.Store(key, std::move(wrong)).ok());
-  }
+  StoreWrongAnswers(cold, hash_, config_, {1, 2});
   EngineCache warm(dir_.string());
   auto second = Build(warm);
   ASSERT_TRUE(second.ok()) << second.status();
@@ -200,23 +185,7 @@ TEST_F(BlobBuildTest, PrefetchedEnginesAreTakenAndAnswerAlike) {
 TEST_F(BlobBuildTest, PrefetchedEnginesAreStillReverified) {
   EngineCache cold(dir_.string());
   ASSERT_TRUE(Build(cold).ok());
-  PipelineOptions pipeline;
-  pipeline.level = config_.opt_level;
-  pipeline.disabled = config_.disabled_passes;
-  for (const std::string& p : PassesOffOn(config_.device)) pipeline.disabled.insert(p);  // as kilnd
-  for (int64_t batch : {1, 2}) {
-    const EngineCacheKey key =
-        CacheKeyFor(CacheContext{&cold, ContentHash("mlp")}, config_, pipeline, batch);
-    auto entry = cold.Lookup(key);
-    ASSERT_NE(entry, nullptr);
-    EngineCacheEntry wrong = *entry;
-    for (auto& [name, t] : wrong.outputs) {
-      Tensor shifted = t.Clone();
-      for (int64_t i = 0; i < shifted.numel(); ++i) shifted.mutable_data<float>()[i] += 0.5f;
-      t = shifted;
-    }
-    ASSERT_TRUE(cold.Store(key, std::move(wrong)).ok());
-  }
+  StoreWrongAnswers(cold, ContentHash("mlp"), config_, {1, 2});
   EngineCache warm(dir_.string());
   CacheContext context{&warm, ContentHash("mlp")};
   CachePrefetch prefetch(context, config_);
