@@ -40,19 +40,22 @@ RUN --mount=type=cache,id=kiln-ccache,target=/root/.cache/ccache \
 
 # ---- runtime (CPU) -------------------------------------------------------------------------
 FROM ${RUNTIME_IMAGE} AS runtime
-# The packages of `ldd build/server/kilnd` (dpkg -S); the same list as KILN_DEPS=runtime in
-# scripts/install-deps.sh. Nothing else: the health check is a bash script, not curl.
+# The packages of `ldd build/server/kilnd` (dpkg -S), and libsentencepiece0 for the tokenizer
+# shim kilnd loads beside itself (text in and out of generation); the same list as
+# KILN_DEPS=runtime in scripts/install-deps.sh. Nothing else: the health check is a bash
+# script, not curl.
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libabsl20220623 libbrotli1 libc-ares2 libcpp-httplib0.11 libdnnl2 libfmt9 libgomp1 \
       libgrpc++1.51 libgrpc29 libonnx1 libprometheus-cpp-core1.0 libprotobuf32 libre2-9 \
-      libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g \
+      libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g libsentencepiece0 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 10001 kiln \
  && useradd --system --uid 10001 --gid kiln --home-dir /opt/kiln --shell /usr/sbin/nologin kiln \
  && mkdir -p /opt/kiln /var/cache/kiln && chown kiln:kiln /var/cache/kiln
 COPY deploy/docker/kiln-healthcheck /usr/local/bin/kiln-healthcheck
 COPY --from=build /src/build/server/kilnd /usr/local/bin/kilnd
+COPY --from=build /src/build/server/libkiln_spm_shim.so /usr/local/bin/libkiln_spm_shim.so
 COPY --from=build /src/build/tools/kiln /usr/local/bin/kiln
 COPY --chown=kiln:kiln config/ /opt/kiln/config/
 # Relative paths in config/server.yaml (model_repository: config/models) resolve here.

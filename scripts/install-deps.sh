@@ -15,23 +15,24 @@ build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libonnx-dev libdnnl-dev ocl-icd-opencl-dev opencl-headers libspdlog-dev libfmt-dev libyaml-cpp-dev
-  libcpp-httplib-dev prometheus-cpp-dev rapidjson-dev libxxhash-dev
+  libcpp-httplib-dev prometheus-cpp-dev rapidjson-dev libxxhash-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev libabsl-dev
   clang libclang-rt-14-dev clang-format
 )
 test_pkgs=(
   python3 python3-numpy python3-onnx python3-protobuf python3-grpcio python3-grpc-tools
   python3-torch python3-torchvision
-  prometheus python3-yaml openssl grpc-proto
+  prometheus python3-yaml openssl grpc-proto sentencepiece
   docker.io docker-compose debootstrap
 )
-# The shared libraries of `ldd build/server/kilnd`, by package (dpkg -S), and nothing else
-# (the container health check is a bash script). Keep in sync with the Dockerfile's runtime
-# stage (tests/deploy/check_deploy_files.py compares them).
+# The shared libraries of `ldd build/server/kilnd`, by package (dpkg -S), and libsentencepiece0
+# for the tokenizer shim kilnd loads; nothing else (the container health check is a bash
+# script). Keep in sync with the Dockerfile's runtime stage (tests/deploy/check_deploy_files.py
+# compares them).
 runtime_pkgs=(
   libabsl20220623 libbrotli1 libc-ares2 libcpp-httplib0.11 libdnnl2 libfmt9 libgomp1
   libgrpc++1.51 libgrpc29 libonnx1 libprometheus-cpp-core1.0 libprotobuf32 libre2-9
-  libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g
+  libspdlog1.10 libssl3 libstdc++6 libyaml-cpp0.7 ocl-icd-libopencl1 zlib1g libsentencepiece0
 )
 # Node.js may come from elsewhere (a newer build that conflicts with Debian's npm): take
 # Debian's only where none is on the PATH.

@@ -41,6 +41,7 @@
 #include "server/generate/kv_cache.h"
 #include "server/generate/sampler.h"
 #include "server/generate/stream.h"
+#include "server/generate/tokenizer.h"
 
 namespace kiln::server::generate {
 
@@ -88,6 +89,8 @@ struct GeneratorSetup {
   StepFn step;
   PastSizeFn past_size;
   GenerationHooks hooks;
+  // The model's SentencePiece tokenizer when its folder ships one (text in and out), else null.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 class Generator {
@@ -107,6 +110,7 @@ class Generator {
   GeneratorStats stats() const;
   const GenerationConfig& config() const { return setup_.config; }
   int64_t max_context() const { return setup_.max_context; }
+  const Tokenizer* tokenizer() const { return setup_.tokenizer.get(); }
 
  private:
   struct Sequence;

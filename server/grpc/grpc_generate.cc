@@ -7,7 +7,9 @@
 namespace kiln::server {
 namespace {
 
-void Append(const generate::StreamChunk& c, bool logprobs, v1::GenerateResponse* r) {
+void Append(const generate::StreamChunk& c, bool logprobs, const std::optional<std::string>& text,
+            v1::GenerateResponse* r) {
+  if (text) r->mutable_text_output()->append(*text);
   for (const generate::GeneratedToken& t : c.tokens) {
     r->add_output_ids(t.id);
     if (logprobs) r->add_logprobs(static_cast<float>(t.logprob));
@@ -44,19 +46,27 @@ generate::GenerateParams ParamsFromProto(const v1::GenerateRequest& req) {
 
 absl::Status GenerationServiceImpl::Run(
     grpc::ServerContext& ctx, const v1::GenerateRequest& req, const char* method,
-    const std::function<bool(const std::string&, int64_t, const generate::StreamChunk&)>& emit) {
+    const std::function<bool(const std::string&, int64_t, const generate::StreamChunk&,
+                             const std::optional<std::string>&)>& emit) {
   RequestRecorder record(registry_, method);
   auto run = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(FoundGenerator found,
                      FindGenerator(registry_, req.model(), VersionOf(req.version())));
     record.Reached(found.version);
     generate::GenerateParams params = ParamsFromProto(req);
+    if (!req.text_input().empty()) {
+      if (!req.input_ids().empty()) {
+        return absl::InvalidArgumentError("give one of input_ids and text_input, not both");
+      }
+      RETURN_IF_ERROR(EncodePrompt(found, req.text_input(), params.prompt));
+    }
     params.deadline = DeadlineOf(ctx);
     ASSIGN_OR_RETURN(auto stream, found.generator->Submit(std::move(params)));
     const std::string& model = found.version->name();
     const int64_t v = found.version->version();
+    TextStream text(found.generator->tokenizer());
     return RelayStream(
-        *stream, [&](const generate::StreamChunk& c) { return emit(model, v, c); },
+        *stream, [&](const generate::StreamChunk& c) { return emit(model, v, c, text.Next(c)); },
         [&ctx] { return ctx.IsCancelled(); });
   };
   return record.Finish(req.model(), run());
@@ -67,12 +77,13 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* ctx,
                                              grpc::ServerWriter<v1::GenerateResponse>* writer) {
   return ToGrpcStatus(
       Run(*ctx, *req, "Generate",
-          [&](const std::string& model, int64_t version, const generate::StreamChunk& c) {
+          [&](const std::string& model, int64_t version, const generate::StreamChunk& c,
+              const std::optional<std::string>& text) {
             if (c.done && !c.status.ok() && c.tokens.empty()) return true;
             v1::GenerateResponse r;
             r.set_model(model);
             r.set_version(version);
-            Append(c, req->logprobs(), &r);
+            Append(c, req->logprobs(), text, &r);
             return writer->Write(r);
           }));
 }
@@ -82,10 +93,11 @@ grpc::Status GenerationServiceImpl::GenerateOnce(grpc::ServerContext* ctx,
                                                  v1::GenerateResponse* resp) {
   return ToGrpcStatus(
       Run(*ctx, *req, "GenerateOnce",
-          [&](const std::string& model, int64_t version, const generate::StreamChunk& c) {
+          [&](const std::string& model, int64_t version, const generate::StreamChunk& c,
+              const std::optional<std::string>& text) {
             resp->set_model(model);
             resp->set_version(version);
-            Append(c, req->logprobs(), resp);
+            Append(c, req->logprobs(), text, resp);
             return true;
           }));
 }

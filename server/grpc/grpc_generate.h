@@ -24,10 +24,12 @@ class GenerationServiceImpl final : public v1::GenerationService::Service {
                             v1::GenerateResponse* resp) override;
 
  private:
-  // Submits `req` and relays its chunks to `emit`.
-  absl::Status Run(grpc::ServerContext& ctx, const v1::GenerateRequest& req, const char* method,
-                   const std::function<bool(const std::string& model, int64_t version,
-                                            const generate::StreamChunk&)>& emit);
+  // Submits `req` (its text_input encoded by the model's tokenizer) and relays its chunks to
+  // `emit`, each with the text its tokens add (nullopt without a tokenizer).
+  absl::Status Run(
+      grpc::ServerContext& ctx, const v1::GenerateRequest& req, const char* method,
+      const std::function<bool(const std::string&, int64_t, const generate::StreamChunk&,
+                               const std::optional<std::string>&)>& emit);
   ModelRegistry& registry_;  // outlives the service (owned by main)
 };
 

@@ -131,6 +131,8 @@ void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   g->set_waiting(st.waiting);
   g->set_preemptions(st.preemptions);
   g->set_tokens(st.tokens);
+  if (const generate::Tokenizer* t = gen->tokenizer()) g->set_tokenizer_pieces(t->vocab_size());
+  g->set_tokenizer_refused(mv.tokenizer_refused());
 }
 
 }  // namespace

@@ -69,13 +69,15 @@ absl::Status ApplyParameter(const std::string& key, const json::Value& v, Genera
 }
 
 // The JSON of one chunk: the tokens and, when the request is over, how it ended.
-std::string ChunkJson(const FoundGenerator& f, const generate::StreamChunk& c, bool logprobs) {
+std::string ChunkJson(const FoundGenerator& f, const generate::StreamChunk& c, bool logprobs,
+                      const std::optional<std::string>& text) {
   json::Writer w;
   w.BeginObject().Key("model_name").String(f.version->name());
   w.Key("model_version").String(std::to_string(f.version->version()));
   w.Key("output_ids").BeginArray();
   for (const auto& t : c.tokens) w.Int(t.id);
   w.EndArray();
+  if (text) w.Key("text_output").String(*text);
   if (logprobs) {
     w.Key("logprobs").BeginArray();
     for (const auto& t : c.tokens) w.Double(t.logprob);
@@ -96,7 +98,9 @@ absl::StatusOr<std::pair<FoundGenerator, std::shared_ptr<generate::GenerationStr
   const std::string version_text = req.matches.size() > 2 ? req.matches[2].str() : "";
   ASSIGN_OR_RETURN(std::optional<int64_t> version, ParseVersion(version_text));
   ASSIGN_OR_RETURN(FoundGenerator f, FindGenerator(registry, req.matches[1].str(), version));
-  ASSIGN_OR_RETURN(params, ParseGenerateBody(req.body, limits));
+  ASSIGN_OR_RETURN(GenerateBody body, ParseGenerateBody(req.body, limits));
+  params = std::move(body.params);
+  if (body.text) RETURN_IF_ERROR(EncodePrompt(f, *body.text, params.prompt));
   ASSIGN_OR_RETURN(auto stream, f.generator->Submit(params));
   return std::make_pair(std::move(f), std::move(stream));
 }
@@ -123,7 +127,8 @@ void GenerateRoute(ModelRegistry& registry, const json::Limits& limits, const ht
           return true;
         },
         nullptr));
-    body = ChunkJson(started.first, all, params.logprobs);
+    TextStream text(started.first.generator->tokenizer());
+    body = ChunkJson(started.first, all, params.logprobs, text.Next(all));
     return absl::OkStatus();
   };
   const absl::Status s = record.Finish(req.matches[1].str(), run());
@@ -146,6 +151,7 @@ void GenerateStreamRoute(ModelRegistry& registry, const json::Limits& limits,
   if (!started.ok()) return SendError(res, record.Finish(model, started.status()));
   record.Reached(started->first.version);
   conn->TakeOver();
+  TextStream text(started->first.generator->tokenizer());
   auto chunk = [](const std::string& event) {
     return absl::StrCat(absl::Hex(event.size()), "\r\n", event, "\r\n");
   };
@@ -156,9 +162,10 @@ void GenerateStreamRoute(ModelRegistry& registry, const json::Limits& limits,
     s = RelayStream(
         *started->second,
         [&](const generate::StreamChunk& c) {
-          const std::string data = c.done && !c.status.ok()
-                                       ? ErrorBody(c.status)
-                                       : ChunkJson(started->first, c, params.logprobs);
+          const std::string data =
+              c.done && !c.status.ok()
+                  ? ErrorBody(c.status)
+                  : ChunkJson(started->first, c, params.logprobs, text.Next(c));
           return conn->Write(chunk(absl::StrCat("data: ", data, "\n\n")));
         },
         nullptr);
@@ -171,11 +178,11 @@ void GenerateStreamRoute(ModelRegistry& registry, const json::Limits& limits,
 
 }  // namespace
 
-absl::StatusOr<GenerateParams> ParseGenerateBody(std::string_view body,
-                                                 const json::Limits& limits) {
+absl::StatusOr<GenerateBody> ParseGenerateBody(std::string_view body, const json::Limits& limits) {
   ASSIGN_OR_RETURN(json::Value root, json::Parse(body, limits));
   if (!root.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
-  GenerateParams p;
+  GenerateBody out;
+  GenerateParams& p = out.params;
   bool have_ids = false;
   for (const auto& [key, v] : root.members()) {
     if (key == "input_ids") {
@@ -185,14 +192,21 @@ absl::StatusOr<GenerateParams> ParseGenerateBody(std::string_view body,
       if (!v.is_object()) return absl::InvalidArgumentError("'parameters' must be an object");
       for (const auto& [pk, pv] : v.members()) RETURN_IF_ERROR(ApplyParameter(pk, pv, p));
     } else if (key == "text_input") {
-      return absl::InvalidArgumentError(
-          "'text_input' needs a tokenizer, which this model does not ship; send 'input_ids'");
+      if (v.kind() != json::Kind::kString) {
+        return absl::InvalidArgumentError("'text_input' must be a string");
+      }
+      out.text = v.text();
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
     }
   }
-  if (!have_ids) return absl::InvalidArgumentError("the body has no 'input_ids'");
-  return p;
+  if (have_ids && out.text) {
+    return absl::InvalidArgumentError("give one of 'input_ids' and 'text_input', not both");
+  }
+  if (!have_ids && !out.text) {
+    return absl::InvalidArgumentError("the body has no 'input_ids' (or 'text_input')");
+  }
+  return out;
 }
 
 void AddGenerateRoutes(httplib::Server& router, ModelRegistry& registry,

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "server/serving/inference.h"
 
 namespace kiln::server {
@@ -36,6 +37,30 @@ absl::Status RelayStream(generate::GenerationStream& stream,
     }
     if (c.done) return c.status;
   }
+}
+
+absl::Status EncodePrompt(const FoundGenerator& f, const std::string& text,
+                          std::vector<int64_t>& prompt) {
+  const generate::Tokenizer* tokenizer = f.generator->tokenizer();
+  if (!tokenizer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text input needs a tokenizer, which model '", f.version->name(),
+                     "' does not ship (tokenizer.model in its folder); send token ids"));
+  }
+  ASSIGN_OR_RETURN(prompt, tokenizer->Encode(text));
+  return absl::OkStatus();
+}
+
+std::optional<std::string> TextStream::Next(const generate::StreamChunk& c) {
+  if (!tokenizer_) return std::nullopt;
+  for (const auto& t : c.tokens) {
+    if (t.id >= 0 && t.id < tokenizer_->vocab_size()) ids_.push_back(t.id);
+  }
+  absl::StatusOr<std::string> all = tokenizer_->Decode(ids_);
+  if (!all.ok()) return std::string();  // the ids still go out
+  std::string delta = all->compare(0, sent_.size(), sent_) == 0 ? all->substr(sent_.size()) : *all;
+  sent_ = std::move(*all);
+  return delta;
 }
 
 }  // namespace kiln::server

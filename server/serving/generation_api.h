@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "server/generate/generator.h"
@@ -33,5 +34,26 @@ absl::StatusOr<FoundGenerator> FindGenerator(const ModelRegistry& registry, cons
 absl::Status RelayStream(generate::GenerationStream& stream,
                          const std::function<bool(const generate::StreamChunk&)>& emit,
                          const std::function<bool()>& client_gone);
+
+// The prompt of a request that came as text: the version's tokenizer's ids for it;
+// INVALID_ARGUMENT when the model ships no tokenizer (tokenizer.model in its folder).
+absl::Status EncodePrompt(const FoundGenerator& f, const std::string& text,
+                          std::vector<int64_t>& prompt);
+
+// The text of the tokens generated so far, handed out as it grows: each chunk gets what its
+// tokens added (decoding them all again, since a piece's text can depend on its neighbours).
+// Without a tokenizer there is no text; ids beyond the tokenizer's vocabulary (a model's
+// padded embedding rows) have none.
+class TextStream {
+ public:
+  explicit TextStream(const generate::Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+  // The text `c`'s tokens add; nullopt without a tokenizer.
+  std::optional<std::string> Next(const generate::StreamChunk& c);
+
+ private:
+  const generate::Tokenizer* tokenizer_;
+  std::vector<int64_t> ids_;
+  std::string sent_;
+};
 
 }  // namespace kiln::server

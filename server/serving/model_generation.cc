@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "server/metrics/generation_metrics.h"
 #include "server/serving/model_registry.h"
@@ -20,6 +21,26 @@ generate::PastSizeFn PastSizes(std::vector<int64_t> classes, int64_t min) {
 }
 
 }  // namespace
+
+std::shared_ptr<const generate::Tokenizer> ModelVersion::LoadTokenizer() const {
+  if (folder_.empty()) return nullptr;
+  // The version's folder first, then the model's (shared by its versions).
+  const std::filesystem::path version_dir(folder_);
+  for (const auto& dir : {version_dir, version_dir.parent_path()}) {
+    const std::filesystem::path file = dir / "tokenizer.model";
+    if (!std::filesystem::exists(file)) continue;
+    absl::StatusOr<std::unique_ptr<generate::Tokenizer>> t = generate::Tokenizer::Load(file);
+    if (!t.ok()) {
+      tokenizer_refused_ = std::string(t.status().message());
+      spdlog::warn("model {} version {}: token ids only: {}", name_, version_, tokenizer_refused_);
+      return nullptr;
+    }
+    spdlog::info("model {} version {}: text in and out with {} ({} pieces)", name_, version_,
+                 file.string(), (*t)->vocab_size());
+    return std::shared_ptr<const generate::Tokenizer>(std::move(*t));
+  }
+  return nullptr;
+}
 
 absl::Status ModelVersion::StartGeneration() {
   const generate::GenerationConfig& gc = config_.generation;
@@ -65,6 +86,7 @@ absl::Status ModelVersion::StartGeneration() {
     return f.get();
   };
   setup.hooks = metrics::GenerationHooksFor(name_);
+  setup.tokenizer = LoadTokenizer();
   ASSIGN_OR_RETURN(generator_, generate::Generator::Create(std::move(setup), ProcessMemory()));
   spdlog::info(
       "model {} version {}: generating (context {}, kv cache {} pages of {} positions, "

@@ -181,6 +181,7 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
                  mv.name(), mv.version(), built->padding_refused);
   }
   if (built->padding) mv.SetReason("building the shape classes' engines");
+  mv.SetFolder(std::filesystem::path(path).parent_path().string());
   return mv.Start(std::move(*built),
                   dynamic ? std::shared_ptr<const Graph>(std::move(graph)) : nullptr);
 }

@@ -57,6 +57,8 @@ class ModelVersion {
   // not generate, with generation_refused() saying why.
   generate::Generator* generator() const { return generator_.get(); }
   const std::string& generation_refused() const { return generation_refused_; }
+  // Why the model's tokenizer.model was not taken ("" when there is none, or it loaded).
+  const std::string& tokenizer_refused() const { return tokenizer_refused_; }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
   // `abandoned`: see AbandonFlag (server/serving/batcher.h); `hints`: see RunHints.
@@ -83,6 +85,11 @@ class ModelVersion {
   // (server/serving/model_generation.cc); otherwise records why not. Its status: the loop's own
   // setup (a kv cache the memory budget refuses fails the model).
   absl::Status StartGeneration();
+  // The SentencePiece tokenizer in the version's or the model's folder (tokenizer.model), or
+  // null (none, or one that does not load: tokenizer_refused_ says why).
+  std::shared_ptr<const generate::Tokenizer> LoadTokenizer() const;
+  // The folder of the version's model file (the repository's <name>/<version>), before Start.
+  void SetFolder(std::string folder) { folder_ = std::move(folder); }
   void Fail(const std::string& reason);
   // UNAVAILABLE naming the state unless READY.
   absl::Status CheckReady() const;
@@ -107,7 +114,9 @@ class ModelVersion {
   std::unique_ptr<Batcher> batcher_;
   // Runs steps through Submit, so it is stopped before the batchers (destructor).
   std::unique_ptr<generate::Generator> generator_;
-  std::string generation_refused_;  // written once by Start
+  std::string generation_refused_;         // written once by Start
+  std::string folder_;                     // written before Start
+  mutable std::string tokenizer_refused_;  // written once by Start (LoadTokenizer)
 };
 
 // Called on every state change of a model's default version (health service, logs).

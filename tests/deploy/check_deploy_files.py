@@ -29,6 +29,8 @@ SRC = os.path.abspath(sys.argv[1])
 KILND = sys.argv[2] if len(sys.argv) > 2 else ""
 KILND_REL = sys.argv[3] if len(sys.argv) > 3 else "server/kilnd"
 KILN_REL = sys.argv[4] if len(sys.argv) > 4 else "tools/kiln"
+# The tokenizer shim kilnd loads from its own folder (server/generate/tokenizer.h), beside it.
+SHIM_REL = os.path.join(os.path.dirname(KILND_REL), "libkiln_spm_shim.so")
 errors = []
 checks = 0
 
@@ -155,9 +157,10 @@ for name, body in stages.items():
                 # build -> /src/build/, build-cuda -> /src/build-cuda/: the CMake paths.
                 prefix = "/src/" + from_stage[0].split("=", 1)[1] + "/"
                 rel = s[len(prefix):] if s.startswith(prefix) else None
-                check(rel in (KILND_REL, KILN_REL),
+                check(rel in (KILND_REL, KILN_REL, SHIM_REL),
                       f"Dockerfile: COPY {from_stage[0]} {s} is not the build path of "
-                      f"kilnd/kiln ({KILND_REL}, {KILN_REL}) under {prefix}")
+                      f"kilnd/kiln/the tokenizer shim ({KILND_REL}, {KILN_REL}, {SHIM_REL}) "
+                      f"under {prefix}")
             else:
                 check(os.path.exists(os.path.join(SRC, s)), f"Dockerfile: COPY {s} missing")
                 if s != ".":

@@ -116,7 +116,8 @@ def image_checks():
     check("/readyz" in hc, f"HEALTHCHECK probes /readyz ({hc})")
     check(set(cfg.get("Volumes") or {}) == {"/opt/kiln/config/models", "/var/cache/kiln"},
           "VOLUMEs are the model repository and the engine cache")
-    for binary in ("/usr/local/bin/kilnd", "/usr/local/bin/kiln"):
+    for binary in ("/usr/local/bin/kilnd", "/usr/local/bin/kiln",
+                   "/usr/local/bin/libkiln_spm_shim.so"):
         out = docker("run", "--rm", "--entrypoint", "/usr/bin/ldd", IMAGE, binary).stdout
         check("not found" not in out, f"every shared library of {binary} is in the image")
     # Nothing but kilnd's libraries (and what they depend on) on top of debian:12-slim.
