@@ -345,6 +345,12 @@ TEST_F(Generation, RestGenerateAndServerSentEventsGiveTheSameTokens) {
                          "application/json");
   ASSERT_TRUE(vocab);
   EXPECT_EQ(vocab->status, 400) << vocab->body;
+  // A model that ships no tokenizer.model takes no text (generate_text_test.cc: one that does).
+  auto text =
+      http.Post("/v2/models/dec/generate", R"({"text_input": "hello"})", "application/json");
+  ASSERT_TRUE(text);
+  EXPECT_EQ(text->status, 400) << text->body;
+  EXPECT_NE(text->body.find("tokenizer"), std::string::npos) << text->body;
 }
 
 // One event-stream request for 90 tokens whose client hangs up after the first event; the
