@@ -103,14 +103,17 @@ absl::StatusOr<std::vector<int64_t>> Tokenizer::Encode(std::string_view text) co
   if (text.size() > static_cast<size_t>(INT_MAX / 2)) {
     return absl::InvalidArgumentError("the text is too long to tokenize");
   }
-  // SentencePiece makes at most one piece per byte (plus a leading space marker).
-  std::vector<int> ids(text.size() + 2);
+  // Usually at most one piece per byte (plus a leading space marker); normalization can
+  // make more, and then the count the shim returns sizes a second call.
   char err[512] = {0};
-  const int n = api_->encode(handle_, text.data(), static_cast<int>(text.size()), ids.data(),
-                             static_cast<int>(ids.size()), err, sizeof err);
-  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("cannot tokenize the text: ", err));
-  ids.resize(std::min<size_t>(static_cast<size_t>(n), ids.size()));
-  return std::vector<int64_t>(ids.begin(), ids.end());
+  for (size_t cap = text.size() + 2;;) {
+    std::vector<int> ids(cap);
+    const int n = api_->encode(handle_, text.data(), static_cast<int>(text.size()), ids.data(),
+                               static_cast<int>(cap), err, sizeof err);
+    if (n < 0) return absl::InvalidArgumentError(absl::StrCat("cannot tokenize the text: ", err));
+    if (static_cast<size_t>(n) <= cap) return std::vector<int64_t>(ids.begin(), ids.begin() + n);
+    cap = static_cast<size_t>(n);
+  }
 }
 
 absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int64_t>& ids) const {

@@ -1,6 +1,8 @@
 #include "server/serving/generation_api.h"
 
 #include <chrono>
+#include <cstddef>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "server/serving/inference.h"
@@ -56,11 +58,19 @@ std::optional<std::string> TextStream::Next(const generate::StreamChunk& c) {
   for (const auto& t : c.tokens) {
     if (t.id >= 0 && t.id < tokenizer_->vocab_size()) ids_.push_back(t.id);
   }
-  absl::StatusOr<std::string> all = tokenizer_->Decode(ids_);
-  if (!all.ok()) return std::string();  // the ids still go out
-  std::string delta = all->compare(0, sent_.size(), sent_) == 0 ? all->substr(sent_.size()) : *all;
-  sent_ = std::move(*all);
-  return delta;
+  const auto from = ids_.begin() + static_cast<std::ptrdiff_t>(prefix_);
+  absl::StatusOr<std::string> sent =
+      tokenizer_->Decode({from, ids_.begin() + static_cast<std::ptrdiff_t>(read_)});
+  absl::StatusOr<std::string> all = tokenizer_->Decode({from, ids_.end()});
+  if (!sent.ok() || !all.ok()) return std::string();         // the ids still go out
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD: an unfinished character
+  const bool unfinished =
+      all->size() >= kReplacement.size() &&
+      all->compare(all->size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
+  if ((unfinished && !c.done) || all->size() <= sent->size()) return std::string();
+  prefix_ = read_;
+  read_ = ids_.size();
+  return all->substr(sent->size());
 }
 
 }  // namespace kiln::server

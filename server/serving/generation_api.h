@@ -41,9 +41,13 @@ absl::Status EncodePrompt(const FoundGenerator& f, const std::string& text,
                           std::vector<int64_t>& prompt);
 
 // The text of the tokens generated so far, handed out as it grows: each chunk gets what its
-// tokens added (decoding them all again, since a piece's text can depend on its neighbours).
-// Without a tokenizer there is no text; ids beyond the tokenizer's vocabulary (a model's
-// padded embedding rows) have none.
+// tokens added. A piece's text depends on the piece before it (SentencePiece drops the
+// leading space of the first piece it decodes), so the new ids are decoded together with
+// the previous chunk's and measured against that chunk's own text: a window of two chunks,
+// not the whole generation, per message. Text that ends inside a character (byte pieces of
+// one UTF-8 character split across chunks) is held back until the character is whole or the
+// generation ends. Without a tokenizer there is no text; ids beyond the tokenizer's
+// vocabulary (a model's padded embedding rows) have none.
 class TextStream {
  public:
   explicit TextStream(const generate::Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
@@ -53,7 +57,8 @@ class TextStream {
  private:
   const generate::Tokenizer* tokenizer_;
   std::vector<int64_t> ids_;
-  std::string sent_;
+  size_t prefix_ = 0;  // the window's first id: the start of the last chunk sent
+  size_t read_ = 0;    // the ids whose text has been sent
 };
 
 }  // namespace kiln::server

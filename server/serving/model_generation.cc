@@ -22,7 +22,7 @@ generate::PastSizeFn PastSizes(std::vector<int64_t> classes, int64_t min) {
 
 }  // namespace
 
-std::shared_ptr<const generate::Tokenizer> ModelVersion::LoadTokenizer() const {
+std::shared_ptr<const generate::Tokenizer> ModelVersion::LoadTokenizer() {
   if (folder_.empty()) return nullptr;
   // The version's folder first, then the model's (shared by its versions).
   const std::filesystem::path version_dir(folder_);

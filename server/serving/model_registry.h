@@ -87,7 +87,7 @@ class ModelVersion {
   absl::Status StartGeneration();
   // The SentencePiece tokenizer in the version's or the model's folder (tokenizer.model), or
   // null (none, or one that does not load: tokenizer_refused_ says why).
-  std::shared_ptr<const generate::Tokenizer> LoadTokenizer() const;
+  std::shared_ptr<const generate::Tokenizer> LoadTokenizer();
   // The folder of the version's model file (the repository's <name>/<version>), before Start.
   void SetFolder(std::string folder) { folder_ = std::move(folder); }
   void Fail(const std::string& reason);
@@ -114,9 +114,9 @@ class ModelVersion {
   std::unique_ptr<Batcher> batcher_;
   // Runs steps through Submit, so it is stopped before the batchers (destructor).
   std::unique_ptr<generate::Generator> generator_;
-  std::string generation_refused_;         // written once by Start
-  std::string folder_;                     // written before Start
-  mutable std::string tokenizer_refused_;  // written once by Start (LoadTokenizer)
+  std::string generation_refused_;  // written once by Start
+  std::string folder_;              // written before Start
+  std::string tokenizer_refused_;   // written once by Start (LoadTokenizer)
 };
 
 // Called on every state change of a model's default version (health service, logs).

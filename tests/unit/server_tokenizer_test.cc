@@ -9,6 +9,7 @@
 
 #include "server/generate/tokenizer.h"
 #include "server/http/http_generate.h"
+#include "server/serving/generation_api.h"
 
 namespace kiln::server {
 namespace {
@@ -51,6 +52,33 @@ TEST(Tokenizer, RoundTripsTextBesideTheServersProtobuf) {
   const auto bad = (*t)->Decode({1, vocab});
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
   EXPECT_NE(bad.status().message().find(std::to_string(vocab)), std::string::npos);
+}
+
+// Streamed text, one id per message or a few at a time, adds up to the whole text decoded at
+// once; ids beyond the vocabulary add nothing; without a tokenizer there is no text.
+TEST(TextStream, ChunksAddUpToTheWholeText) {
+  if (generate::TokenizerShimPath().empty()) GTEST_SKIP() << "this build has no tokenizer shim";
+  if (Model().empty()) GTEST_SKIP() << "no spm_train (Debian: sentencepiece)";
+  auto t = generate::Tokenizer::Load(Model());
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<int64_t> ids =
+      (*t)->Encode("the tokens flow and kiln serves the models").value();
+  const std::string whole = (*t)->Decode(ids).value();
+  for (size_t per : {size_t{1}, size_t{2}, size_t{5}, ids.size()}) {
+    TextStream stream(t->get());
+    std::string text;
+    for (size_t i = 0; i < ids.size(); i += per) {
+      generate::StreamChunk c;
+      for (size_t j = i; j < std::min(ids.size(), i + per); ++j) c.tokens.push_back({ids[j], 0.0});
+      c.tokens.push_back({(*t)->vocab_size() + 7, 0.0});  // no text
+      c.done = i + per >= ids.size();
+      text += stream.Next(c).value();
+    }
+    EXPECT_EQ(text, whole) << per << " ids per message";
+  }
+  // Negative: no tokenizer, no text.
+  TextStream none(nullptr);
+  EXPECT_FALSE(none.Next(generate::StreamChunk{}).has_value());
 }
 
 TEST(Tokenizer, AFileThatIsNoModelIsRefusedNamingIt) {
