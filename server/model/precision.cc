@@ -13,19 +13,21 @@ std::string BucketPrecision(const runtime::Engine& engine, const std::string& co
 }
 
 std::string PrecisionOf(const std::map<int64_t, std::string>& by_bucket) {
-  std::map<std::string, std::vector<std::string>> buckets;  // precision -> its batch sizes
+  // Precision -> its batch sizes, the lowest precision first (the ladder's order).
+  auto rank = [](const std::string& p) { return p == "bf16" ? 0 : p == "bf16-mixed" ? 1 : 2; };
+  auto lower = [&](const std::string& a, const std::string& b) {
+    return rank(a) != rank(b) ? rank(a) < rank(b) : a < b;
+  };
+  std::map<std::string, std::vector<std::string>, decltype(lower)> buckets(lower);
   for (const auto& [batch, precision] : by_bucket) {
     buckets[precision].push_back(std::to_string(batch));
   }
   if (buckets.empty()) return "float32";
   if (buckets.size() == 1) return buckets.begin()->first;
-  // The ladder's order, lowest precision first.
   std::string out;
-  for (const char* p : {"bf16", "bf16-mixed", "float32"}) {
-    auto it = buckets.find(p);
-    if (it == buckets.end()) continue;
-    absl::StrAppend(&out, out.empty() ? "" : ", ", p, " (batch ", absl::StrJoin(it->second, ", "),
-                    ")");
+  for (const auto& [precision, batches] : buckets) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", precision, " (batch ",
+                    absl::StrJoin(batches, ", "), ")");
   }
   return out;
 }

@@ -119,6 +119,8 @@ TEST(PrecisionOf, NamesEachBucketsStepWhenTheyDiffer) {
             "bf16 (batch 1, 2), bf16-mixed (batch 8)");
   EXPECT_EQ(PrecisionOf({{1, "bf16"}, {4, "float32"}, {8, "bf16-mixed"}}),
             "bf16 (batch 1), bf16-mixed (batch 8), float32 (batch 4)");
+  // A precision outside the ladder is named too, after it.
+  EXPECT_EQ(PrecisionOf({{1, "bf16"}, {2, "fp16"}}), "bf16 (batch 1), fp16 (batch 2)");
 }
 
 // An engine whose run takes `ms` (sleeping), with one float input.
