@@ -5,32 +5,9 @@
 namespace kiln::cpu {
 namespace {
 
-// Compiled per ISA level (isa.h; built for baseline x86-64 it ran 4 floats wide). Columns go
-// in blocks of kCols kept in registers across k (4 AVX-512 / 8 AVX2 vectors): out is loaded
-// and stored once per block, not once per k.
-KILN_ISA_BODY void AxpyRowsBody(const float* in, int64_t k_count, const float* m, int64_t ld,
-                                float* out, int64_t n) {
-  constexpr int64_t kCols = 64;
-  int64_t j0 = 0;
-  for (; j0 + kCols <= n; j0 += kCols) {
-    float acc[kCols];
-    for (int64_t j = 0; j < kCols; ++j) acc[j] = out[j0 + j];
-    for (int64_t k = 0; k < k_count; ++k) {
-      const float v = in[k];
-      const float* r = m + k * ld + j0;
-      for (int64_t j = 0; j < kCols; ++j) acc[j] += v * r[j];
-    }
-    for (int64_t j = 0; j < kCols; ++j) out[j0 + j] = acc[j];
-  }
-  for (int64_t k = 0; k < k_count && j0 < n; ++k) {
-    const float v = in[k];
-    const float* r = m + k * ld;
-    for (int64_t j = j0; j < n; ++j) out[j] += v * r[j];
-  }
-}
-
-// R rows at once, in column blocks of 32 (R x 32 accumulators: 8 AVX-512 or 16 AVX2 vectors
-// for four rows); the same per-output arithmetic as AxpyRowsBody.
+// R rows at once, compiled per ISA level (isa.h). Columns go in blocks of 32 kept in
+// registers across k (R x 32 accumulators: 8 AVX-512 or 16 AVX2 vectors for four rows), so
+// out is loaded and stored once per block, not once per k; each sum keeps its k order.
 template <int R>
 KILN_ISA_BODY void AxpyRowsR(const float* const* in, int64_t k_count, const float* m, int64_t ld,
                              float* const* out, int64_t n) {
@@ -76,11 +53,6 @@ KILN_ISA_BODY void AxpyRowsMultiBody(const float* const* in, int rows, int64_t k
 }
 
 }  // namespace
-
-KILN_ISA_VERSIONS(void, AxpyRows,
-                  (const float* in, int64_t k_count, const float* m, int64_t ld, float* out,
-                   int64_t n),
-                  (in, k_count, m, ld, out, n))
 
 KILN_ISA_VERSIONS(void, AxpyRowsMulti,
                   (const float* const* in, int rows, int64_t k_count, const float* m, int64_t ld,

@@ -13,9 +13,9 @@ void AxpyRows(const float* in, int64_t k_count, const float* m, int64_t ld, floa
 // The most rows AxpyRowsMulti takes at once.
 inline constexpr int kMaxAxpyRows = 4;
 
-// AxpyRows for `rows` (1..kMaxAxpyRows) vectors at once: out[r][j] += sum_k in[r][k] *
-// m[k * ld + j]. Each row of m is read once for all of them, which is what a batch of
-// sequences stepping together saves; every output equals AxpyRows' bit for bit.
+// out[r][j] += sum_k in[r][k] * m[k * ld + j] for j < n, for `rows` (1..kMaxAxpyRows)
+// vectors at once. Each row of m is read once for all of them, which is what a batch of
+// sequences stepping together saves; every output equals the one-row call's bit for bit.
 void AxpyRowsMulti(const float* const* in, int rows, int64_t k_count, const float* m, int64_t ld,
                    float* const* out, int64_t n);
 

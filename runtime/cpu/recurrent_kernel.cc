@@ -94,8 +94,7 @@ class RecurrentKernel : public CpuKernel {
  public:
   RecurrentKernel(RnnShape s, RnnSlots io, std::vector<float> wt, std::vector<float> rt,
                   std::vector<float> b, std::vector<float> p)
-      : s_(std::move(s)), io_(io), wt_(std::move(wt)), rt_(std::move(rt)), b_(std::move(b)),
-        p_(std::move(p)) {
+      : s_(std::move(s)), io_(io), rt_(std::move(rt)), b_(std::move(b)), p_(std::move(p)) {
     const int64_t gh = s_.gates * s_.hidden;
     scratch_.resize(s_.dirs * s_.batch);
     for (Scratch& w : scratch_) {
@@ -113,7 +112,7 @@ class RecurrentKernel : public CpuKernel {
     parallel_ =
         s_.dirs * groups_ > 1 &&
         s_.steps * gh * (s_.input + s_.hidden) * s_.dirs * s_.batch >= kParallelElements * 8;
-    PrepareProjection();
+    PrepareProjection(wt);  // packed for the GEMM: the plain copy is not kept
   }
 
   absl::Status Run(const ExecContext& ctx) override {
@@ -176,7 +175,7 @@ class RecurrentKernel : public CpuKernel {
     float *g[kMaxAxpyRows], *h[kMaxAxpyRows], *c[kMaxAxpyRows], *tmp[kMaxAxpyRows];
   };
   void RunGroup(const ExecContext& ctx, int64_t d, int64_t b0, int rows, float* y);
-  void PrepareProjection();
+  void PrepareProjection(const std::vector<float>& wt);
   void Project(const float* x);
   void Step(int64_t d, int64_t t, const Rows& rows) const;
   void GruStep(int64_t d, const Act* a, const Rows& rows) const;
@@ -184,7 +183,7 @@ class RecurrentKernel : public CpuKernel {
 
   RnnShape s_;
   RnnSlots io_;
-  std::vector<float> wt_, rt_, b_, p_;  // W^T, R^T per direction, B (Wb then Rb), P
+  std::vector<float> rt_, b_, p_;         // R^T per direction, B (Wb then Rb), P
   std::vector<Scratch> scratch_;          // one per (direction, batch entry)
   int64_t group_ = 1, groups_ = 1;        // sequences per group, groups per direction
   bool parallel_ = false;
@@ -198,14 +197,15 @@ class RecurrentKernel : public CpuKernel {
   std::vector<float> bias_;  // per direction: Wb + Rb (GRU's candidate: Wb only)
 };
 
-void RecurrentKernel::PrepareProjection() {
+// `wt`: W^T per direction.
+void RecurrentKernel::PrepareProjection(const std::vector<float>& wt) {
   const int64_t gh = s_.gates * s_.hidden;
   bl_ = gemm::BlockingFor(ActiveIsa());
   threads_ = std::max(1, omp_get_max_threads());
   for (int64_t d = 0; d < s_.dirs; ++d) {
     const int64_t floats = gemm::PackedBFloats(bl_, s_.input, gh);
     packed_w_.push_back(NewAlignedBuffer<float>(floats * sizeof(float)));
-    gemm::PackB(bl_, {wt_.data() + d * s_.input * gh, gh, 1}, s_.input, gh, 1.f,
+    gemm::PackB(bl_, {wt.data() + d * s_.input * gh, gh, 1}, s_.input, gh, 1.f,
                 packed_w_.back().get());
     const float* wb = b_.data() + d * 2 * gh;
     for (int64_t j = 0; j < gh; ++j) {

@@ -1,6 +1,7 @@
 // The recurrent kernel's batched steps: without sequence_lens the sequences of a direction
 // step together, up to four sharing each read of R (runtime/cpu/axpy_rows.h). The products
 // keep each sum's order, so a batch computes what each sequence alone computes, bit for bit.
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -22,8 +23,9 @@ std::vector<float> Uniform(size_t n, uint32_t seed) {
   return v;
 }
 
-// 1..4 rows at once equal the one-row product bit for bit, for widths with and without a
-// partial column block; a row beyond `rows` is not touched.
+// 1..4 rows at once equal each row's own one-row call bit for bit, for widths with and
+// without a partial column block; a row beyond `rows` is not touched; and the one-row call
+// is the product (against a double-precision sum).
 TEST(AxpyRowsMulti, EqualsTheOneRowProductBitForBit) {
   const int64_t k_count = 37, ld = 112;
   const std::vector<float> m = Uniform(k_count * ld, 1);
@@ -43,7 +45,15 @@ TEST(AxpyRowsMulti, EqualsTheOneRowProductBitForBit) {
       }
       cpu::AxpyRowsMulti(ins, rows, k_count, m.data(), ld, outs, n);
       for (int r = 0; r < rows; ++r) {
-        cpu::AxpyRows(in[r].data(), k_count, m.data(), ld, want[r].data(), n);
+        const float* one_in = in[r].data();
+        float* one_out = want[r].data();
+        cpu::AxpyRowsMulti(&one_in, 1, k_count, m.data(), ld, &one_out, n);
+        const std::vector<float> start = Uniform(n, 20 + r);
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = start[j];
+          for (int64_t k = 0; k < k_count; ++k) sum += double(in[r][k]) * m[k * ld + j];
+          ASSERT_NEAR(want[r][j], sum, 1e-5 * (1 + std::abs(sum))) << "row " << r << " col " << j;
+        }
       }
       for (int r = 0; r < cpu::kMaxAxpyRows; ++r) {
         EXPECT_EQ(std::memcmp(got[r].data(), want[r].data(), n * sizeof(float)), 0)
