@@ -1,6 +1,8 @@
-"""Network helpers shared by the Python tests and benchmarks that start kilnd or a container:
-a free local port and a GET that never raises."""
+"""Helpers shared by the Python tests and benchmarks that start kilnd or a container: a free
+local port, a GET that never raises, and stopping a process they started."""
+import signal
 import socket
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -21,3 +23,16 @@ def http_get(url, timeout=5):
         return e.code, e.read().decode()
     except (urllib.error.URLError, ConnectionError, socket.timeout, OSError):
         return None, ""
+
+
+def stop_process(proc, timeout):
+    """SIGTERM, then SIGKILL if `proc` is still there after `timeout` seconds; waits for it.
+    Nothing for a process that has already exited."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from kiln_net import free_port, http_get  # noqa: E402
+from kiln_net import free_port, http_get, stop_process  # noqa: E402
 
 SRC = os.path.abspath(sys.argv[1])
 KILND = sys.argv[2]
@@ -123,13 +122,7 @@ def main():
         return run(tmp, procs)
     finally:
         for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop_process(p, 20)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

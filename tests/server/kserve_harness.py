@@ -12,7 +12,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from kiln_net import free_port  # noqa: E402
+from kiln_net import free_port, stop_process  # noqa: E402
 
 try:
     import grpc
@@ -159,12 +158,7 @@ class Kilnd:
         return status, json.loads(data) if data else None, hdrs
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, 20)
         self.log.close()
 
 

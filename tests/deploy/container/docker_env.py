@@ -5,10 +5,12 @@ Importing it finds the docker client and skips (exit 77; a failure under CI=true
 """
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
+from kiln_net import stop_process  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 START = time.monotonic()
@@ -93,12 +95,7 @@ def start_dockerd(tmp):
 def stop_dockerd(proc):
     if proc is None or proc.poll() is not None:
         return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, 60)
     log("stopped the dockerd this test started")
 
 
