@@ -66,6 +66,14 @@ inline absl::Status CheckInputs(const std::vector<TensorSpec>& specs,
   return absl::OkStatus();
 }
 
+// A graph output that a Concat makes of a graph input followed by other values along one
+// axis, the input read by nothing else: a decoder's `present = Concat(past, new)` along the
+// cache's length. Indices into inputs() and outputs().
+struct InPlaceAppend {
+  size_t input = 0;
+  size_t output = 0;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -76,6 +84,42 @@ class Engine {
   // (INVALID_ARGUMENT otherwise). outputs: resized to one per output spec; tensors already of
   // the right dtype and shape are written in place (no allocation).
   virtual absl::Status Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) = 0;
+
+  // The outputs RunAppending takes with their input already in place (empty: none).
+  virtual std::vector<InPlaceAppend> in_place_appends() const { return {}; }
+  // Run, except that every in_place_appends() output passed in already holds its input's
+  // values where the Concat puts them (the front of each block along the axis): the engine
+  // writes only what follows and never reads those inputs, whose tensors need only the right
+  // dtype and shape. A generation loop keeps its key/value cache in the outputs this way
+  // instead of copying the whole past in and out at every token. Every output must be passed
+  // in at its dtype and shape (INVALID_ARGUMENT otherwise: a new tensor would not hold the
+  // input); FAILED_PRECONDITION from an engine with no in-place appends.
+  virtual absl::Status RunAppending(const std::vector<Tensor>& inputs,
+                                    std::vector<Tensor>& outputs) {
+    (void)inputs;
+    (void)outputs;
+    return absl::FailedPreconditionError("this engine does not append in place");
+  }
 };
+
+// INVALID_ARGUMENT unless `outputs` match `specs` one for one in dtype and shape
+// (RunAppending's precondition).
+inline absl::Status CheckOutputs(const std::vector<TensorSpec>& specs,
+                                 const std::vector<Tensor>& outputs) {
+  if (outputs.size() != specs.size()) {
+    return absl::InvalidArgumentError("an in-place append needs all " +
+                                      std::to_string(specs.size()) + " outputs, got " +
+                                      std::to_string(outputs.size()));
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k].dtype() != specs[k].dtype || outputs[k].shape() != specs[k].shape) {
+      return absl::InvalidArgumentError(
+          "output '" + specs[k].name + "': an in-place append needs " + DTypeName(specs[k].dtype) +
+          " " + ShapeToString(specs[k].shape) + ", got " + DTypeName(outputs[k].dtype()) + " " +
+          ShapeToString(outputs[k].shape()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace kiln::runtime

@@ -51,6 +51,8 @@ struct ExecContext {
   void* const* ptrs = nullptr;
   dnnl::stream* stream = nullptr;
   FiniteBounds* bounds = nullptr;  // what this run knows about finiteness (nonfinite_guard.h)
+  // Engine::RunAppending: the appending Concats' first inputs are already in their outputs.
+  bool append_in_place = false;
 };
 
 class CpuKernel {
@@ -84,6 +86,11 @@ struct BuildContext {
   // in EngineInfo like fallback ops. "Type (impl)" per op.
   std::vector<std::string> slow_ops;
   int bf16_ops = 0;  // products built with bfloat16 operands
+  // Slots of graph inputs that one node reads and no output repeats (in_place_append.h): a
+  // Concat whose first input is one of them and whose output is the caller's tensor can take
+  // that input as already in place. The (input slot, output slot) pairs it took are `appends`.
+  std::vector<int> sole_read_inputs;
+  std::vector<std::pair<int, int>> appends;
 
   int SlotOf(const Value* v) const;
   // Records a slow implementation for the node being built (see slow_ops).

@@ -1,9 +1,9 @@
 // Concat along one axis, any dtype: for each outer block, each input contributes one
 // contiguous run of (its axis extent x inner) elements.
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/cpu/build_context.h"
-
 #include "runtime/cpu/own_kernels.h"
 
 namespace kiln::cpu {
@@ -11,18 +11,30 @@ namespace {
 
 class ConcatKernel : public CpuKernel {
  public:
-  ConcatKernel(std::vector<int> in, std::vector<size_t> run, int out, int64_t outer)
-      : in_(std::move(in)), run_(std::move(run)), out_(out), outer_(outer) {}
+  ConcatKernel(std::vector<int> in, std::vector<size_t> run, int out, int64_t outer,
+               bool first_in_place)
+      : in_(std::move(in)),
+        run_(std::move(run)),
+        out_(out),
+        outer_(outer),
+        first_in_place_(first_in_place) {
+    for (size_t r : run_) block_ += r;
+  }
 
   absl::Status Run(const ExecContext& ctx) override {
     char* y = static_cast<char*>(ctx.ptrs[out_]);
-    for (int64_t o = 0; o < outer_; ++o) {
+    // In place (Engine::RunAppending), the first input's runs are already in each block.
+    const size_t first = ctx.append_in_place && first_in_place_ ? 1 : 0;
+    const int64_t bytes = outer_ * static_cast<int64_t>(block_);
+    ForEachIndex(outer_, bytes >= kParallelElements * 16, [&](int64_t o) {
+      char* dst = y + o * static_cast<int64_t>(block_);
       for (size_t k = 0; k < in_.size(); ++k) {
-        if (run_[k] == 0) continue;
-        std::memcpy(y, static_cast<const char*>(ctx.ptrs[in_[k]]) + o * run_[k], run_[k]);
-        y += run_[k];
+        if (k >= first && run_[k] > 0) {
+          std::memcpy(dst, static_cast<const char*>(ctx.ptrs[in_[k]]) + o * run_[k], run_[k]);
+        }
+        dst += run_[k];
       }
-    }
+    });
     return absl::OkStatus();
   }
 
@@ -31,6 +43,8 @@ class ConcatKernel : public CpuKernel {
   std::vector<size_t> run_;  // bytes per outer block, per input
   int out_;
   int64_t outer_;
+  bool first_in_place_;  // the first input may be in place already (BuildContext::appends)
+  size_t block_ = 0;     // bytes per outer block of the output
 };
 
 // Concat along the channels of activations that convolutions left channels-last or in
@@ -151,7 +165,15 @@ std::unique_ptr<CpuKernel> MakeConcatKernel(BuildContext& ctx, const Node& node)
     run.push_back(static_cast<size_t>(a * inner) * elem);
   }
   if (extent != ys[axis]) return nullptr;
-  return std::make_unique<ConcatKernel>(std::move(in), std::move(run), out, outer);
+  // The first input read by this node alone, straight from the caller's tensor, into the
+  // caller's output: a caller may place it there itself (Engine::RunAppending).
+  const int first = ctx.SlotOf(node.inputs[0]);
+  const bool in_place =
+      in[0] == first && ctx.slots[first].storage == Storage::kInput &&
+      ctx.slots[out].storage == Storage::kOutput && ctx.slots[out].is_plain() &&
+      std::count(ctx.sole_read_inputs.begin(), ctx.sole_read_inputs.end(), first) == 1;
+  if (in_place) ctx.appends.push_back({first, out});
+  return std::make_unique<ConcatKernel>(std::move(in), std::move(run), out, outer, in_place);
 }
 
 }  // namespace kiln::cpu

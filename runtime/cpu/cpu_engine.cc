@@ -18,7 +18,9 @@
 #include "ops/evaluate.h"
 #include "ops/interpreter.h"
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/in_place_append.h"
 #include "runtime/cpu/isa.h"
+#include "runtime/cpu/serial_work.h"
 #include "runtime/cpu/slot_table.h"
 #include "runtime/cpu/transient_heap.h"
 #include "runtime/cpu/tune.h"
@@ -41,9 +43,20 @@ class CpuEngine : public runtime::Engine {
   const runtime::EngineInfo& info() const override { return info_; }
   const std::vector<runtime::TensorSpec>& inputs() const override { return input_specs_; }
   const std::vector<runtime::TensorSpec>& outputs() const override { return output_specs_; }
-  absl::Status Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) override;
+  absl::Status Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) override {
+    return RunWith(inputs, outputs, /*append_in_place=*/false);
+  }
+  std::vector<runtime::InPlaceAppend> in_place_appends() const override { return appends_; }
+  absl::Status RunAppending(const std::vector<Tensor>& inputs,
+                            std::vector<Tensor>& outputs) override {
+    if (appends_.empty()) return runtime::Engine::RunAppending(inputs, outputs);
+    RETURN_IF_ERROR(runtime::CheckOutputs(output_specs_, outputs));
+    return RunWith(inputs, outputs, /*append_in_place=*/true);
+  }
 
  private:
+  absl::Status RunWith(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                       bool append_in_place);
   absl::Status BuildKernels();
   bool EvaluateAtBuild(Node& node);
   std::unique_ptr<CpuKernel> MakeFastKernel(const Node& node, KernelList& pre, KernelList& post);
@@ -53,6 +66,7 @@ class CpuEngine : public runtime::Engine {
   std::unique_ptr<Graph> graph_;
   BuildContext ctx_;
   SlotBindings bind_;
+  std::vector<runtime::InPlaceAppend> appends_;
   dnnl::stream stream_;
   void AddKernel(std::unique_ptr<CpuKernel> k, std::string label) {
     kernels_.push_back(std::move(k));
@@ -87,52 +101,6 @@ void TraceFallback(const Node& node) {
   std::fprintf(stderr, "\n");
 }
 
-// Runs a kernel with a one-thread OpenMP team (see IsSmallWork).
-class SerialKernel : public CpuKernel {
- public:
-  explicit SerialKernel(std::unique_ptr<CpuKernel> inner) : inner_(std::move(inner)) {}
-  bool is_fallback() const override { return inner_->is_fallback(); }
-  absl::Status Run(const ExecContext& ctx) override {
-    const int team = omp_get_max_threads();
-    omp_set_num_threads(1);
-    absl::Status st = inner_->Run(ctx);
-    omp_set_num_threads(team);
-    return st;
-  }
-
- private:
-  std::unique_ptr<CpuKernel> inner_;
-};
-
-// Multiply-adds (or elements) a node computes, roughly: below 64K a second thread's wake-up
-// and barrier cost about what it saves. The threshold follows how OpenMP waits: while the
-// team slept after every region (PASSIVE alone, ~45 us per wake-up here) products stayed
-// serial up to 4M; with the bounded spin of base/openmp_env.h a wake-up is ~1 us, and
-// splitting from 64K on measured (2 threads, compare_ort.js, against 4M): mobilenet_v2 b1
-// 4.27 -> 3.48 ms (its 1280x1000 classifier and 7x7 convolutions), bert_tiny b8 0.45 ->
-// 0.42 ms, resnet18/50 unchanged.
-// nullopt when the output's shape is not static.
-std::optional<int64_t> NodeWork(const Node& node) {
-  const Value* y = node.output(0);
-  if (!y || !y->shape || !IsStatic(*y->shape)) return std::nullopt;
-  int64_t work = NumElements(StaticDims(*y->shape));
-  const Value* a = node.input(0);
-  const Value* w = node.input(1);
-  if (node.op_type.find("MatMul") != std::string::npos || node.op_type == "Gemm") {
-    if (a && a->shape && !a->shape->empty() && a->shape->back().known()) work *= a->shape->back().value;
-  } else if (node.op_type.find("Conv") != std::string::npos && w && w->shape &&
-             IsStatic(*w->shape) && !w->shape->empty() && (*w->shape)[0].value > 0) {
-    work *= NumElements(StaticDims(*w->shape)) / (*w->shape)[0].value;
-  }
-  return work;
-}
-
-bool IsSmallWork(const Node& node) {
-  constexpr int64_t kSerialWork = 1 << 16;
-  const std::optional<int64_t> work = NodeWork(node);
-  return work && *work < kSerialWork;
-}
-
 runtime::TensorSpec SpecOf(const Slot& s) { return {s.name, s.dtype, s.shape}; }
 
 absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOptions& options) {
@@ -154,7 +122,11 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
   ctx_.scratch_slot = static_cast<int>(ctx_.slots.size()) - 1;
   for (int s : bind_.inputs) input_specs_.push_back(SpecOf(ctx_.slots[s]));
   for (int s : bind_.outputs) output_specs_.push_back(SpecOf(ctx_.slots[s]));
+  ctx_.sole_read_inputs = SoleReadInputs(*graph_, bind_, ctx_);
   RETURN_IF_ERROR(BuildKernels());
+  appends_ = AppendsOf(ctx_, bind_);
+  // All or none: a Concat whose pair was left out would still skip its input in place.
+  if (appends_.size() != ctx_.appends.size()) appends_.clear();
   RETURN_IF_ERROR(Allocate(compiled.plan));
   info_.device = "cpu";
   info_.batch = input_specs_.empty() || input_specs_[0].shape.empty()
@@ -303,7 +275,8 @@ absl::Status CpuEngine::WarmUp() {
   return Run(ins, outs);
 }
 
-absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) {
+absl::Status CpuEngine::RunWith(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                                bool append_in_place) {
   RETURN_IF_ERROR(runtime::CheckInputs(input_specs_, inputs));
   // OpenMP's thread count is a per-thread setting: Run may come from another thread than Build.
   omp_set_num_threads(threads_);
@@ -327,7 +300,7 @@ absl::Status CpuEngine::Run(const std::vector<Tensor>& inputs, std::vector<Tenso
   }
   for (const auto& [view, root] : bind_.views) ptrs_[view] = ptrs_[root];
   bounds_.NewRun();
-  ExecContext ec{ptrs_.data(), &stream_, &bounds_};
+  ExecContext ec{ptrs_.data(), &stream_, &bounds_, append_in_place};
   {
     // Only the kernels run in the scope: output tensors outlive Run and belong on the heap.
     std::optional<TransientHeap::Scope> scope;
@@ -393,14 +366,6 @@ CpuEngine::~CpuEngine() {
 
 namespace {
 
-// Multiply-adds (or elements) of the whole graph, as IsSmallWork counts them per node. Only
-// graphs below kThreadTuningWork (~1 ms on one core here) are timed on one thread: larger
-// ones always gain from the team, and timing them would cost a run of each at load.
-int64_t EstimatedWork(const Graph& graph) {
-  int64_t total = 0;
-  for (const auto& n : graph.nodes()) total += NodeWork(*n).value_or(0);
-  return total;
-}
 constexpr int64_t kThreadTuningWork = int64_t{32} << 20;
 
 // One engine with a concrete layout (kPrimitive or kBlocked).

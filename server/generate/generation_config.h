@@ -23,6 +23,9 @@ struct GenerationConfig {
   int64_t prefill_budget = 256;
   int64_t max_new_tokens = 4096;  // a request's max_tokens above this is refused
   std::vector<int64_t> eos_token_ids;  // end a sequence (unless a request ignores them)
+  // auto: steps append to the cache held in the engine's outputs when every engine can
+  // (runtime::Engine::RunAppending); off: every step copies the cache in and out.
+  std::string kv_in_place = "auto";
 };
 
 // INVALID_ARGUMENT "'generation.<key>': <why>" for a value outside its range (the model

@@ -12,6 +12,7 @@ struct Generator::Sequence {
   explicit Sequence(GenerateParams p)
       : params(std::move(p)), sampler(params.sampling, params.logprobs), submitted(Clock::now()) {}
   GenerateParams params;
+  uint64_t id = 0;  // unique for the generator's life (HeldRows)
   std::shared_ptr<GenerationStream> stream = std::make_shared<GenerationStream>();
   std::vector<int64_t> tokens;  // prompt, then generated
   int64_t prompt_len = 0;
@@ -100,6 +101,7 @@ absl::StatusOr<std::shared_ptr<GenerationStream>> Generator::Submit(GeneratePara
       return absl::ResourceExhaustedError(absl::StrCat(
           waiting_.size(), " generation requests are waiting; try again later"));
     }
+    seq->id = next_id_++;
     waiting_.push_back(seq);
     stats_.waiting = static_cast<int64_t>(waiting_.size());
   }
@@ -268,7 +270,8 @@ void Generator::Decode() {
                    [](const SeqPtr& a, const SeqPtr& b) { return a->cached < b->cached; });
   for (size_t at = 0; at < group.size(); at += static_cast<size_t>(setup_.max_rows)) {
     const size_t end = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
-    RunStep(std::vector<SeqPtr>(group.begin() + at, group.begin() + end), 1);
+    RunStep(std::vector<SeqPtr>(group.begin() + at, group.begin() + end), 1,
+            static_cast<int64_t>(at) / setup_.max_rows);
   }
 }
 
@@ -301,6 +304,8 @@ void Generator::Preempt(const SeqPtr& victim) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     waiting_.push_front(victim);
+    // Recomputed, its positions come anew: a step's presents holding the old ones are stale.
+    victim->id = next_id_++;
     ++stats_.preemptions;
     stats_.waiting = static_cast<int64_t>(waiting_.size());
     stats_.running = static_cast<int64_t>(running_.size());
@@ -309,28 +314,32 @@ void Generator::Preempt(const SeqPtr& victim) {
   if (setup_.hooks.preempted) setup_.hooks.preempted();
 }
 
-void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count) {
+void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t ordinal) {
   std::vector<StepRow> rows;
   int64_t longest = 0;
   for (const SeqPtr& s : group) {
-    rows.push_back({&s->tokens, s->cached, &s->table});
+    rows.push_back({&s->tokens, s->cached, &s->table, s->id});
     longest = std::max(longest, s->cached);
   }
   const int64_t past = setup_.past_size(longest);
   const auto n = static_cast<int64_t>(group.size());
-  StepBuffers& buffers = BuffersFor(n, count, past);
+  // An appending step runs at a batch bucket (the engine's own outputs are the cache).
+  int64_t total = n;
+  const auto& counts = setup_.append_counts;
+  const bool appending =
+      setup_.step_appending && std::find(counts.begin(), counts.end(), count) != counts.end();
+  if (appending) {
+    auto b = std::lower_bound(setup_.buckets.begin(), setup_.buckets.end(), n);
+    if (b != setup_.buckets.end()) total = *b;
+  }
+  StepBuffers& buffers = BuffersFor(total, count, past, ordinal);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
-    RETURN_IF_ERROR(BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past,
-                                    buffers.in));
-    ASSIGN_OR_RETURN(std::vector<Tensor> out,
-                     setup_.step(buffers.in, n, std::move(buffers.out)));
-    buffers.out = out;  // written over by the next step of this shape
-    RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, buffers));
     const Tensor& logits = out.at(setup_.contract.logits);
-    if (logits.rank() != 3 || logits.dim(0) != n || logits.dim(1) != count ||
+    if (logits.rank() != 3 || logits.dim(0) != total || logits.dim(1) != count ||
         logits.dim(2) != setup_.contract.vocab || logits.dtype() != DType::kFloat32) {
       return absl::InternalError(absl::StrCat("the step's logits are ",
-                                              ShapeToString(logits.shape()), ", not [", n, ", ",
+                                              ShapeToString(logits.shape()), ", not [", total, ", ",
                                               count, ", ", setup_.contract.vocab, "]"));
     }
     return out;
@@ -355,19 +364,53 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count) {
   }
 }
 
-Generator::StepBuffers& Generator::BuffersFor(int64_t rows, int64_t count, int64_t past) {
+absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRow>& rows,
+                                                        int64_t count, int64_t past,
+                                                        StepBuffers& buffers) {
+  const int64_t total = buffers.key[0];
+  std::vector<Tensor> out;
+  const auto& counts = setup_.append_counts;
+  if (setup_.step_appending && total >= static_cast<int64_t>(rows.size()) &&
+      std::find(counts.begin(), counts.end(), count) != counts.end()) {
+    RETURN_IF_ERROR(BuildAppendingStep(setup_.contract, setup_.signature, *cache_, rows, total,
+                                       count, past, buffers.in, buffers.out, buffers.held));
+    absl::StatusOr<std::vector<Tensor>> ran =
+        setup_.step_appending(buffers.in, total, std::move(buffers.out));
+    if (!ran.ok()) {
+      buffers.held = {};  // the presents are gone with the failed run
+      return ran.status();
+    }
+    out = std::move(*ran);
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.steps_in_place;
+  } else {
+    RETURN_IF_ERROR(
+        BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past, buffers.in));
+    ASSIGN_OR_RETURN(out, setup_.step(buffers.in, total, std::move(buffers.out)));
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.steps_copied;
+  }
+  buffers.out = out;  // written over (appending: appended to) by the next step of this shape
+  RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));
+  return out;
+}
+
+Generator::StepBuffers& Generator::BuffersFor(int64_t rows, int64_t count, int64_t past,
+                                              int64_t group) {
   // A loop moves through a few shapes at a time (a prefill chunk, the full decode groups, the
   // remainder group); a shape left behind frees its buffers. At GPT-2-small size one 8-row
-  // decode shape at a 639-position class holds 754 MB (its past inputs and present outputs).
-  constexpr size_t kKept = 3;
-  const std::vector<int64_t> key{rows, count, past};
+  // decode shape at a 639-position class holds 754 MB (its past inputs and present outputs;
+  // about half that when appending, whose past inputs are one zero tensor). Each decode group
+  // keeps its own, so that an appending group finds its rows still in place.
+  constexpr size_t kKept = 4;
+  const std::vector<int64_t> key{rows, count, past, group};
   for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
     if (it->key == key) {
       buffers_.splice(buffers_.begin(), buffers_, it);
       return buffers_.front();
     }
   }
-  buffers_.push_front(StepBuffers{key, {}, {}});
+  buffers_.push_front(StepBuffers{key, {}, {}, {}});
   if (buffers_.size() > kKept) buffers_.pop_back();
   return buffers_.front();
 }

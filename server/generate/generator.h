@@ -40,6 +40,7 @@
 #include "server/generate/generation_config.h"
 #include "server/generate/kv_cache.h"
 #include "server/generate/sampler.h"
+#include "server/generate/step.h"
 #include "server/generate/stream.h"
 #include "server/generate/tokenizer.h"
 
@@ -76,6 +77,7 @@ struct GeneratorStats {
   int64_t running = 0, waiting = 0;
   int64_t pages_total = 0, pages_free = 0;
   int64_t preemptions = 0, tokens = 0;
+  int64_t steps_in_place = 0, steps_copied = 0;  // engine steps by kind (step_appending or not)
 };
 
 struct GeneratorSetup {
@@ -87,6 +89,13 @@ struct GeneratorSetup {
   // (cached positions, the past dim's range).
   int64_t min_step = 1, max_step = 1, max_context = 1;
   StepFn step;
+  // Set when every engine appends the cache in place (runtime::Engine::RunAppending): steps
+  // run through it with the presents kept between steps (BuildAppendingStep), at the batch
+  // sizes `buckets` (ascending), for steps feeding a count of tokens in `append_counts` (the
+  // sequence dim's shape classes: a step at another count is padded to its class on the way
+  // to the engine, so its outputs cannot be the kept ones; it takes `step`).
+  StepFn step_appending;
+  std::vector<int64_t> buckets, append_counts;
   PastSizeFn past_size;
   GenerationHooks hooks;
   // The model's SentencePiece tokenizer when its folder ships one (text in and out), else null.
@@ -111,6 +120,7 @@ class Generator {
   const GenerationConfig& config() const { return setup_.config; }
   int64_t max_context() const { return setup_.max_context; }
   const Tokenizer* tokenizer() const { return setup_.tokenizer.get(); }
+  bool appends_in_place() const { return static_cast<bool>(setup_.step_appending); }
 
  private:
   struct Sequence;
@@ -128,7 +138,7 @@ class Generator {
   void Decode();
   // Runs one step feeding `count` tokens of each of `group`; samples each row's next token
   // when it has read every token it had. A failure ends the group's sequences.
-  void RunStep(const std::vector<SeqPtr>& group, int64_t count);
+  void RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t ordinal = 0);
   // Pages for `seq` to hold `positions`, preempting younger sequences while they lack; false
   // when even alone it does not fit (then it was ended).
   bool Reserve(const SeqPtr& seq, int64_t positions);
@@ -137,13 +147,18 @@ class Generator {
   void End(const SeqPtr& seq, absl::Status status, std::string reason);
   absl::Status CheckParams(const GenerateParams& p) const;
 
-  // A step's input and output tensors, kept for the next step of the same shape.
+  // A step's input and output tensors, kept for the next step of the same shape and group.
   struct StepBuffers {
-    std::vector<int64_t> key;  // rows, tokens, past
+    std::vector<int64_t> key;  // rows, tokens, past, group
     std::vector<Tensor> in, out;
+    HeldRows held;  // appending steps: the sequences `out` holds
   };
-  // The buffers of that shape, most recently used first (a few shapes are kept).
-  StepBuffers& BuffersFor(int64_t rows, int64_t count, int64_t past);
+  // The buffers of that shape for the `group`-th decode group of an iteration (prefill: 0),
+  // most recently used first (a few are kept).
+  StepBuffers& BuffersFor(int64_t rows, int64_t count, int64_t past, int64_t group);
+  // Runs the step's engine over `rows` into `buffers`, the cache stored; the outputs.
+  absl::StatusOr<std::vector<Tensor>> StepOnce(const std::vector<StepRow>& rows, int64_t count,
+                                               int64_t past, StepBuffers& buffers);
 
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;
@@ -157,6 +172,7 @@ class Generator {
   GeneratorStats stats_;         // guarded by mu_
   std::list<SeqPtr> running_;    // scheduler thread only, admission order
   std::thread thread_;
+  uint64_t next_id_ = 1;  // Sequence::id, guarded by mu_
 };
 
 }  // namespace kiln::server::generate

@@ -61,20 +61,29 @@ void KvCache::Release(PageTable& table) {
 
 void KvCache::Gather(size_t j, const std::vector<const PageTable*>& rows,
                      const std::vector<int64_t>& lengths, Tensor& past) const {
+  for (size_t b = 0; b < rows.size(); ++b) {
+    GatherRange(j, *rows[b], 0, lengths[b], past, static_cast<int64_t>(b));
+  }
+}
+
+void KvCache::GatherRange(size_t j, const PageTable& table, int64_t from, int64_t to, Tensor& dst,
+                          int64_t row) const {
   const CacheTensor& t = tensors_[j];
   const int64_t elem = static_cast<int64_t>(DTypeSize(t.dtype));
-  const int64_t P = past.dim(t.axis);
+  const int64_t T = dst.dim(t.axis);
   const int64_t run = t.inner * elem;  // one position of one outer index
-  char* dst = static_cast<char*>(past.raw_mutable());
-  for (size_t b = 0; b < rows.size(); ++b) {
-    const int64_t len = std::min(lengths[b], P);
-    for (int64_t o = 0; o < t.outer; ++o) {
-      char* row_dst = dst + ((static_cast<int64_t>(b) * t.outer + o) * P) * run;
-      for (int64_t pos = 0; pos < len; pos += page_tokens_) {
-        const int64_t n = std::min(page_tokens_, len - pos);
-        const char* src = Block(rows[b]->pages[pos / page_tokens_], j) + o * page_tokens_ * run;
-        std::memcpy(row_dst + pos * run, src, static_cast<size_t>(n * run));
-      }
+  to = std::min(to, T);
+  char* base = static_cast<char*>(dst.raw_mutable());
+  for (int64_t o = 0; o < t.outer; ++o) {
+    char* row_dst = base + ((row * t.outer + o) * T) * run;
+    // Page by page: a page holds page_tokens_ consecutive positions of each outer index.
+    for (int64_t pos = from; pos < to;) {
+      const int64_t in_page = pos % page_tokens_;
+      const int64_t n = std::min(page_tokens_ - in_page, to - pos);
+      const char* src =
+          Block(table.pages[pos / page_tokens_], j) + (o * page_tokens_ + in_page) * run;
+      std::memcpy(row_dst + pos * run, src, static_cast<size_t>(n * run));
+      pos += n;
     }
   }
 }

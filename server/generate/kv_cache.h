@@ -50,6 +50,10 @@ class KvCache {
   // P, inner] in memory, zeroed by the caller); positions up to P only.
   void Gather(size_t j, const std::vector<const PageTable*>& rows,
               const std::vector<int64_t>& lengths, Tensor& past) const;
+  // Writes positions [from, to) of `table`'s cache tensor `j` into row `row` of `dst`
+  // ([rows, outer, T, inner] in memory), at the same positions; positions up to T only.
+  void GatherRange(size_t j, const PageTable& table, int64_t from, int64_t to, Tensor& dst,
+                   int64_t row) const;
   // Copies `count` positions of row `row` of `present` ([rows, outer, T, inner]), starting
   // at position `from`, into cache tensor `j` of `table` at positions [to, to + count).
   // Precondition: `table` has pages for to + count positions.

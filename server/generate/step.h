@@ -23,6 +23,14 @@ struct StepRow {
   const std::vector<int64_t>* tokens = nullptr;  // the sequence so far
   int64_t cached = 0;  // positions already in its cache: it feeds tokens[cached, cached + count)
   const PageTable* table = nullptr;
+  uint64_t id = 0;  // the sequence, unique for the generator's life (appending steps)
+};
+
+// What an appending step's present outputs hold, row by row: the sequence (StepRow::id, 0 for
+// none) and how many of its first positions are in place.
+struct HeldRows {
+  std::vector<uint64_t> id;
+  std::vector<int64_t> positions;
 };
 
 // Fills `in` with the inputs, in signature order, of a step feeding `count` tokens of every
@@ -33,6 +41,21 @@ struct StepRow {
 absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignature& sig,
                              const KvCache& cache, const std::vector<StepRow>& rows, int64_t count,
                              int64_t past, std::vector<Tensor>& in);
+
+// A step through runtime::Engine::RunAppending: the cache lives in the present outputs,
+// which the engine appends the new positions to, instead of being copied into the past
+// inputs and again into the presents at every step. Fills `in` as BuildStepInputs does, with
+// `total_rows` rows (those past rows.size() are padding: token 0 at position 0, seeing only
+// itself; the engine runs at a batch bucket), the past inputs as zeros never read (one
+// tensor per shape), and brings `out` (the presents and the logits, kept from the last step
+// of this shape) up to date: a row still holding its sequence gets only the positions cached
+// since (one per decode step), any other row its whole cache and zeros up to `past` (the
+// mask hides them, but a masked value still meets a zero weight, so it must be finite).
+// FAILED_PRECONDITION when the model has outputs besides the logits and the presents.
+absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSignature& sig,
+                                const KvCache& cache, const std::vector<StepRow>& rows,
+                                int64_t total_rows, int64_t count, int64_t past,
+                                std::vector<Tensor>& in, std::vector<Tensor>& out, HeldRows& held);
 
 // Stores each row's `count` new positions (at [past, past + count) of the present outputs)
 // into its pages at [cached, cached + count). INTERNAL when the outputs are not the shapes

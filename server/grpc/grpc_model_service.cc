@@ -133,6 +133,9 @@ void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   g->set_tokens(st.tokens);
   if (const generate::Tokenizer* t = gen->tokenizer()) g->set_tokenizer_pieces(t->vocab_size());
   g->set_tokenizer_refused(mv.tokenizer_refused());
+  g->set_kv_in_place(gen->appends_in_place());
+  g->set_steps_in_place(st.steps_in_place);
+  g->set_steps_copied(st.steps_copied);
 }
 
 }  // namespace

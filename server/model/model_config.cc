@@ -111,6 +111,8 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
       RETURN_IF_ERROR(Read(v, full, g.max_new_tokens));
     } else if (key == "eos_token_ids") {
       RETURN_IF_ERROR(Read(v, full, g.eos_token_ids));
+    } else if (key == "kv_in_place") {
+      RETURN_IF_ERROR(Read(v, full, g.kv_in_place));
     } else {
       return BadKey(full, "unknown key");
     }

@@ -31,7 +31,8 @@ BatchDecision DecideBatch(const std::vector<QueuedItem>& queue, Clock::time_poin
       earliest_deadline = q.deadline;
     }
     if (blocked) continue;  // keep scanning: later requests may have expired too
-    if (!d.take.empty() && (!policy.batchable || d.rows + q.rows > max_rows)) {
+    if (!d.take.empty() &&
+        (!policy.batchable || d.rows + q.rows > max_rows || q.alone || queue[d.take[0]].alone)) {
       blocked = true;
       continue;
     }
@@ -92,14 +93,15 @@ Tensor SliceRows(const Tensor& t, int64_t begin, int64_t count) {
 }
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(BatchPolicy policy, int workers,
-                                                         BatchRunFn run) {
+                                                         BatchRunFn run, BatchRunFn run_appending) {
   if (policy.buckets.empty()) return absl::InvalidArgumentError("batcher: no batch buckets");
   if (!std::is_sorted(policy.buckets.begin(), policy.buckets.end()) || policy.buckets[0] < 1) {
     return absl::InvalidArgumentError("batcher: buckets must be positive and ascending");
   }
   if (workers < 1) return absl::InvalidArgumentError("batcher: need at least one worker");
   if (policy.max_queue_size < 1) return absl::InvalidArgumentError("batcher: empty queue");
-  std::unique_ptr<Batcher> b(new Batcher(std::move(policy), std::move(run)));
+  std::unique_ptr<Batcher> b(
+      new Batcher(std::move(policy), std::move(run), std::move(run_appending)));
   b->busy_.assign(static_cast<size_t>(workers), 0);
   for (int w = 0; w < workers; ++w)
     b->workers_.emplace_back([raw = b.get(), w] { raw->WorkerLoop(w); });
@@ -115,8 +117,17 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", rows, " rows; the model takes 1..", policy_.buckets.back()));
   }
+  if (hints.append_in_place) {
+    if (!run_appending_) {
+      return absl::FailedPreconditionError("this model's engines do not append in place");
+    }
+    if (policy_.batchable && BucketFor(rows, policy_.buckets) != rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an in-place append runs alone at a batch size the model has, not ", rows));
+    }
+  }
   Request r;
-  r.item = QueuedItem{rows, Clock::now(), deadline, hints.run_now};
+  r.item = QueuedItem{rows, Clock::now(), deadline, hints.run_now, hints.append_in_place};
   r.reuse = std::move(hints.outputs);
   r.inputs = std::move(inputs);
   r.abandoned = std::move(abandoned);
@@ -292,8 +303,12 @@ absl::Status Batcher::Execute(int worker, std::vector<Request>& batch, int64_t b
         inputs.push_back(std::move(t));
       }
     }
+    // An appending request is never batched with another (DecideBatch) and fills its bucket
+    // (Enqueue): it is alone, its outputs are its own.
+    const bool appending = batch.size() == 1 && batch[0].item.alone;
     const Clock::time_point start = Clock::now();
-    absl::Status status = run_(worker, inputs, outputs);
+    absl::Status status =
+        appending ? run_appending_(worker, inputs, outputs) : run_(worker, inputs, outputs);
     const Clock::duration took = Clock::now() - start;
     metrics_.compute_duration(bucket).Observe(std::chrono::duration<double>(took).count());
     if (policy_.stats) policy_.stats->RecordExecution(bucket, took);

@@ -60,6 +60,9 @@ struct RunHints {
   // writes in place into tensors of the right dtype and shape): a caller repeating one shape
   // reuses its buffers instead of faulting fresh pages in every run.
   std::vector<Tensor> outputs;
+  // `outputs` hold the inputs the engine appends to in place (runtime::Engine::RunAppending):
+  // the request runs alone, at a batch bucket's size, through the batcher's appending run.
+  bool append_in_place = false;
 };
 
 // What DecideBatch sees of a queued request.
@@ -70,6 +73,8 @@ struct QueuedItem {
   // Run without waiting max_queue_delay for more rows: the caller batched already (a
   // generation step, server/generate/).
   bool run_now = false;
+  // Never batched with another request (RunHints::append_in_place).
+  bool alone = false;
 };
 
 struct BatchDecision {
@@ -97,8 +102,10 @@ class Batcher {
   using Result = absl::StatusOr<std::vector<Tensor>>;
 
   // Validates the policy and starts `workers` threads (one per engine instance).
+  // `run_appending` (optional) runs the requests with RunHints::append_in_place.
   static absl::StatusOr<std::unique_ptr<Batcher>> Create(BatchPolicy policy, int workers,
-                                                         BatchRunFn run);
+                                                         BatchRunFn run,
+                                                         BatchRunFn run_appending = nullptr);
   ~Batcher();  // Stop()s
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -131,9 +138,10 @@ class Batcher {
     RowFinish finish;
     std::vector<Tensor> reuse;  // RunHints::outputs
   };
-  Batcher(BatchPolicy policy, BatchRunFn run)
+  Batcher(BatchPolicy policy, BatchRunFn run, BatchRunFn run_appending)
       : policy_(std::move(policy)),
         run_(std::move(run)),
+        run_appending_(std::move(run_appending)),
         metrics_(policy_.model, policy_.buckets),
         memory_(std::make_shared<MemoryAccount>("the batches of model '" + policy_.model + "'", 0,
                                                 ProcessMemory())) {}
@@ -153,6 +161,7 @@ class Batcher {
 
   const BatchPolicy policy_;
   const BatchRunFn run_;
+  const BatchRunFn run_appending_;
   metrics::BatcherMetrics metrics_;  // handles resolved once; the children are atomics
   // What batch assembly, runs and the split into requests allocate (no cap of its own: the
   // process budget bounds it), made once rather than per batch.

@@ -22,6 +22,29 @@ generate::PastSizeFn PastSizes(std::vector<int64_t> classes, int64_t min) {
 
 }  // namespace
 
+bool ModelVersion::AppendsCacheInPlace(const generate::DecoderContract& contract) {
+  setup_appending_ = false;
+  if (config_.generation.kv_in_place == "off") return false;
+  const ModelSignature& sig = built_.signature;
+  if (sig.outputs.size() != contract.cache.size() + 1) return false;
+  auto appends = [&](const runtime::Engine& e) {
+    const std::vector<runtime::InPlaceAppend> pairs = e.in_place_appends();
+    return std::all_of(contract.cache.begin(), contract.cache.end(),
+                       [&](const generate::CacheTensor& c) {
+                         return std::any_of(pairs.begin(), pairs.end(), [&](const auto& p) {
+                           return e.inputs()[p.input].name == sig.inputs[c.input].name &&
+                                  e.outputs()[p.output].name == sig.outputs[c.output].name;
+                         });
+                       });
+  };
+  bool all = !built_.engines.empty();
+  for (const auto& [bucket, instances] : built_.engines) {
+    for (const auto& e : instances) all = all && appends(*e);
+  }
+  setup_appending_ = all && shapes_ && shapes_->EveryEngine(appends);
+  return setup_appending_;
+}
+
 std::shared_ptr<const generate::Tokenizer> ModelVersion::LoadTokenizer() {
   if (folder_.empty()) return nullptr;
   // The version's folder first, then the model's (shared by its versions).
@@ -85,14 +108,33 @@ absl::Status ModelVersion::StartGeneration() {
     ASSIGN_OR_RETURN(auto f, Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
     return f.get();
   };
+  if (AppendsCacheInPlace(*contract)) {
+    setup.buckets = sig.batchable ? built_.buckets : std::vector<int64_t>{1};
+    auto cls = built_.padding->classes.find(contract->sequence_symbol);
+    setup.append_counts = cls != built_.padding->classes.end()
+                              ? cls->second
+                              : std::vector<int64_t>{seq.first};  // a fixed size
+    setup.step_appending =
+        [this](std::vector<Tensor> in, int64_t rows,
+               std::vector<Tensor> presents) -> absl::StatusOr<std::vector<Tensor>> {
+      RunHints hints;
+      hints.run_now = true;
+      hints.outputs = std::move(presents);
+      hints.append_in_place = true;
+      ASSIGN_OR_RETURN(auto f,
+                       Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
+      return f.get();
+    };
+  }
   setup.hooks = metrics::GenerationHooksFor(name_);
   setup.tokenizer = LoadTokenizer();
   ASSIGN_OR_RETURN(generator_, generate::Generator::Create(std::move(setup), ProcessMemory()));
   spdlog::info(
       "model {} version {}: generating (context {}, kv cache {} pages of {} positions, "
-      "{} bytes)",
+      "{} bytes; {})",
       name_, version_, past.second, generator_->stats().pages_total, gc.page_tokens,
-      gc.kv_cache_bytes);
+      gc.kv_cache_bytes,
+      setup_appending_ ? "steps append to the cache in place" : "steps copy the cache in and out");
   return absl::OkStatus();
 }
 

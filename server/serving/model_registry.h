@@ -88,6 +88,9 @@ class ModelVersion {
   // The SentencePiece tokenizer in the version's or the model's folder (tokenizer.model), or
   // null (none, or one that does not load: tokenizer_refused_ says why).
   std::shared_ptr<const generate::Tokenizer> LoadTokenizer();
+  // Whether every engine appends each of `contract`'s caches in place (and the config lets
+  // the loop use it): the generation steps then run through RunAppending.
+  bool AppendsCacheInPlace(const generate::DecoderContract& contract);
   // The folder of the version's model file (the repository's <name>/<version>), before Start.
   void SetFolder(std::string folder) { folder_ = std::move(folder); }
   void Fail(const std::string& reason);
@@ -117,6 +120,7 @@ class ModelVersion {
   std::string generation_refused_;  // written once by Start
   std::string folder_;              // written before Start
   std::string tokenizer_refused_;   // written once by Start (LoadTokenizer)
+  bool setup_appending_ = false;    // written once by Start (AppendsCacheInPlace)
 };
 
 // Called on every state change of a model's default version (health service, logs).

@@ -58,11 +58,19 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
   stats_ = std::make_unique<ModelStats>(built_.buckets);
   policy.stats = stats_.get();
   // Worker w owns instance w of every bucket's engines, so no engine runs two batches at once.
-  auto run = [this](int worker, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  auto engine_for = [this](int worker, const std::vector<Tensor>& in) -> runtime::Engine* {
     const int64_t bucket = built_.signature.batchable ? in.at(0).dim(0) : built_.buckets[0];
     auto it = built_.engines.find(bucket);
-    if (it == built_.engines.end()) return absl::InternalError("no engine for the batch size");
-    return it->second.at(worker)->Run(in, out);
+    return it == built_.engines.end() ? nullptr : it->second.at(worker).get();
+  };
+  auto run = [engine_for](int worker, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    runtime::Engine* e = engine_for(worker, in);
+    return e ? e->Run(in, out) : absl::InternalError("no engine for the batch size");
+  };
+  auto run_appending = [engine_for](int worker, const std::vector<Tensor>& in,
+                                    std::vector<Tensor>& out) {
+    runtime::Engine* e = engine_for(worker, in);
+    return e ? e->RunAppending(in, out) : absl::InternalError("no engine for the batch size");
   };
   if (built_.signature.dynamic()) {
     if (!graph) return absl::InternalError("a dynamic model needs its graph to build shapes");
@@ -75,7 +83,7 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
     ASSIGN_OR_RETURN(shapes_, ShapeEngines::Create(policy, capacity, build));
     if (built_.padding) RETURN_IF_ERROR(BuildShapeClasses());
   }
-  ASSIGN_OR_RETURN(batcher_, Batcher::Create(policy, config_.instances, run));
+  ASSIGN_OR_RETURN(batcher_, Batcher::Create(policy, config_.instances, run, run_appending));
   RETURN_IF_ERROR(StartGeneration());
   SetReason("");
   state_ = ModelState::kReady;

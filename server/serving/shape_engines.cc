@@ -57,9 +57,12 @@ absl::StatusOr<std::shared_ptr<ShapeEngines::Entry>> ShapeEngines::NewEntry(cons
   e->key = ShapeKey(dims);
   Entry* raw = e.get();  // the batcher is the entry's member: it never outlives it
   auto run = [this, raw](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    return RunBatch(*raw, in, out);
+    return RunBatch(*raw, in, out, /*appending=*/false);
   };
-  ASSIGN_OR_RETURN(e->batcher, Batcher::Create(policy_, /*workers=*/1, run));
+  auto run_appending = [this, raw](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    return RunBatch(*raw, in, out, /*appending=*/true);
+  };
+  ASSIGN_OR_RETURN(e->batcher, Batcher::Create(policy_, /*workers=*/1, run, run_appending));
   return e;
 }
 
@@ -125,10 +128,10 @@ void ShapeEngines::ReapLocked(std::vector<std::shared_ptr<Entry>>& dead) {
 }
 
 absl::Status ShapeEngines::RunBatch(Entry& e, const std::vector<Tensor>& in,
-                                    std::vector<Tensor>& out) {
+                                    std::vector<Tensor>& out, bool appending) {
   const int64_t bucket = policy_.batchable ? in.at(0).dim(0) : 1;
   ASSIGN_OR_RETURN(runtime::Engine * engine, EngineFor(e, bucket));
-  return engine->Run(in, out);
+  return appending ? engine->RunAppending(in, out) : engine->Run(in, out);
 }
 
 absl::StatusOr<runtime::Engine*> ShapeEngines::EngineFor(Entry& e, int64_t bucket) {
@@ -195,6 +198,25 @@ std::vector<ShapeSummary> ShapeEngines::Shapes() const {
 ShapeCounters ShapeEngines::counters() const {
   std::lock_guard<std::mutex> lk(mu_);
   return counters_;
+}
+
+}  // namespace kiln::server
+
+namespace kiln::server {
+
+bool ShapeEngines::EveryEngine(const std::function<bool(const runtime::Engine&)>& pred) const {
+  std::vector<std::shared_ptr<Entry>> kept;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [key, e] : lru_.entries()) kept.push_back(e);
+  }
+  for (const auto& e : kept) {
+    std::lock_guard<std::mutex> lk(e->mu);
+    for (const auto& [bucket, engine] : e->engines) {
+      if (!pred(*engine)) return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace kiln::server

@@ -113,6 +113,8 @@ class ShapeEngines {
   // cancelled at its next step). Idempotent.
   void Stop();
   std::vector<ShapeSummary> Shapes() const;  // most recently used first
+  // Whether `pred` holds for every engine built so far (of every kept shape and bucket).
+  bool EveryEngine(const std::function<bool(const runtime::Engine&)>& pred) const;
   ShapeCounters counters() const;
 
  private:
@@ -121,7 +123,9 @@ class ShapeEngines {
       : policy_(std::move(policy)), build_(std::move(build)), lru_(capacity) {}
   absl::StatusOr<std::shared_ptr<Entry>> NewEntry(const DimValues& dims);
   // Runs one batch of `e` (its batcher's only worker, or the caller inline: never two at once).
-  absl::Status RunBatch(Entry& e, const std::vector<Tensor>& in, std::vector<Tensor>& out);
+  // `appending`: runtime::Engine::RunAppending (RunHints::append_in_place).
+  absl::Status RunBatch(Entry& e, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                        bool appending);
   absl::StatusOr<runtime::Engine*> EngineFor(Entry& e, int64_t bucket);
   // Builds and keeps `e`'s engine for `bucket` (a failure is kept too, unless stopped).
   absl::StatusOr<runtime::Engine*> Build(Entry& e, int64_t bucket, bool check, bool prebuild);

@@ -51,6 +51,10 @@ class Generation : public ::testing::Test {
     onnx_ = new std::string(WriteDecoder(*server_, "decoder_step.py", "dec"));
     llama_ = new std::string(WriteDecoder(*server_, "llama_step.py", "llama"));
     if (onnx_->empty() || llama_->empty()) return;
+    // The LLaMA-style decoder copies its cache in and out of every step; `dec` appends to it
+    // in place (the default where the engines can): both paths are checked token for token.
+    std::ofstream(server_->repo() / "llama/config.yaml", std::ios::app)
+        << "generation: {kv_in_place: off}\n";
     // 6 pages of 16 positions (1 KiB a position at this size): four sequences growing to
     // 65-86 positions need 20, and any two of them near their ends more than 6, so running
     // them together preempts.
@@ -189,6 +193,8 @@ TEST_F(Generation, GreedyStreamMatchesTheReferenceFor64Tokens) {
   v1::GenerationInfo g = Info();
   ASSERT_TRUE(g.enabled()) << g.refused();
   EXPECT_EQ(g.max_context(), 96);
+  EXPECT_TRUE(g.kv_in_place()) << "the CPU engines append a decoder's cache in place";
+  const int64_t in_place_before = g.steps_in_place();
   const std::vector<int64_t> prompt = Prompt(11, 1);
   v1::GenerateRequest req = Request(prompt, 64);
   req.set_ignore_eos(true);
@@ -209,18 +215,26 @@ TEST_F(Generation, GreedyStreamMatchesTheReferenceFor64Tokens) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  // Every decode step appended in place (2 x 63 at least); the prompt's 11 tokens are no
+  // sequence class (1, 16), so its step copied.
+  EXPECT_GE(info.generation().steps_in_place() - in_place_before, 126);
+  EXPECT_GE(info.generation().steps_copied(), 1);
 }
 
 TEST_F(Generation, LlamaStyleDecoderMatchesTheReferenceFor64Tokens) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("llama", 0, &info).ok());
   ASSERT_TRUE(info.generation().enabled()) << info.generation().refused() << info.shape_classes_refused();
+  EXPECT_FALSE(info.generation().kv_in_place()) << "its config says kv_in_place: off";
   const std::vector<int64_t> prompt = Prompt(9, 4);
   std::vector<int64_t> ids;
   grpc::Status s = Stream(Request(prompt, 64, "llama"), ids);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(ids.size(), 64u);
   ExpectReferenceTokens(prompt, ids, *llama_);
+  ASSERT_TRUE(server_->GetModel("llama", 0, &info).ok());
+  EXPECT_EQ(info.generation().steps_in_place(), 0);
+  EXPECT_GE(info.generation().steps_copied(), 64);
 }
 
 TEST_F(Generation, ConcurrentStreamsPreemptAndStillMatchTheReference) {

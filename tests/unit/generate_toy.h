@@ -77,4 +77,31 @@ inline absl::StatusOr<std::vector<Tensor>> ToyStep(std::vector<Tensor> in, int64
   return out;
 }
 
+// The toy model as an appending step (runtime::Engine::RunAppending): the past is what the
+// present passed in holds before its last `c` positions (the past input is not read), the
+// new positions are written after it, the logits over the given tensor. INVALID_ARGUMENT
+// when the outputs are not passed at their shapes (an engine refuses them too).
+inline absl::StatusOr<std::vector<Tensor>> ToyAppendingStep(std::vector<Tensor> in, int64_t rows,
+                                                            std::vector<Tensor> out) {
+  const Tensor &ids = in[0], &mask = in[1], &pos = in[2], &past = in[3];
+  const int64_t c = ids.dim(1), P = past.dim(2);
+  if (out.size() != 2 || out[0].shape() != std::vector<int64_t>{rows, c, kVocab} ||
+      out[1].shape() != std::vector<int64_t>{rows, 1, P + c, 2}) {
+    return absl::InvalidArgumentError("an in-place append needs the outputs at their shapes");
+  }
+  // The past as it stands in the presents: what the plain step would have been given.
+  in[3] = Tensor(DType::kFloat32, {rows, 1, P, 2});
+  for (int64_t b = 0; b < rows; ++b) {
+    std::copy_n(out[1].data<float>() + b * (P + c) * 2, P * 2,
+                in[3].mutable_data<float>() + b * P * 2);
+  }
+  ASSIGN_OR_RETURN(std::vector<Tensor> made, ToyStep(std::move(in), rows));
+  for (size_t k = 0; k < 2; ++k) {
+    std::copy_n(made[k].data<float>(), made[k].numel(), out[k].mutable_data<float>());
+  }
+  (void)mask;
+  (void)pos;
+  return out;
+}
+
 }  // namespace kiln::server::generate::testing

@@ -3,10 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 #include <set>
-#include <mutex>
 #include <thread>
 
 #include "server/generate/decoder_contract.h"
@@ -23,6 +24,8 @@ struct ToyOptions {
   int64_t kv_bytes = 1 << 20;
   int64_t max_rows = 4, max_sequences = 16, prefill_chunk = 8, prefill_budget = 256;
   StepFn step = ToyStep;
+  bool appending = false;  // steps of 1 and prefill_chunk tokens through step_appending
+  StepFn step_appending = ToyAppendingStep;
 };
 
 std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
@@ -42,6 +45,12 @@ std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
   s.max_step = 16;
   s.max_context = 200;
   s.step = o.step;
+  if (o.appending) {
+    s.step_appending = o.step_appending;
+    for (int64_t b = 1; b <= o.max_rows; b *= 2) s.buckets.push_back(b);
+    if (s.buckets.back() != o.max_rows) s.buckets.push_back(o.max_rows);
+    s.append_counts = {1, o.prefill_chunk};
+  }
   s.past_size = [](int64_t n) { return std::max<int64_t>(8, (n + 7) / 8 * 8); };  // classes of 8
   auto g = Generator::Create(std::move(s), std::make_shared<MemoryAccount>("test", 0, nullptr));
   EXPECT_TRUE(g.ok()) << g.status();
@@ -342,6 +351,106 @@ TEST(Generator, SameSeedSameTokensAndLogprobsAreLogProbabilities) {
     EXPECT_EQ(a[i].id, b[i].id);
     EXPECT_LE(a[i].logprob, 0.0);
   }
+}
+
+}  // namespace
+}  // namespace kiln::server::generate
+
+namespace kiln::server::generate {
+namespace {
+
+using namespace testing;  // NOLINT: the toy decoder
+
+// Appending steps keep each group's rows in the presents between steps and bring them up to
+// date from the pages: a row that changed hands, a padding row (3 sequences at bucket 4), a
+// preempted and recomputed sequence or a prompt remainder that copies must all still give
+// the rule's tokens.
+TEST(GeneratorAppending, ConcurrentSequencesMatchTheRuleWithRowsKeptInPlace) {
+  ToyOptions o;
+  o.appending = true;
+  o.max_rows = 4;
+  auto g = ToyGenerator(o);
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  for (int64_t i = 0; i < 11; ++i) {
+    auto s = g->Submit(Greedy(Prompt(1 + i * 5, i), 20 + 3 * i));
+    ASSERT_TRUE(s.ok()) << s.status();
+    streams.push_back(*s);
+  }
+  for (int64_t i = 0; i < 11; ++i) {
+    Outcome out = Drain(*streams[static_cast<size_t>(i)]);
+    ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+    EXPECT_EQ(out.tokens, Expected(Prompt(1 + i * 5, i), 20 + 3 * i)) << "sequence " << i;
+  }
+  const GeneratorStats st = g->stats();
+  EXPECT_GT(st.steps_in_place, 0);
+  EXPECT_GT(st.steps_copied, 0) << "prompt remainders that are no step class copy";
+  EXPECT_TRUE(g->appends_in_place());
+}
+
+TEST(GeneratorAppending, PreemptedSequencesAreRecomputedNotReadFromStaleRows) {
+  ToyOptions o;
+  o.appending = true;
+  o.kv_bytes = 12 * 4 * 8;  // 48 positions for six sequences that grow to 40
+  auto g = ToyGenerator(o);
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  for (int64_t i = 0; i < 6; ++i) {
+    auto s = g->Submit(Greedy(Prompt(4 + i, i), 30));
+    ASSERT_TRUE(s.ok()) << s.status();
+    streams.push_back(*s);
+  }
+  for (int64_t i = 0; i < 6; ++i) {
+    Outcome out = Drain(*streams[static_cast<size_t>(i)]);
+    ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+    EXPECT_EQ(out.tokens, Expected(Prompt(4 + i, i), 30)) << "sequence " << i;
+  }
+  EXPECT_GT(g->stats().preemptions, 0);
+  EXPECT_GT(g->stats().steps_in_place, 0);
+}
+
+TEST(GeneratorAppending, AFailedAppendingStepEndsItsGroupAndTheNextStartsAfresh) {
+  // The fifth appending step fails (mid-decode): its sequence ends with the error, and the
+  // presents went with the failed run, so the next sequence (same group, same shape) must not
+  // take their rows as held.
+  ToyOptions o;
+  o.appending = true;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  o.step_appending = [calls](std::vector<Tensor> in, int64_t rows,
+                             std::vector<Tensor> out) -> absl::StatusOr<std::vector<Tensor>> {
+    if (++*calls == 5) return absl::InternalError("the engine broke");
+    return ToyAppendingStep(std::move(in), rows, std::move(out));
+  };
+  auto g = ToyGenerator(o);
+  auto first = g->Submit(Greedy(Prompt(8, 3), 10));
+  ASSERT_TRUE(first.ok());
+  Outcome a = Drain(**first);
+  EXPECT_EQ(a.end.status.code(), absl::StatusCode::kInternal) << a.end.status;
+  EXPECT_EQ(a.tokens, Expected(Prompt(8, 3), static_cast<int64_t>(a.tokens.size())));
+  auto second = g->Submit(Greedy(Prompt(8, 4), 10));
+  ASSERT_TRUE(second.ok());
+  Outcome b = Drain(**second);
+  ASSERT_TRUE(b.end.status.ok()) << b.end.status;
+  EXPECT_EQ(b.tokens, Expected(Prompt(8, 4), 10));
+}
+
+TEST(GeneratorAppending, OutputsNotPassedAtTheirShapesFailTheStepNotTheLoop) {
+  // The appending toy refuses outputs that are not its shapes, as an engine does: a loop that
+  // passed none would fail every sequence; this one passes them, and a plain step still runs
+  // the remainders.
+  ToyOptions o;
+  o.appending = true;
+  o.step = [](std::vector<Tensor> in, int64_t rows, std::vector<Tensor>) {
+    return ToyAppendingStep(std::move(in), rows, {});  // no outputs: refused
+  };
+  auto g = ToyGenerator(o);
+  auto s = g->Submit(Greedy(Prompt(3, 1), 4));  // 3 tokens: a copying step, which fails
+  ASSERT_TRUE(s.ok());
+  Outcome out = Drain(**s);
+  EXPECT_EQ(out.end.status.code(), absl::StatusCode::kInvalidArgument) << out.end.status;
+  auto t = g->Submit(Greedy(Prompt(8, 2), 6));  // a whole chunk and decodes: in place
+  ASSERT_TRUE(t.ok());
+  Outcome ok = Drain(**t);
+  ASSERT_TRUE(ok.end.status.ok()) << ok.end.status;
+  EXPECT_EQ(ok.tokens, Expected(Prompt(8, 2), 6));
 }
 
 }  // namespace

@@ -1,0 +1,33 @@
+// Internal to runtime/cpu: how much work a node is, and running small ones on one thread
+// (waking a second OpenMP thread costs more than it saves below kSerialWork).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "ir/graph.h"
+#include "runtime/cpu/build_context.h"
+
+namespace kiln::cpu {
+
+// Multiply-adds (or elements) a node computes, roughly; nullopt when the output's shape is
+// not static.
+std::optional<int64_t> NodeWork(const Node& node);
+// Below the work where splitting pays (NodeWork < 64K).
+bool IsSmallWork(const Node& node);
+// Multiply-adds (or elements) of the whole graph, as IsSmallWork counts them per node.
+int64_t EstimatedWork(const Graph& graph);
+
+// Runs a kernel with a one-thread OpenMP team (see IsSmallWork).
+class SerialKernel : public CpuKernel {
+ public:
+  explicit SerialKernel(std::unique_ptr<CpuKernel> inner) : inner_(std::move(inner)) {}
+  bool is_fallback() const override { return inner_->is_fallback(); }
+  absl::Status Run(const ExecContext& ctx) override;
+
+ private:
+  std::unique_ptr<CpuKernel> inner_;
+};
+
+}  // namespace kiln::cpu
