@@ -4,12 +4,14 @@
 #include <functional>
 #include <map>
 
+#include "base/stop.h"
 #include "compiler/passes/eliminate_common_subexpressions.h"
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/eliminate_identity.h"
 #include "compiler/passes/fold_batchnorm.h"
 #include "compiler/passes/fold_constants.h"
 #include "compiler/passes/fold_pad.h"
+#include "compiler/passes/fold_repeat_into_matmul.h"
 #include "compiler/passes/fold_scale_into_weights.h"
 #include "compiler/passes/fold_transpose_into_matmul.h"
 #include "compiler/passes/fuse_conv_epilogue.h"
@@ -19,7 +21,6 @@
 #include "compiler/passes/lower_einsum.h"
 #include "compiler/passes/recognize_patterns.h"
 #include "compiler/passes/simplify_reshapes.h"
-#include "base/stop.h"
 
 namespace kiln {
 namespace {
@@ -33,10 +34,11 @@ const std::map<std::string, PassFactory>& Factories() {
       {"eliminate_dead_code", [] { return std::make_unique<passes::EliminateDeadCodePass>(); }},
       {"fold_batchnorm", [] { return std::make_unique<passes::FoldBatchNormPass>(); }},
       {"fuse_conv_epilogue", [] { return std::make_unique<passes::FuseConvEpiloguePass>(); }},
-      {"fuse_matmul_epilogue",
-       [] { return std::make_unique<passes::FuseMatMulEpiloguePass>(); }},
+      {"fuse_matmul_epilogue", [] { return std::make_unique<passes::FuseMatMulEpiloguePass>(); }},
       {"fold_transpose_into_matmul",
        [] { return std::make_unique<passes::FoldTransposeIntoMatMulPass>(); }},
+      {"fold_repeat_into_matmul",
+       [] { return std::make_unique<passes::FoldRepeatIntoMatMulPass>(); }},
       {"fuse_elementwise", [] { return std::make_unique<passes::FuseElementwisePass>(); }},
       {"fuse_qdq", [] { return std::make_unique<passes::FuseQdqPass>(); }},
       {"lower_einsum", [] { return std::make_unique<passes::LowerEinsumPass>(); }},
@@ -136,8 +138,11 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   // can run as post-ops of a convolution or matrix product.
   // fold_transpose_into_matmul after the epilogue fusion, which fuses only plain MatMul/Gemm
   // (a MatMul it turns into a FusedMatMul first would lose its bias and activation).
-  o2.insert(o2.end() - 1, {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue",
-                           "fold_transpose_into_matmul", "fuse_elementwise"});
+  // fold_repeat_into_matmul after it: the key's Transpose sits on the repeated operand's
+  // Reshape until then.
+  o2.insert(o2.end() - 1,
+            {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue",
+             "fold_transpose_into_matmul", "fold_repeat_into_matmul", "fuse_elementwise"});
   // recognize_patterns after the first fold_constants/eliminate_identity (in-graph constants
   // such as sqrt(2) are literals by then, no Identity sits inside a chain) and before CSE
   // (two LayerNorms of one x would share their normalization chain, whose values then have
