@@ -382,3 +382,77 @@ TEST(Batcher, ARunPastTheMemoryBudgetFailsItsBatchAlone) {
 
 }  // namespace
 }  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+TEST(DecideBatch, AnItemThatRunsAloneIsNeverJoined) {
+  QueuedItem alone = Item(2, 0);
+  alone.alone = true;
+  alone.run_now = true;
+  // Behind a waiting item: that item runs without it (and without waiting longer: the batch
+  // cannot grow), then it runs by itself.
+  BatchDecision d = DecideBatch({Item(1, 0), alone, Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0}));
+  EXPECT_EQ(d.bucket, 1);
+  d = DecideBatch({alone, Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0}));
+  EXPECT_EQ(d.bucket, 2);
+  // Without the flag the two would share a bucket of 4.
+  alone.alone = false;
+  d = DecideBatch({alone, Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0, 1}));
+}
+
+// RunHints::append_in_place: such a request runs alone (never batched with a waiting one),
+// through the appending run with its own output tensors, at a bucket's size.
+TEST(Batcher, AnAppendingRequestRunsAloneThroughTheAppendingRun) {
+  std::atomic<int> plain{0}, appending{0};
+  auto count_plain = [&](int w, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    ++plain;
+    return TimesTen(w, in, out);
+  };
+  auto count_appending = [&](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    ++appending;
+    if (out.size() != 1 || out[0].shape() != in[0].shape()) {
+      return absl::InvalidArgumentError("the caller's outputs did not reach the run");
+    }
+    out[0].SetDouble(0, 42);  // written in place
+    return absl::OkStatus();
+  };
+  auto b = Batcher::Create(Policy({1, 2, 4}, 50000), 1, count_plain, count_appending);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // A plain request waits for company (50 ms); the appending one must not join it.
+  auto waiting = (*b)->Enqueue({Tensor::FromFloat({1, 2}, {1, 2})}, 1, std::nullopt);
+  ASSERT_TRUE(waiting.ok());
+  RunHints hints;
+  hints.run_now = true;
+  hints.append_in_place = true;
+  hints.outputs = {Tensor(DType::kFloat32, {2, 2})};
+  auto mine = (*b)->Enqueue({Tensor::FromFloat({1, 2, 3, 4}, {2, 2})}, 2, std::nullopt, nullptr,
+                            nullptr, hints);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  Batcher::Result r = mine->get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].ToDoubleVector(), (std::vector<double>{42, 0, 0, 0}));
+  ASSERT_TRUE(waiting->get().ok());
+  EXPECT_EQ(appending.load(), 1);
+  EXPECT_EQ(plain.load(), 1);
+  // Rows that are no bucket's size are refused (the run would pad them into new outputs).
+  auto three = (*b)->Enqueue({Tensor::FromFloat({1, 2, 3, 4, 5, 6}, {3, 2})}, 3, std::nullopt,
+                             nullptr, nullptr, hints);
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument) << three.status();
+}
+
+TEST(Batcher, AnAppendingRequestWithoutAnAppendingRunIsRefused) {
+  auto b = Batcher::Create(Policy({1, 2}, 100), 1, TimesTen);
+  ASSERT_TRUE(b.ok()) << b.status();
+  RunHints hints;
+  hints.append_in_place = true;
+  auto f =
+      (*b)->Enqueue({Tensor::FromFloat({1, 2}, {1, 2})}, 1, std::nullopt, nullptr, nullptr, hints);
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kFailedPrecondition) << f.status();
+}
+
+}  // namespace
+}  // namespace kiln::server
