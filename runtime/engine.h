@@ -46,24 +46,32 @@ struct EngineInfo {
   int threads = 0;             // intra-op threads a run uses (0: not applicable)
 };
 
-// INVALID_ARGUMENT unless `inputs` match `specs` one for one in dtype and shape (what every
-// engine's Run requires of its inputs).
-inline absl::Status CheckInputs(const std::vector<TensorSpec>& specs,
-                                const std::vector<Tensor>& inputs) {
-  if (inputs.size() != specs.size()) {
-    return absl::InvalidArgumentError("expected " + std::to_string(specs.size()) +
-                                      " inputs, got " + std::to_string(inputs.size()));
+// INVALID_ARGUMENT unless `tensors` match `specs` one for one in dtype and shape; `role`
+// names them in the message ("input", "output"), `why` (optional) says who needs it.
+inline absl::Status CheckTensors(const std::vector<TensorSpec>& specs,
+                                 const std::vector<Tensor>& tensors, const std::string& role,
+                                 const std::string& why = "") {
+  const std::string because = why.empty() ? "" : " (" + why + ")";
+  if (tensors.size() != specs.size()) {
+    return absl::InvalidArgumentError("expected " + std::to_string(specs.size()) + " " + role +
+                                      "s, got " + std::to_string(tensors.size()) + because);
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSpec& spec = specs[i];
-    if (inputs[i].dtype() != spec.dtype || inputs[i].shape() != spec.shape) {
-      return absl::InvalidArgumentError(
-          "input '" + spec.name + "': expected " + DTypeName(spec.dtype) + " " +
-          ShapeToString(spec.shape) + ", got " + DTypeName(inputs[i].dtype()) + " " +
-          ShapeToString(inputs[i].shape()));
+    if (tensors[i].dtype() != spec.dtype || tensors[i].shape() != spec.shape) {
+      return absl::InvalidArgumentError(role + " '" + spec.name + "': expected " +
+                                        DTypeName(spec.dtype) + " " + ShapeToString(spec.shape) +
+                                        ", got " + DTypeName(tensors[i].dtype()) + " " +
+                                        ShapeToString(tensors[i].shape()) + because);
     }
   }
   return absl::OkStatus();
+}
+
+// What every engine's Run requires of its inputs.
+inline absl::Status CheckInputs(const std::vector<TensorSpec>& specs,
+                                const std::vector<Tensor>& inputs) {
+  return CheckTensors(specs, inputs, "input");
 }
 
 // A graph output that a Concat makes of a graph input followed by other values along one
@@ -101,25 +109,5 @@ class Engine {
     return absl::FailedPreconditionError("this engine does not append in place");
   }
 };
-
-// INVALID_ARGUMENT unless `outputs` match `specs` one for one in dtype and shape
-// (RunAppending's precondition).
-inline absl::Status CheckOutputs(const std::vector<TensorSpec>& specs,
-                                 const std::vector<Tensor>& outputs) {
-  if (outputs.size() != specs.size()) {
-    return absl::InvalidArgumentError("an in-place append needs all " +
-                                      std::to_string(specs.size()) + " outputs, got " +
-                                      std::to_string(outputs.size()));
-  }
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (outputs[k].dtype() != specs[k].dtype || outputs[k].shape() != specs[k].shape) {
-      return absl::InvalidArgumentError(
-          "output '" + specs[k].name + "': an in-place append needs " + DTypeName(specs[k].dtype) +
-          " " + ShapeToString(specs[k].shape) + ", got " + DTypeName(outputs[k].dtype()) + " " +
-          ShapeToString(outputs[k].shape()));
-    }
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace kiln::runtime

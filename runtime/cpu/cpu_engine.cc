@@ -50,7 +50,8 @@ class CpuEngine : public runtime::Engine {
   absl::Status RunAppending(const std::vector<Tensor>& inputs,
                             std::vector<Tensor>& outputs) override {
     if (appends_.empty()) return runtime::Engine::RunAppending(inputs, outputs);
-    RETURN_IF_ERROR(runtime::CheckOutputs(output_specs_, outputs));
+    RETURN_IF_ERROR(runtime::CheckTensors(output_specs_, outputs, "output",
+                                          "an in-place append needs every output passed in"));
     return RunWith(inputs, outputs, /*append_in_place=*/true);
   }
 

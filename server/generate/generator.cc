@@ -326,15 +326,16 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   // An appending step runs at a batch bucket (the engine's own outputs are the cache).
   int64_t total = n;
   const auto& counts = setup_.append_counts;
-  const bool appending =
+  bool appending =
       setup_.step_appending && std::find(counts.begin(), counts.end(), count) != counts.end();
   if (appending) {
     auto b = std::lower_bound(setup_.buckets.begin(), setup_.buckets.end(), n);
-    if (b != setup_.buckets.end()) total = *b;
+    appending = b != setup_.buckets.end();
+    if (appending) total = *b;
   }
   StepBuffers& buffers = BuffersFor(total, count, past, ordinal);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, buffers));
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, appending, buffers));
     const Tensor& logits = out.at(setup_.contract.logits);
     if (logits.rank() != 3 || logits.dim(0) != total || logits.dim(1) != count ||
         logits.dim(2) != setup_.contract.vocab || logits.dtype() != DType::kFloat32) {
@@ -365,13 +366,11 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
 }
 
 absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRow>& rows,
-                                                        int64_t count, int64_t past,
+                                                        int64_t count, int64_t past, bool appending,
                                                         StepBuffers& buffers) {
   const int64_t total = buffers.key[0];
   std::vector<Tensor> out;
-  const auto& counts = setup_.append_counts;
-  if (setup_.step_appending && total >= static_cast<int64_t>(rows.size()) &&
-      std::find(counts.begin(), counts.end(), count) != counts.end()) {
+  if (appending) {
     RETURN_IF_ERROR(BuildAppendingStep(setup_.contract, setup_.signature, *cache_, rows, total,
                                        count, past, buffers.in, buffers.out, buffers.held));
     absl::StatusOr<std::vector<Tensor>> ran =

@@ -156,9 +156,10 @@ class Generator {
   // The buffers of that shape for the `group`-th decode group of an iteration (prefill: 0),
   // most recently used first (a few are kept).
   StepBuffers& BuffersFor(int64_t rows, int64_t count, int64_t past, int64_t group);
-  // Runs the step's engine over `rows` into `buffers`, the cache stored; the outputs.
+  // Runs the step's engine over `rows` into `buffers` (through step_appending when
+  // `appending`: RunStep chose it and sized the buffers' rows), the cache stored; the outputs.
   absl::StatusOr<std::vector<Tensor>> StepOnce(const std::vector<StepRow>& rows, int64_t count,
-                                               int64_t past, StepBuffers& buffers);
+                                               int64_t past, bool appending, StepBuffers& buffers);
 
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;
