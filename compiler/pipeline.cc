@@ -18,6 +18,7 @@
 #include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
 #include "compiler/passes/fuse_qdq.h"
+#include "compiler/passes/inline_constant_if.h"
 #include "compiler/passes/lower_einsum.h"
 #include "compiler/passes/recognize_patterns.h"
 #include "compiler/passes/simplify_reshapes.h"
@@ -42,6 +43,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fuse_elementwise", [] { return std::make_unique<passes::FuseElementwisePass>(); }},
       {"fuse_qdq", [] { return std::make_unique<passes::FuseQdqPass>(); }},
       {"lower_einsum", [] { return std::make_unique<passes::LowerEinsumPass>(); }},
+      {"inline_constant_if", [] { return std::make_unique<passes::InlineConstantIfPass>(); }},
       {"recognize_patterns", [] { return std::make_unique<passes::RecognizePatternsPass>(); }},
       {"simplify_reshapes", [] { return std::make_unique<passes::SimplifyReshapesPass>(); }},
       {"fold_pad", [] { return std::make_unique<passes::FoldPadPass>(); }},
@@ -127,8 +129,15 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   // binding the batch give, and it comes before CSE (two Einsums that transpose one operand
   // the same way share the Transpose) and, at O2, before simplify_reshapes (a Transpose it
   // adds merges with the exporter's) and the epilogue fusion (the MatMul takes a bias/scale).
-  std::vector<std::string> o1 = {"fold_constants", "eliminate_identity", "lower_einsum",
-                                 "eliminate_common_subexpressions", "fold_constants",
+  // inline_constant_if right after the first folding, which makes shape tests constant: the
+  // branch's nodes then go through every pass after it (an If runs on the reference
+  // fallback, its whole branch with it).
+  std::vector<std::string> o1 = {"fold_constants",
+                                 "inline_constant_if",
+                                 "eliminate_identity",
+                                 "lower_einsum",
+                                 "eliminate_common_subexpressions",
+                                 "fold_constants",
                                  "eliminate_dead_code"};
   if (level == OptLevel::kO1) return o1;
   // O2: BatchNorm folds into the Conv/Gemm before it once constants are folded; the fusions

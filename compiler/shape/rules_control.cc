@@ -42,6 +42,10 @@ absl::StatusOr<std::unique_ptr<Graph>> InferBody(
     const Value* outer = n.inputs[first + (it - n.captures.begin())];
     c->dtype = outer->dtype;
     c->shape = outer->shape;
+    // A constant the body reads (a Reshape's target shape kept outside, as exporters of
+    // merged decoders write it) decides its shapes as it would in the enclosing graph. The
+    // clone shares the buffer.
+    if (outer->constant) c->constant = outer->constant;
   }
   RETURN_IF_ERROR(InferShapes(*g));
   return g;
@@ -56,15 +60,24 @@ absl::Status IfRule(InferContext& ctx) {
   const Graph* then_g = Body(ctx, "then_branch");
   const Graph* else_g = Body(ctx, "else_branch");
   if (!then_g || !else_g) return ctx.Invalid("then_branch and else_branch are required");
+  // A constant condition takes one branch: its shapes, not the merge of both (a merged
+  // decoder's cache branch grows the past, the other starts it); the other is not inferred.
+  if (const Tensor* c = ctx.input_constant(0); c && c->numel() == 1) {
+    then_g = else_g = c->GetDouble(0) != 0.0 ? then_g : else_g;
+  }
   ASSIGN_OR_RETURN(auto t, InferBody(ctx, *then_g, {}));
-  ASSIGN_OR_RETURN(auto e, InferBody(ctx, *else_g, {}));
-  if (t->outputs.size() != ctx.num_outputs() || e->outputs.size() != ctx.num_outputs()) {
+  std::unique_ptr<Graph> e;
+  if (then_g != else_g) {
+    ASSIGN_OR_RETURN(e, InferBody(ctx, *else_g, {}));
+  }
+  const Graph& other = e ? *e : *t;
+  if (t->outputs.size() != ctx.num_outputs() || other.outputs.size() != ctx.num_outputs()) {
     return ctx.Invalid("both branches must produce the node's " +
                        std::to_string(ctx.num_outputs()) + " outputs");
   }
   for (size_t i = 0; i < ctx.num_outputs(); ++i) {
     const Value* a = t->outputs[i];
-    const Value* b = e->outputs[i];
+    const Value* b = other.outputs[i];
     if (a->dtype != b->dtype && a->dtype != DType::kUndefined && b->dtype != DType::kUndefined) {
       return ctx.Invalid("the branches' output " + std::to_string(i) + " types differ");
     }

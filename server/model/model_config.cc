@@ -167,6 +167,31 @@ absl::Status ReadInputShapes(const YAML::Node& v, ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// bind_inputs: {name: value | [values]}, each a number or true/false.
+absl::Status ReadBindInputs(const YAML::Node& v, ModelConfig& c) {
+  const std::string key = "bind_inputs";
+  if (!v.IsMap()) return BadKey(key, "expected a map of input name -> value or [values]");
+  c.bind_inputs.clear();
+  for (const auto& kv : v) {
+    const std::string name = key + "." + kv.first.as<std::string>();
+    std::vector<double>& out = c.bind_inputs[kv.first.as<std::string>()];
+    const bool list = kv.second.IsSequence();
+    if (!list && !kv.second.IsScalar()) return BadKey(name, "expected a value or [values]");
+    for (const YAML::Node& e : list ? kv.second : YAML::Node(std::vector<YAML::Node>{kv.second})) {
+      bool b = false;
+      double d = 0;
+      if (YAML::convert<bool>::decode(e, b)) {
+        d = b ? 1.0 : 0.0;
+      } else if (!e.IsScalar() || !YAML::convert<double>::decode(e, d) || !std::isfinite(d)) {
+        return BadKey(name, "values are finite numbers or true/false");
+      }
+      out.push_back(d);
+    }
+    if (out.empty()) return BadKey(name, "needs at least one value");
+  }
+  return absl::OkStatus();
+}
+
 // One dynamic_dims entry: a warm-up size (`64`), a range (`[1, 512]`) or both (`{min: 1,
 // max: 512, typical: 64}`, each key optional: min 1, max and typical from the model).
 absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelConfig& c) {
@@ -263,6 +288,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(ReadInputShapes(v, c));
     } else if (key == "dynamic_dims") {
       RETURN_IF_ERROR(ReadDynamicDims(v, c));
+    } else if (key == "bind_inputs") {
+      RETURN_IF_ERROR(ReadBindInputs(v, c));
     } else if (key == "max_shape_engines") {
       RETURN_IF_ERROR(Read(v, key, c.max_shape_engines));
     } else if (key == "shape_classes") {

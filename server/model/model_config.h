@@ -92,6 +92,11 @@ struct ModelConfig {
   // (server/model/padding.h): engines for every class are built before READY and nothing is built
   // after. off: one engine set per exact shape, built on its first request (the LRU above).
   std::string shape_classes = "auto";
+  // Inputs fixed at load (server/model/bound_inputs.h): input name -> its values (one fills
+  // the whole input; true/false are 1/0). A bound input is a constant of the model, gone from
+  // its signature. A merged decoder's `use_cache_branch` is bound to true unless named here
+  // or generation is off.
+  std::map<std::string, std::vector<double>> bind_inputs;
   // The generation loop of a decoder model (server/generate/).
   generate::GenerationConfig generation;
 };

@@ -17,6 +17,7 @@
 #include "server/common/echo.h"
 #include "server/common/mapped_file.h"
 #include "server/metrics/kiln_metrics.h"
+#include "server/model/bound_inputs.h"
 #include "server/serving/request_validation.h"
 
 namespace kiln::server {
@@ -151,6 +152,10 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, ImportMapped(*file, path));
   file.reset();
   RETURN_IF_ERROR(CheckOpsets(*graph));
+  ASSIGN_OR_RETURN(const std::vector<std::string> bound, BindInputs(*graph, mv.config()));
+  for (const std::string& b : bound) {
+    spdlog::info("model {} version {}: input bound: {}", mv.name(), mv.version(), b);
+  }
   CrashPoint("build-started");
   const auto build_start = std::chrono::steady_clock::now();
   ModelConfig config = mv.config();

@@ -22,27 +22,13 @@
 #include "kiln/v1/generate.grpc.pb.h"
 #include "ops/interpreter.h"
 #include "tests/server/free_port.h"
+#include "tests/server/generate_harness.h"
 #include "tests/server/test_server.h"
 
 namespace kiln::server::testing {
 namespace {
 
 constexpr int64_t kVocab = 1000;  // decoder_step.py's test size
-
-// One kilnd for the suite: loading the decoder builds every shape class once.
-// Writes tests/models/<script> as model `name` of the repository; its bytes ("" on failure).
-std::string WriteDecoder(TestServer& server, const std::string& script, const std::string& name) {
-  const std::string cmd = "/usr/bin/python3 '" + (SourceDir() / "tests/models" / script).string() +
-                          "' --write '" + (server.dir() / name).string() + "' > /dev/null 2>&1";
-  if (std::system(cmd.c_str()) != 0) return "";
-  const std::string onnx = ReadFile(server.dir() / name / "model.onnx");
-  fs::create_directories(server.repo() / name / "1");
-  std::ofstream(server.repo() / name / "1/model.onnx", std::ios::binary) << onnx;
-  std::ofstream(server.repo() / name / "config.yaml")
-      << "device: cpu\nmax_batch_size: 2\n"
-         "dynamic_dims: {past_sequence_length: [1, 96], sequence: {min: 1, max: 16, classes: [1, 16]}}\n";
-  return onnx;
-}
 
 class Generation : public ::testing::Test {
  protected:
@@ -78,72 +64,22 @@ class Generation : public ::testing::Test {
 
   static v1::GenerateRequest Request(const std::vector<int64_t>& prompt, int64_t max_tokens,
                                      const std::string& model = "dec") {
-    v1::GenerateRequest r;
-    r.set_model(model);
-    for (int64_t t : prompt) r.add_input_ids(t);
-    r.set_max_tokens(max_tokens);
-    return r;
+    return GenerateRequestFor(prompt, max_tokens, model);
   }
 
-  // Streams `req`; every message's ids in order, and the final status and message.
   grpc::Status Stream(const v1::GenerateRequest& req, std::vector<int64_t>& ids,
                       v1::GenerateResponse* last = nullptr, int seconds = 120) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
-    auto reader = stub_->Generate(&ctx, req);
-    v1::GenerateResponse m;
-    while (reader->Read(&m)) {
-      ids.insert(ids.end(), m.output_ids().begin(), m.output_ids().end());
-      if (last) *last = m;
-    }
-    return reader->Finish();
+    return StreamTokens(*stub_, req, ids, last, seconds);
   }
 
   static std::vector<int64_t> Prompt(int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int64_t> p;
-    for (int64_t i = 0; i < n; ++i) p.push_back(static_cast<int64_t>(rng() % kVocab));
-    return p;
+    return RandomPrompt(n, seed, kVocab);
   }
 
-  // Each of `out` is the reference's most likely next token after prompt ++ out[:i],
-  // recomputed from scratch (the past one masked position of zeros), or within 1e-4 of it
-  // (a near-tie float32 may break the other way).
   static void ExpectReferenceTokens(const std::vector<int64_t>& prompt,
                                     const std::vector<int64_t>& out,
                                     const std::string& onnx = *onnx_) {
-    auto graph = onnx_io::ImportModelBytes(onnx);
-    ASSERT_TRUE(graph.ok()) << graph.status();
-    std::vector<int64_t> seq = prompt;
-    for (size_t i = 0; i < out.size(); ++i) {
-      const auto n = static_cast<int64_t>(seq.size());
-      ref::TensorMap feed;
-      feed["input_ids"] = Tensor::FromInt64(seq, {1, n});
-      std::vector<int64_t> pos(static_cast<size_t>(n)), mask(static_cast<size_t>(n) + 1, 1);
-      for (int64_t k = 0; k < n; ++k) pos[static_cast<size_t>(k)] = k;
-      mask[0] = 0;
-      feed["position_ids"] = Tensor::FromInt64(pos, {1, n});
-      feed["attention_mask"] = Tensor::FromInt64(mask, {1, n + 1});
-      for (const Value* in : (*graph)->inputs) {
-        if (in->name.rfind("past_key_values", 0) != 0) continue;
-        const std::vector<Dim>& d = *in->shape;  // [batch, heads, past, head_dim]
-        feed[in->name] = Tensor(DType::kFloat32, {1, d[1].value, 1, d[3].value});
-      }
-      auto got = ref::Run(**graph, feed);
-      ASSERT_TRUE(got.ok()) << got.status();
-      const Tensor& logits = got->at("logits");
-      double best = -1e300;
-      int64_t arg = 0;
-      for (int64_t v = 0; v < kVocab; ++v) {
-        const double l = logits.GetDouble((n - 1) * kVocab + v);
-        if (l > best) best = l, arg = v;
-      }
-      const double mine = logits.GetDouble((n - 1) * kVocab + out[i]);
-      ASSERT_TRUE(out[i] == arg || best - mine <= 1e-4 * (1 + std::abs(best)))
-          << "token " << i << ": served " << out[i] << " (logit " << mine << "), reference "
-          << arg << " (logit " << best << ")";
-      seq.push_back(out[i]);
-    }
+    kiln::server::testing::ExpectReferenceTokens(onnx, prompt, out, kVocab);
   }
 
   // Starts an 80-token stream, reads its first message, runs `then` (a cancel, an unload) and

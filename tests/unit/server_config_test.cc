@@ -207,6 +207,26 @@ TEST(ModelConfig, InputShapes) {
             std::string::npos);
 }
 
+TEST(ModelConfig, BindInputs) {
+  auto c = ParseModelConfig("bind_inputs: {use_cache_branch: false, x: [1, 2.5], on: true}\n",
+                            ModelConfig{}, "m");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bind_inputs.at("use_cache_branch"), std::vector<double>{0.0});
+  EXPECT_EQ(c->bind_inputs.at("x"), (std::vector<double>{1.0, 2.5}));
+  EXPECT_EQ(c->bind_inputs.at("on"), std::vector<double>{1.0});
+  auto msg = [](const std::string& yaml) {
+    return std::string(ParseModelConfig(yaml, ModelConfig{}, "m").status().message());
+  };
+  EXPECT_NE(msg("bind_inputs: [1]").find("'bind_inputs': expected a map"), std::string::npos);
+  EXPECT_NE(msg("bind_inputs: {x: seven}").find("'bind_inputs.x': values are finite numbers"),
+            std::string::npos);
+  EXPECT_NE(msg("bind_inputs: {x: [.nan]}").find("'bind_inputs.x'"), std::string::npos);
+  EXPECT_NE(msg("bind_inputs: {x: []}").find("'bind_inputs.x': needs at least one value"),
+            std::string::npos);
+  EXPECT_NE(msg("bind_inputs: {x: {a: 1}}").find("'bind_inputs.x': expected a value"),
+            std::string::npos);
+}
+
 TEST(ModelConfig, Errors) {
   auto msg = [](const std::string& yaml) {
     return std::string(ParseModelConfig(yaml, ModelConfig{}, "m/config.yaml").status().message());
