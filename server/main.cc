@@ -98,6 +98,7 @@ HttpOptions HttpOptionsOf(const ServerConfig& c) {
   o.limits.body_idle_timeout = std::chrono::milliseconds(c.http_api.body_idle_timeout_ms);
   o.limits.max_buffered_bytes = static_cast<size_t>(c.http_api.max_buffered_bytes);
   o.limits.api_workers = c.http_api.threads;
+  o.limits.generate_workers = c.http_api.generate_threads;
   o.auth_token = c.auth_token;
   o.max_json_depth = c.http_api.max_json_depth;
   return o;

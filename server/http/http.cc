@@ -163,7 +163,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   AddKServeRoutes(*s->router_, registry, options);
   auto serve = [router = s->router_.get(), limits](int fd, std::string request) {
     // A v2 response may carry large tensors: it gets the time its request had to arrive.
-    const bool api = LaneOf(request) == Lane::kApi;
+    const bool api = IsApiLane(LaneOf(request));
     if (api) RelabelFormBody(request);
     BufferedRequestStream stream(fd, std::move(request),
                                  api ? limits.body_timeout : limits.write_timeout);

@@ -67,11 +67,18 @@ absl::StatusOr<int> Listen(const std::string& host, int port) {
 Lane LaneOf(std::string_view request) {
   const size_t sp = request.find(' ');
   if (sp == std::string_view::npos) return Lane::kProbe;
-  const std::string_view target = request.substr(sp + 1);
+  std::string_view target = request.substr(sp + 1);
   if (target.substr(0, 3) != "/v2") return Lane::kProbe;
   const char next = target.size() > 3 ? target[3] : ' ';
-  return next == '/' || next == ' ' || next == '?' || next == '\r' || next == '\n' ? Lane::kApi
-                                                                                   : Lane::kProbe;
+  if (next != '/' && next != ' ' && next != '?' && next != '\r' && next != '\n')
+    return Lane::kProbe;
+  target = target.substr(0, target.find_first_of(" ?\r\n"));
+  // /v2/models/{m}[/versions/{v}]/generate[_stream]: the model name holds no '/'.
+  if (target.substr(0, 11) != "/v2/models/" || target.find('/', 11) == std::string_view::npos) {
+    return Lane::kApi;
+  }
+  const std::string_view tail = target.substr(target.rfind('/') + 1);
+  return tail == "generate" || tail == "generate_stream" ? Lane::kGenerate : Lane::kApi;
 }
 
 RequestHead ParseRequestHead(std::string_view bytes, const HttpLimits& limits) {
@@ -120,10 +127,9 @@ RequestHead ParseRequestHead(std::string_view bytes, const HttpLimits& limits) {
     h.body_bytes = n;
     length_seen = true;
   }
-  const bool too_large = h.lane == Lane::kApi
-                             ? h.body_bytes > limits.max_body_bytes
-                             : h.body_bytes > limits.max_request_bytes ||
-                                   head_len + h.body_bytes > limits.max_request_bytes;
+  const bool too_large = IsApiLane(h.lane) ? h.body_bytes > limits.max_body_bytes
+                                           : h.body_bytes > limits.max_request_bytes ||
+                                                 head_len + h.body_bytes > limits.max_request_bytes;
   if (too_large) {
     h.state = RequestState::kTooLarge;
   } else if (bytes.size() >= head_len + h.body_bytes) {
@@ -156,7 +162,8 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(const std::str
     return absl::InternalError("http: cannot create the wake-up pipe");
   }
   for (const auto& [lane, n] :
-       {std::pair(Lane::kProbe, limits.workers), std::pair(Lane::kApi, limits.api_workers)}) {
+       {std::pair(Lane::kProbe, limits.workers), std::pair(Lane::kApi, limits.api_workers),
+        std::pair(Lane::kGenerate, limits.generate_workers)}) {
     for (int i = 0; i < n; ++i) {
       l->lanes_[static_cast<int>(lane)].threads.emplace_back(
           [raw = l.get(), lane = lane] { raw->Work(lane); });
@@ -260,7 +267,7 @@ bool HttpListener::TryCharge(size_t bytes) {
 bool HttpListener::HeadArrived(Pending& p, const RequestHead& head) {
   p.head = head;
   const size_t total = head.head_bytes + head.body_bytes;
-  if (head.lane == Lane::kApi && head.body_bytes > 0) {
+  if (IsApiLane(head.lane) && head.body_bytes > 0) {
     // Address space only: pages become resident (and are charged) as the body arrives.
     p.bytes.reserve(total);
     if (!BodyArrived(p)) return false;
@@ -311,7 +318,7 @@ bool HttpListener::ReadSome(Pending& p) {
       }
       if (!h.head_done) continue;
       if (!HeadArrived(p, h)) return false;
-    } else if (p.head->lane == Lane::kApi && p.head->body_bytes > 0 && !BodyArrived(p)) {
+    } else if (IsApiLane(p.head->lane) && p.head->body_bytes > 0 && !BodyArrived(p)) {
       return false;
     }
     if (p.bytes.size() >= p.head->head_bytes + p.head->body_bytes) {

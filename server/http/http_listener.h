@@ -13,7 +13,11 @@
 // idle connections announcing large bodies hold nothing), and a request whose bytes do not
 // fit is answered 503 at once. A body that sends nothing for body_idle_timeout gets 408.
 // Probes are never charged against that budget, so large or slow uploads can fill it without
-// touching them.
+// touching them. Generation requests (`/v2/models/.../generate` and `generate_stream`) are
+// API requests on a third lane with workers of their own: each holds its worker for as long as
+// its tokens come (seconds), so on the inference lane sixteen streams would hold eight workers
+// and queue the rest, and every inference behind them; a generation worker only waits on the
+// generation loop, whose own limits (running and waiting sequences) bound the work.
 #pragma once
 
 #include <atomic>
@@ -48,10 +52,14 @@ struct HttpLimits {
   std::chrono::milliseconds body_idle_timeout{5000};  // longest a body may send nothing
   size_t max_buffered_bytes = 256 << 20;
   int api_workers = 8;
+  int generate_workers = 64;  // the generation lane's
 };
 
 enum class RequestState { kIncomplete, kComplete, kTooLarge, kBad };
-enum class Lane { kProbe, kApi };  // kApi: request targets under /v2
+// kApi: request targets under /v2; kGenerate: those naming a model's generate or
+// generate_stream (an API request too: bodies, charges and timeouts as kApi's).
+enum class Lane { kProbe, kApi, kGenerate };
+inline bool IsApiLane(Lane l) { return l != Lane::kProbe; }
 
 // What the head of a request says, once it has arrived.
 struct RequestHead {
@@ -135,7 +143,7 @@ class HttpListener {
   std::vector<Pending> pending_;     // the poll loop's own, oldest first
   std::atomic<size_t> buffered_{0};  // bytes charged by API requests not yet answered
   std::mutex mu_;
-  Workers lanes_[2];       // indexed by Lane
+  Workers lanes_[3];       // indexed by Lane
   bool stopping_ = false;  // guarded by mu_
   std::thread loop_;
 };

@@ -53,6 +53,8 @@ absl::Status ApplyHttpApiSection(const YAML::Node& node, HttpApiConfig& h) {
       RETURN_IF_ERROR(Read(kv.second, full, h.max_buffered_bytes));
     } else if (key == "threads") {
       RETURN_IF_ERROR(Read(kv.second, full, h.threads));
+    } else if (key == "generate_threads") {
+      RETURN_IF_ERROR(Read(kv.second, full, h.generate_threads));
     } else if (key == "max_json_depth") {
       RETURN_IF_ERROR(Read(kv.second, full, h.max_json_depth));
     } else {
@@ -172,6 +174,9 @@ absl::Status Validate(const ServerConfig& c) {
     return Bad("server.http_api.max_buffered_bytes", "must be >= server.http_api.max_body_bytes");
   }
   if (h.threads < 1) return Bad("server.http_api.threads", "must be >= 1");
+  if (h.generate_threads < 1 || h.generate_threads > 4096) {
+    return Bad("server.http_api.generate_threads", "must be in 1..4096");
+  }
   if (h.max_json_depth < 2 || h.max_json_depth > 1000) {
     return Bad("server.http_api.max_json_depth", "must be 2..1000");
   }

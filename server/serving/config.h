@@ -27,7 +27,10 @@ struct HttpApiConfig {
   int64_t body_idle_timeout_ms = 5000;     // longest a body may send nothing (408 after it)
   int64_t max_buffered_bytes = 256 << 20;  // all /v2 requests being received or handled
   int threads = 8;                         // /v2 requests handled at once
-  int max_json_depth = 32;                 // nesting of arrays and objects in a request
+  // REST generate / generate_stream requests handled at once, on their own threads (each is
+  // held while its tokens come); beyond it they queue.
+  int generate_threads = 64;
+  int max_json_depth = 32;  // nesting of arrays and objects in a request
 };
 
 struct ServerConfig {

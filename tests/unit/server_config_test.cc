@@ -76,15 +76,18 @@ TEST(ServerConfig, UploadLimits) {
 TEST(ServerConfig, MemoryAndResponseLimits) {
   auto c = ParseServerConfig(
       "server: {memory_budget_bytes: 1073741824, max_build_memory_bytes: 536870912, "
-      "max_message_bytes: 1048576, http_api: {body_idle_timeout_ms: 2000}}", "f");
+      "max_message_bytes: 1048576, http_api: {body_idle_timeout_ms: 2000, generate_threads: 16}}",
+      "f");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->memory_budget_bytes, 1073741824);
   EXPECT_EQ(c->max_build_memory_bytes, 536870912);
   EXPECT_EQ(c->max_message_bytes, 1048576);
   EXPECT_EQ(c->http_api.body_idle_timeout_ms, 2000);
+  EXPECT_EQ(c->http_api.generate_threads, 16);
   auto defaults = ParseServerConfig("", "f");
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->memory_budget_bytes, 0);  // 0: 80 % of the machine, set at start
+  EXPECT_EQ(defaults->http_api.generate_threads, 64);
   // Negative: a message limit protobuf could not serialize, a budget too small to load
   // anything, a negative build cap, an idle timeout of 0.
   EXPECT_NE(ServerError("server: {max_message_bytes: 2147483648}").find("max_message_bytes"),
@@ -94,6 +97,8 @@ TEST(ServerConfig, MemoryAndResponseLimits) {
   EXPECT_NE(ServerError("server: {max_build_memory_bytes: -1}").find("max_build_memory_bytes"),
             std::string::npos);
   EXPECT_NE(ServerError("server: {http_api: {body_idle_timeout_ms: 0}}").find("body_idle_timeout_ms"),
+            std::string::npos);
+  EXPECT_NE(ServerError("server: {http_api: {generate_threads: 0}}").find("generate_threads"),
             std::string::npos);
 }
 

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -129,6 +130,47 @@ TEST_F(ListenerTest, AnswersWholeRequestsWhileSlowClientsWait) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(500));
   EXPECT_EQ(handled_.load(), 1);  // the slow ones never reached a worker
   for (int fd : slow) close(fd);
+}
+
+// Generation requests hold their worker while tokens come: on their own lane they neither
+// wait behind each other up to the inference lane's size nor hold an inference up.
+TEST(ListenerLanes, GenerationRunsOnItsOwnWorkersBesideInference) {
+  HttpLimits limits;
+  limits.api_workers = 1;
+  limits.generate_workers = 3;
+  std::atomic<int> generating{0}, most{0};
+  std::atomic<bool> release{false};
+  const int port = FreePort();
+  auto l = HttpListener::Start("127.0.0.1", port, limits, [&](int fd, std::string req) {
+    if (req.find("/generate") != std::string::npos) {
+      most = std::max(most.load(), ++generating);
+      for (int i = 0; i < 500 && !release; ++i) std::this_thread::sleep_for(milliseconds(10));
+      --generating;
+    }
+    const std::string resp = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+    (void)!send(fd, resp.data(), resp.size(), MSG_NOSIGNAL);
+    close(fd);
+  });
+  ASSERT_TRUE(l.ok()) << l.status();
+  auto send_request = [&](const std::string& target) {
+    const int fd = Connect(port);
+    const std::string req = "POST " + target + " HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n";
+    (void)!send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    return fd;
+  };
+  std::vector<int> streams;
+  for (int i = 0; i < 3; ++i) streams.push_back(send_request("/v2/models/gpt/generate_stream"));
+  for (int i = 0; i < 200 && generating < 3; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(generating.load(), 3) << "three generations at once on three generation workers";
+  // The one inference worker is free: an infer is answered while all three still generate.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NE(ReadAll(send_request("/v2/models/gpt/infer"), milliseconds(2000)).find("200 OK"),
+            std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(2000));
+  EXPECT_EQ(generating.load(), 3);
+  release = true;
+  for (int fd : streams) EXPECT_NE(ReadAll(fd).find("200 OK"), std::string::npos);
+  EXPECT_EQ(most.load(), 3);
 }
 
 TEST_F(ListenerTest, ASlowRequestIsClosedAtTheRequestTimeout) {

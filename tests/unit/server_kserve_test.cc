@@ -332,6 +332,25 @@ TEST(HttpAdmission, V2RequestsMayCarryLargeBodies) {
   EXPECT_EQ(LaneOf("GET /v2?x HTTP/1.1"), Lane::kApi);
   EXPECT_EQ(LaneOf("GET /v20 HTTP/1.1"), Lane::kProbe);
   EXPECT_EQ(LaneOf("GET /metrics HTTP/1.1"), Lane::kProbe);
+  // Generation holds its worker while tokens come: a lane of its own, an API lane still.
+  for (const char* r :
+       {"POST /v2/models/gpt/generate HTTP/1.1", "POST /v2/models/gpt/generate_stream HTTP/1.1",
+        "POST /v2/models/gpt/versions/3/generate_stream?x=1 HTTP/1.1"}) {
+    EXPECT_EQ(LaneOf(r), Lane::kGenerate) << r;
+  }
+  for (const char* r :
+       {"POST /v2/models/gpt/infer HTTP/1.1", "POST /v2/models/generate HTTP/1.1",
+        "GET /v2/models/gpt/generate/ready HTTP/1.1", "POST /v2/generate HTTP/1.1"}) {
+    EXPECT_EQ(LaneOf(r), Lane::kApi) << r;
+  }
+  EXPECT_EQ(LaneOf("POST /models/gpt/generate HTTP/1.1"), Lane::kProbe);
+  EXPECT_TRUE(IsApiLane(Lane::kGenerate));
+  limits.max_body_bytes = 1 << 20;
+  EXPECT_EQ(ParseRequestHead(
+                "POST /v2/models/m/generate HTTP/1.1\r\nContent-Length: 500000\r\n\r\n", limits)
+                .state,
+            RequestState::kIncomplete)
+      << "a generation request's body may be an API body's size";
 }
 
 TEST(ModelStats, CountsRequestsRowsAndExecutionsPerBucket) {
