@@ -119,10 +119,12 @@ absl::StatusOr<DecoderContract> FindDecoderContract(const ModelSignature& sig) {
   DecoderContract c;
   ASSIGN_OR_RETURN(c.input_ids, TokenInput(sig, "input_ids"));
   ASSIGN_OR_RETURN(c.attention_mask, TokenInput(sig, "attention_mask"));
-  ASSIGN_OR_RETURN(c.position_ids, TokenInput(sig, "position_ids"));
+  if (FindSpec(sig.inputs, "position_ids")) {
+    ASSIGN_OR_RETURN(c.position_ids, TokenInput(sig, "position_ids"));
+    c.positions_dtype = sig.inputs[c.position_ids].dtype;
+  }
   c.ids_dtype = sig.inputs[c.input_ids].dtype;
   c.mask_dtype = sig.inputs[c.attention_mask].dtype;
-  c.positions_dtype = sig.inputs[c.position_ids].dtype;
   c.sequence_symbol = SymbolAt(sig, c.input_ids, 1);
   if (c.sequence_symbol.empty()) {
     return absl::FailedPreconditionError("input 'input_ids' dim 1 is not a dynamic dim");

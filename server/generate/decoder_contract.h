@@ -5,8 +5,10 @@
 //
 // The loop pads every step to a shape class and runs sequences of different lengths in one
 // batch, so a cache slot that holds nothing must be invisible to the model: the contract
-// needs an attention mask over the past and new positions, and explicit position ids (a
-// model that derives positions from the cache's length would see the padding).
+// needs an attention mask over the past and new positions. Position ids are fed when the
+// model takes them; a model without them derives its positions itself, which the padding
+// proof (server/model/padding_proof.h) then decides: from the mask (its cumulative sum) the
+// padding stays hidden, from the cache's length it does not, and the model is refused there.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,10 @@ struct CacheTensor {
 };
 
 struct DecoderContract {
-  size_t input_ids = 0, attention_mask = 0, position_ids = 0;  // input indices
+  static constexpr size_t kAbsent = static_cast<size_t>(-1);
+  size_t input_ids = 0, attention_mask = 0;  // input indices
+  size_t position_ids = kAbsent;             // kAbsent: the model derives its positions
+  bool has_positions() const { return position_ids != kAbsent; }
   size_t logits = 0;                                           // output index
   DType ids_dtype = DType::kInt64, mask_dtype = DType::kInt64, positions_dtype = DType::kInt64;
   int64_t vocab = 0;

@@ -38,7 +38,10 @@ Tensor Reuse(Tensor& t, DType dtype, std::vector<int64_t> shape) {
 absl::Status BuildTokenInputs(const DecoderContract& contract, const std::vector<StepRow>& rows,
                               int64_t total, int64_t count, int64_t past, std::vector<Tensor>& in) {
   Tensor ids = Reuse(in[contract.input_ids], contract.ids_dtype, {total, count});
-  Tensor pos = Reuse(in[contract.position_ids], contract.positions_dtype, {total, count});
+  const bool positions = contract.has_positions();
+  Tensor pos = positions
+                   ? Reuse(in[contract.position_ids], contract.positions_dtype, {total, count})
+                   : Tensor();
   Tensor mask = Reuse(in[contract.attention_mask], contract.mask_dtype, {total, past + count});
   for (int64_t r = 0; r < total; ++r) {
     const bool real = r < static_cast<int64_t>(rows.size());
@@ -50,7 +53,7 @@ absl::Status BuildTokenInputs(const DecoderContract& contract, const std::vector
     const int64_t cached = row ? row->cached : 0;
     for (int64_t k = 0; k < count; ++k) {
       ids.SetInt(r * count + k, row ? (*row->tokens)[static_cast<size_t>(cached + k)] : 0);
-      pos.SetInt(r * count + k, row ? cached + k : 0);
+      if (positions) pos.SetInt(r * count + k, row ? cached + k : 0);
     }
     // 1 over the row's cache and its new positions, 0 over the padding between.
     for (int64_t k = 0; k < past + count; ++k) {
@@ -58,7 +61,7 @@ absl::Status BuildTokenInputs(const DecoderContract& contract, const std::vector
     }
   }
   in[contract.input_ids] = std::move(ids);
-  in[contract.position_ids] = std::move(pos);
+  if (positions) in[contract.position_ids] = std::move(pos);
   in[contract.attention_mask] = std::move(mask);
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 """A GPT-2-style decoder step with a key/value cache, as exporters write "decoder with past".
 
   decoder_step.py --write DIR [--hidden 768 --layers 12 --heads 12 --vocab 50257]
+                  [--positions input|mask|past]
 
 Inputs: input_ids and position_ids [batch, sequence], attention_mask [batch,
 "past_sequence_length + sequence"], past_key_values.{i}.key/value [batch, heads,
@@ -11,7 +12,9 @@ then the new positions: Concat on axis 2). Pre-LayerNorm blocks, tied embeddings
 attention masked by the attention mask (additive -10000) and causally over the new positions
 (built from the run's shapes: query i sees every key up to the cache's end plus i). Random
 weights (seeded). The test size is the default; GPT-2 small is --hidden 768 --layers 12 --heads
-12 --vocab 50257. Exit codes: 0 written, 77 onnx/numpy missing.
+12 --vocab 50257. --positions mask or past drops the position_ids input: the positions are
+derived in the graph from the attention mask or from the cache's length. Exit codes: 0
+written, 77 onnx/numpy missing.
 """
 import argparse
 import os
@@ -76,6 +79,31 @@ def block(b, x, mask_add, i, outputs):
     return b.op("Add", [x, dense(b, gelu, p + "f2", text_model.FFN, hidden)], p + "res2")
 
 
+POSITIONS = "input"  # input | mask | past: where position ids come from
+
+
+def positions(b):
+    """The new positions' ids: the input, or derived in the graph as exporters without a
+    position_ids input do: from the attention mask (cumsum - 1 over past + new, the last S
+    kept: right however the cache is padded, as the mask hides the padding) or from the
+    cache's length (past .. past + S - 1: wrong under padding, which the server must see)."""
+    if POSITIONS == "input":
+        return "position_ids"
+    s = b.op("Gather", [b.op("Shape", ["input_ids"], "p.ids_shape"), i64(b, "p.one", 1)], "p.S")
+    if POSITIONS == "past":
+        p = b.op("Gather", [b.op("Shape", ["past_key_values.0.key"], "p.kshape"), i64(b, "p.two", 2)],
+                 "p.P")
+        r = b.op("Range", [p, b.op("Add", [p, s], "p.end"), i64(b, "p.step", 1)], "p.range")
+        return b.op("Unsqueeze", [r, i64(b, "p.ax0", [0])], "p.pos")
+    c = b.op("CumSum", ["attention_mask", i64(b, "p.axis", 1)], "p.cum")
+    pos = b.op("Sub", [c, i64(b, "p.one_", 1)], "p.all")
+    neg = b.op("Neg", [b.op("Unsqueeze", [s, i64(b, "p.ax", [0])], "p.S1")], "p.negS")
+    big = i64(b, "p.big", [1 << 30])
+    last = b.op("Slice", [pos, neg, big, i64(b, "p.sax", [1])], "p.last")
+    # A padding row's mask hides everything before its new positions: cumsum - 1 stays >= 0.
+    return b.op("Max", [last, i64(b, "p.zero", 0)], "p.pos")
+
+
 def build_model():
     b = Builder()
     hidden, heads = text_model.HIDDEN, text_model.HEADS
@@ -84,7 +112,7 @@ def build_model():
         b.const(name, np.float32(v))
     wte = b.weight("wte", text_model.VOCAB, hidden)
     x = b.op("Add", [b.op("Gather", [wte, "input_ids"], "tok"),
-                     b.op("Gather", [b.weight("wpe", 1024, hidden), "position_ids"], "pos")], "x0")
+                     b.op("Gather", [b.weight("wpe", 1024, hidden), positions(b)], "pos")], "x0")
     m4 = b.op("Unsqueeze", ["attention_mask", i64(b, "ax12", [1, 2])], "m4")
     mask_add = b.op("Mul", [b.op("Sub", ["one", b.op("Cast", [m4], "mf", to=TensorProto.FLOAT)], "inv"),
                             "neg"], "mask_add")
@@ -95,9 +123,10 @@ def build_model():
     b.op("MatMul", [x, b.op("Transpose", [wte], "wteT", perm=[1, 0])], "logits")
     head_dim = hidden // heads
     cache = ["batch", heads, PAST, head_dim]
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
-              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]),
-              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", TOTAL])]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])]
+    if POSITIONS == "input":
+        inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]))
+    inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", TOTAL]))
     for i in range(text_model.LAYERS):
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}",
@@ -120,7 +149,11 @@ def main():
     ap.add_argument("--layers", type=int, default=text_model.LAYERS)
     ap.add_argument("--heads", type=int, default=text_model.HEADS)
     ap.add_argument("--vocab", type=int, default=text_model.VOCAB)
+    ap.add_argument("--positions", choices=["input", "mask", "past"], default="input",
+                    help="position ids as an input, or derived from the mask or the cache's length")
     a = ap.parse_args()
+    global POSITIONS
+    POSITIONS = a.positions
     text_model.HIDDEN, text_model.LAYERS, text_model.HEADS, text_model.VOCAB = (
         a.hidden, a.layers, a.heads, a.vocab)
     text_model.FFN = a.ffn or 4 * a.hidden

@@ -89,7 +89,7 @@ inline void ExpectReferenceTokens(const std::string& onnx, const std::vector<int
     std::vector<int64_t> pos(static_cast<size_t>(n)), mask(static_cast<size_t>(n + slot), 1);
     for (int64_t k = 0; k < n; ++k) pos[static_cast<size_t>(k)] = k;
     if (slot) mask[0] = 0;
-    feed["position_ids"] = Tensor::FromInt64(pos, {1, n});
+    if ((*graph)->FindValue("position_ids")) feed["position_ids"] = Tensor::FromInt64(pos, {1, n});
     feed["attention_mask"] = Tensor::FromInt64(mask, {1, n + slot});
     if (how == NoCache::kMergedFirstBranch) {
       Tensor first(DType::kBool, {1});

@@ -186,6 +186,32 @@ TEST(DecoderContract, FindsTheRolesAndSaysWhatIsMissing) {
   fixed.default_dims.clear();
   EXPECT_FALSE(FindDecoderContract(fixed).ok());
   EXPECT_EQ(PresentNameFor("past_key_values.3.value"), "present.3.value");
+  // A model without position ids derives them itself (the padding proof decides whether it
+  // may be padded): the contract has none and the step feeds none.
+  ModelSignature derived = ToySignature();
+  derived.inputs.erase(derived.inputs.begin() + 2);
+  derived.dim_symbols.erase(derived.dim_symbols.begin() + 2);
+  auto d = FindDecoderContract(derived);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->has_positions());
+  EXPECT_EQ(d->cache[0].input, 2u);
+  EXPECT_TRUE(c->has_positions());
+  auto cache = KvCache::Create(*d, 4, 4 * 4 * 8, std::make_shared<MemoryAccount>("t", 0, nullptr));
+  ASSERT_TRUE(cache.ok());
+  PageTable t;
+  ASSERT_TRUE((*cache)->Grow(t, 3));
+  std::vector<int64_t> tokens{1, 2, 3};
+  std::vector<Tensor> in;
+  ASSERT_TRUE(BuildStepInputs(*d, derived, **cache, {{&tokens, 2, &t}}, 1, 4, in).ok());
+  ASSERT_EQ(in.size(), 3u);
+  EXPECT_EQ(in[0].GetInt(0), 3);
+  EXPECT_EQ(in[1].shape(), (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(in[2].shape(), (std::vector<int64_t>{1, 1, 4, 2}));
+  // A position_ids input that is no [batch, positions] int tensor is still refused.
+  ModelSignature bad_positions = ToySignature();
+  bad_positions.inputs[2].dtype = DType::kFloat32;
+  EXPECT_NE(FindDecoderContract(bad_positions).status().message().find("position_ids"),
+            std::string::npos);
   EXPECT_EQ(PresentNameFor("past_key_7"), "present_key_7");
   EXPECT_EQ(PresentNameFor("cache"), "");
 }

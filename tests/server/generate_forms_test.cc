@@ -1,0 +1,135 @@
+// Decoder export forms through kilnd beyond the plain decoder with past:
+// - merged decoders, the single-file export (Hugging Face Optimum's decoder_model_merged.onnx)
+//   with `If(use_cache_branch)` around a first-step branch and a cache branch, written by
+//   tests/models/merged_decoder.py over the GPT-2-style and the LLaMA-style step. kilnd binds
+//   use_cache_branch to true at load (server/model/bound_inputs.h), the compiler inlines the
+//   cache branch (inline_constant_if), and the model generates like the decoder with past it
+//   contains: no If left to the reference fallback, its cache appended in place, every token
+//   checked against the reference running the model's *other* branch (the first-step graph,
+//   use_cache_branch false) over the whole sequence;
+// - decoders without a position_ids input: positions derived from the attention mask generate
+//   token-exact (the padding stays hidden), positions derived from the cache's length are
+//   refused with the padding proof's reason (the loop pads the cache, such a model would see it).
+#include <gtest/gtest.h>
+
+#include "kiln/v1/generate.grpc.pb.h"
+#include "tests/server/generate_harness.h"
+#include "tests/server/test_server.h"
+
+namespace kiln::server::testing {
+namespace {
+
+constexpr int64_t kVocab = 1000;  // the step models' test size
+
+class ExportForms : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new TestServer("generate_merged");
+    gpt_ = new std::string(WriteDecoder(*server_, "merged_decoder.py", "merged"));
+    llama_ = new std::string(
+        WriteDecoder(*server_, "merged_decoder.py", "merged_llama", "--base llama_step"));
+    from_mask_ =
+        new std::string(WriteDecoder(*server_, "decoder_step.py", "from_mask", "--positions mask"));
+    const std::string from_past =
+        WriteDecoder(*server_, "decoder_step.py", "from_past", "--positions past");
+    if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past.empty()) {
+      gpt_->clear();
+      return;
+    }
+    server_->Start();
+    ready_ = server_->WaitReady(300);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete gpt_;
+    delete llama_;
+    delete from_mask_;
+  }
+  void SetUp() override {
+    if (gpt_->empty() || llama_->empty()) {
+      GTEST_SKIP() << "tests/models --write failed (python3-onnx?)";
+    }
+    ASSERT_TRUE(ready_) << "a merged decoder did not become READY";
+    stub_ = v1::GenerationService::NewStub(server_->channel());
+  }
+
+  // The model generates, takes no use_cache_branch, and runs no op on the fallback.
+  static void ExpectServedAsItsCacheBranch(const std::string& model, v1::ModelInfo& info) {
+    ASSERT_TRUE(server_->GetModel(model, 0, &info).ok());
+    ASSERT_TRUE(info.generation().enabled())
+        << info.generation().refused() << info.shape_classes_refused();
+    for (const auto& in : info.inputs()) EXPECT_NE(in.name(), "use_cache_branch");
+    ASSERT_GT(info.engines_size(), 0);
+    for (const auto& e : info.engines()) {
+      EXPECT_EQ(e.fallback_ops(), 0) << "batch " << e.batch() << ": the If was not inlined";
+    }
+  }
+
+  // 64 greedy tokens after a prompt of `n`, each the reference's.
+  void GenerateAndCheck(const std::string& model, const std::string& onnx, int64_t n, uint32_t seed,
+                        NoCache how = NoCache::kMergedFirstBranch) {
+    const std::vector<int64_t> prompt = RandomPrompt(n, seed, kVocab);
+    v1::GenerateRequest req = GenerateRequestFor(prompt, 64, model);
+    req.set_ignore_eos(true);
+    std::vector<int64_t> ids;
+    grpc::Status s = StreamTokens(*stub_, req, ids);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(ids.size(), 64u);
+    ExpectReferenceTokens(onnx, prompt, ids, kVocab, how);
+  }
+
+  static TestServer* server_;
+  static std::string *gpt_, *llama_, *from_mask_;
+  static bool ready_;
+  std::unique_ptr<v1::GenerationService::Stub> stub_;
+};
+
+TestServer* ExportForms::server_ = nullptr;
+std::string* ExportForms::gpt_ = nullptr;
+std::string* ExportForms::llama_ = nullptr;
+std::string* ExportForms::from_mask_ = nullptr;
+bool ExportForms::ready_ = false;
+
+TEST_F(ExportForms, GptStyleMergedDecoderAppendsInPlaceAndMatchesTheReference) {
+  v1::ModelInfo info;
+  ExpectServedAsItsCacheBranch("merged", info);
+  // The inlined branch's Concats write the If's outputs themselves: the cache appends.
+  EXPECT_TRUE(info.generation().kv_in_place());
+  GenerateAndCheck("merged", *gpt_, 11, 21);
+  ASSERT_TRUE(server_->GetModel("merged", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  // The 63 decode steps after the prompt's (11 tokens, no sequence class: copied).
+  EXPECT_GE(info.generation().steps_in_place(), 63);
+}
+
+TEST_F(ExportForms, LlamaStyleMergedDecoderMatchesTheReference) {
+  v1::ModelInfo info;
+  ExpectServedAsItsCacheBranch("merged_llama", info);
+  GenerateAndCheck("merged_llama", *llama_, 9, 22);
+}
+
+TEST_F(ExportForms, PositionsDerivedFromTheMaskGenerateTokenExact) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("from_mask", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  for (const auto& in : info.inputs()) EXPECT_NE(in.name(), "position_ids");
+  GenerateAndCheck("from_mask", *from_mask_, 13, 23, NoCache::kMaskedSlot);
+  ASSERT_TRUE(server_->GetModel("from_mask", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0);
+}
+
+TEST_F(ExportForms, PositionsCountedFromTheCacheAreRefusedWithTheReason) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("from_past", 0, &info).ok());
+  EXPECT_FALSE(info.generation().enabled());
+  EXPECT_NE(info.generation().refused().find("shape classes"), std::string::npos)
+      << info.generation().refused();
+  std::vector<int64_t> ids;
+  grpc::Status s =
+      StreamTokens(*stub_, GenerateRequestFor(RandomPrompt(5, 24, kVocab), 4, "from_past"), ids);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(ids.empty());
+}
+
+}  // namespace
+}  // namespace kiln::server::testing
