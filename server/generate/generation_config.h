@@ -26,6 +26,9 @@ struct GenerationConfig {
   // auto: steps append to the cache held in the engine's outputs when every engine can
   // (runtime::Engine::RunAppending); off: every step copies the cache in and out.
   std::string kv_in_place = "auto";
+  // A prompt that starts with tokens another sequence computed takes their pages instead of
+  // recomputing them (whole pages; kv_cache.h, prefix sharing).
+  bool prefix_cache = true;
 };
 
 // INVALID_ARGUMENT "'generation.<key>': <why>" for a value outside its range (the model

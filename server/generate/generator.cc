@@ -199,11 +199,16 @@ void Generator::Admit() {
       s = waiting_.front();
     }
     const int64_t need = static_cast<int64_t>(s->tokens.size());
+    // The pages another sequence computed for the same leading tokens (never the last
+    // prompt token: its logits give the first new token).
+    const int64_t shared = setup_.config.prefix_cache
+                               ? cache_->SharePrefix(s->tokens, s->prompt_len - 1, s->table)
+                               : 0;
     // Headroom of a page per running sequence, so admitting one does not preempt another
     // at the next decode step (which would then be readmitted and preempt again).
     const int64_t headroom = static_cast<int64_t>(running_.size());
-    bool placed = cache_->PagesFor(need) + headroom <= cache_->pages_free() &&
-                  cache_->Grow(s->table, need);
+    const int64_t own = cache_->PagesFor(need) - static_cast<int64_t>(s->table.pages.size());
+    bool placed = own + headroom <= cache_->pages_free() && cache_->Grow(s->table, need);
     if (!placed && running_.empty()) {  // alone: only the whole cache's size can refuse it
       if (cache_->PagesFor(need) > cache_->pages_total()) {
         if (TakeWaiting(s)) {
@@ -216,16 +221,18 @@ void Generator::Admit() {
       }
       placed = cache_->Grow(s->table, need);
     }
-    if (!placed) return;  // pages free up as running sequences end
-    if (!TakeWaiting(s)) {  // Stop emptied the queue meanwhile
+    if (!placed || !TakeWaiting(s)) {  // pages free up as sequences end; or Stop took the queue
       cache_->Release(s->table);
       return;
     }
+    s->cached = shared;
     s->running = true;
     running_.push_back(s);
     std::lock_guard<std::mutex> lk(mu_);
+    stats_.prefix_tokens += shared;
     stats_.running = static_cast<int64_t>(running_.size());
     stats_.pages_free = cache_->pages_free();
+    stats_.pages_cached = cache_->pages_cached();
   }
 }
 
@@ -310,6 +317,7 @@ void Generator::Preempt(const SeqPtr& victim) {
     stats_.waiting = static_cast<int64_t>(waiting_.size());
     stats_.running = static_cast<int64_t>(running_.size());
     stats_.pages_free = cache_->pages_free();
+    stats_.pages_cached = cache_->pages_cached();
   }
   if (setup_.hooks.preempted) setup_.hooks.preempted();
 }
@@ -355,6 +363,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   for (int64_t r = 0; r < n; ++r) {
     Sequence& s = *group[static_cast<size_t>(r)];
     s.cached += count;
+    if (setup_.config.prefix_cache) cache_->Register(s.tokens, s.cached, s.table);
     if (s.pending() == 0) Sample(s, logits.data<float>() + ((r + 1) * count - 1) * vocab);
   }
   for (const SeqPtr& s : group) {
@@ -451,6 +460,7 @@ void Generator::End(const SeqPtr& seq, absl::Status status, std::string reason) 
     std::lock_guard<std::mutex> lk(mu_);
     stats_.running = static_cast<int64_t>(running_.size());
     stats_.pages_free = cache_->pages_free();
+    stats_.pages_cached = cache_->pages_cached();
   }
   seq->stream->Finish(std::move(status), std::move(reason), seq->prompt_len);
 }

@@ -78,6 +78,8 @@ struct GeneratorStats {
   int64_t pages_total = 0, pages_free = 0;
   int64_t preemptions = 0, tokens = 0;
   int64_t steps_in_place = 0, steps_copied = 0;  // engine steps by kind (step_appending or not)
+  int64_t prefix_tokens = 0;  // prompt positions taken from other sequences' pages, not computed
+  int64_t pages_cached = 0;   // of pages_free: registered pages kept for prefix sharing
 };
 
 struct GeneratorSetup {

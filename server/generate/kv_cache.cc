@@ -17,6 +17,9 @@ KvCache::KvCache(const DecoderContract& contract, int64_t page_tokens, int64_t p
   bytes_ = page_bytes_ * pages;
   free_.reserve(pages_total_);
   for (int64_t p = pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+  refs_.assign(pages_total_, 0);
+  key_.assign(pages_total_, 0);
+  lru_at_.assign(pages_total_, lru_.end());
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const DecoderContract& contract,
@@ -46,17 +49,92 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const DecoderContract& 
 bool KvCache::Grow(PageTable& table, int64_t positions) {
   const int64_t need = PagesFor(positions) - static_cast<int64_t>(table.pages.size());
   if (need <= 0) return true;
-  if (need > static_cast<int64_t>(free_.size())) return false;
-  for (int64_t i = 0; i < need; ++i) {
-    table.pages.push_back(free_.back());
-    free_.pop_back();
-  }
+  if (need > pages_free()) return false;
+  for (int64_t i = 0; i < need; ++i) table.pages.push_back(TakePage());
   return true;
 }
 
+int32_t KvCache::TakePage() {
+  int32_t p;
+  if (!free_.empty()) {
+    p = free_.back();
+    free_.pop_back();
+  } else {  // the least recently released cached page: its registration goes
+    p = lru_.front();
+    lru_.pop_front();
+    lru_at_[static_cast<size_t>(p)] = lru_.end();
+    index_.erase(key_[static_cast<size_t>(p)]);
+    key_[static_cast<size_t>(p)] = 0;
+  }
+  refs_[static_cast<size_t>(p)] = 1;
+  return p;
+}
+
 void KvCache::Release(PageTable& table) {
-  for (int32_t p : table.pages) free_.push_back(p);
-  table.pages.clear();
+  for (int32_t p : table.pages) {
+    const auto i = static_cast<size_t>(p);
+    if (--refs_[i] > 0) continue;
+    if (key_[i] != 0) {
+      lru_at_[i] = lru_.insert(lru_.end(), p);
+    } else {
+      free_.push_back(p);
+    }
+  }
+  table = PageTable{};
+}
+
+uint64_t KvCache::PageKey(uint64_t chain, const std::vector<int64_t>& tokens, int64_t page) const {
+  // splitmix64 over the chain and the page's tokens; never 0 (0 marks "not registered").
+  uint64_t h = chain ^ 0x9e3779b97f4a7c15ull;
+  for (int64_t k = page * page_tokens_; k < (page + 1) * page_tokens_; ++k) {
+    h += static_cast<uint64_t>(tokens[static_cast<size_t>(k)]) + 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+  }
+  return h | 1;
+}
+
+int64_t KvCache::SharePrefix(const std::vector<int64_t>& tokens, int64_t max_positions,
+                             PageTable& table) {
+  if (!table.pages.empty()) return 0;
+  const int64_t whole =
+      std::min<int64_t>(max_positions, static_cast<int64_t>(tokens.size())) / page_tokens_;
+  for (int64_t k = 0; k < whole; ++k) {
+    const uint64_t key = PageKey(table.chain, tokens, k);
+    auto it = index_.find(key);
+    if (it == index_.end()) break;
+    const auto p = static_cast<size_t>(it->second);
+    const int64_t* held = &ids_[p * static_cast<size_t>(page_tokens_)];
+    if (!std::equal(held, held + page_tokens_, tokens.begin() + k * page_tokens_)) break;
+    if (refs_[p]++ == 0) {
+      lru_.erase(lru_at_[p]);
+      lru_at_[p] = lru_.end();
+    }
+    table.pages.push_back(it->second);
+    table.chain = key;
+    table.registered = k + 1;
+  }
+  return table.registered * page_tokens_;
+}
+
+void KvCache::Register(const std::vector<int64_t>& tokens, int64_t computed, PageTable& table) {
+  if (ids_.empty()) ids_.resize(pages_total_ * static_cast<size_t>(page_tokens_));
+  const int64_t whole =
+      std::min<int64_t>({computed, static_cast<int64_t>(tokens.size()),
+                         static_cast<int64_t>(table.pages.size()) * page_tokens_}) /
+      page_tokens_;
+  for (int64_t k = table.registered; k < whole; ++k) {
+    const uint64_t key = PageKey(table.chain, tokens, k);
+    const auto p = static_cast<size_t>(table.pages[static_cast<size_t>(k)]);
+    if (key_[p] == 0 && index_.emplace(key, table.pages[static_cast<size_t>(k)]).second) {
+      key_[p] = key;
+      std::copy(tokens.begin() + k * page_tokens_, tokens.begin() + (k + 1) * page_tokens_,
+                ids_.begin() + static_cast<int64_t>(p) * page_tokens_);
+    }
+    table.chain = key;
+    table.registered = k + 1;
+  }
 }
 
 void KvCache::Gather(size_t j, const std::vector<const PageTable*>& rows,

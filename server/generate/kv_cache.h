@@ -11,10 +11,21 @@
 // A step's past tensors are gathered from the pages into the class-sized inputs the engine
 // takes (positions past a sequence's length stay zero: the attention mask hides them), and
 // the positions a step computed are copied from its present outputs into the pages.
+//
+// Prefix sharing: a page whose positions a sequence has all computed is registered under a
+// hash of every token up to its end (a chain over the pages; its own tokens are kept and
+// compared, so a collision cannot share a wrong page). A sequence that starts with the same
+// tokens takes those pages instead of computing them (SharePrefix: whole pages only, and
+// never its last prompt token, whose logits it needs), each page counted once per table that
+// holds it. Positions are written only past a sequence's cached length, so a shared page is
+// never written. A registered page nobody holds stays cached until its page is needed: free
+// pages go first, then cached ones, least recently released first.
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "base/memory_budget.h"
@@ -26,6 +37,8 @@ namespace kiln::server::generate {
 
 struct PageTable {
   std::vector<int32_t> pages;
+  int64_t registered = 0;  // leading pages registered (or shared) for prefix sharing
+  uint64_t chain = 0;      // the hash of the tokens those pages hold
 };
 
 class KvCache {
@@ -41,8 +54,17 @@ class KvCache {
   // Pages for `positions` positions in `table` (allocating what it lacks). False, with
   // `table` unchanged, when the free pages do not suffice.
   bool Grow(PageTable& table, int64_t positions);
-  // Returns every page of `table` (now empty) to the pool.
+  // Returns every page of `table` (now empty) to the pool; a registered page nobody else
+  // holds stays cached for a later SharePrefix until its page is needed.
   void Release(PageTable& table);
+  // Into the empty `table`: the registered pages holding the longest run of whole pages of
+  // `tokens` that ends at or before `max_positions`. The positions they hold (a multiple of
+  // page_tokens; 0 when none).
+  int64_t SharePrefix(const std::vector<int64_t>& tokens, int64_t max_positions, PageTable& table);
+  // Registers the pages of `table` whose positions lie wholly below `computed` (of
+  // `tokens`), those not registered yet; a page whose tokens another page holds already stays
+  // the table's own.
+  void Register(const std::vector<int64_t>& tokens, int64_t computed, PageTable& table);
   // Pages `positions` positions need.
   int64_t PagesFor(int64_t positions) const { return (positions + page_tokens_ - 1) / page_tokens_; }
 
@@ -62,7 +84,9 @@ class KvCache {
 
   int64_t page_tokens() const { return page_tokens_; }
   int64_t pages_total() const { return static_cast<int64_t>(pages_total_); }
-  int64_t pages_free() const { return static_cast<int64_t>(free_.size()); }
+  // Pages a Grow may take: free ones and cached ones nobody holds.
+  int64_t pages_free() const { return static_cast<int64_t>(free_.size() + lru_.size()); }
+  int64_t pages_cached() const { return static_cast<int64_t>(lru_.size()); }
   int64_t bytes() const { return bytes_; }
 
  private:
@@ -79,7 +103,17 @@ class KvCache {
   size_t pages_total_ = 0;
   int64_t bytes_ = 0;
   std::unique_ptr<char[]> base_;
+  // A page for a table: a free one, else the least recently released cached one.
+  int32_t TakePage();
+  uint64_t PageKey(uint64_t chain, const std::vector<int64_t>& tokens, int64_t page) const;
+
   std::vector<int32_t> free_;  // a stack: the most recently freed page is reused first
+  std::vector<int32_t> refs_;  // tables holding each page
+  std::vector<uint64_t> key_;  // each page's registration (0: none)
+  std::vector<int64_t> ids_;   // a registered page's tokens, page_tokens per page
+  std::unordered_map<uint64_t, int32_t> index_;  // registration -> page
+  std::list<int32_t> lru_;  // registered pages nobody holds, least recently released first
+  std::vector<std::list<int32_t>::iterator> lru_at_;
   MemoryReservation reservation_;
 };
 

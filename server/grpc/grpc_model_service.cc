@@ -136,6 +136,8 @@ void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   g->set_kv_in_place(gen->appends_in_place());
   g->set_steps_in_place(st.steps_in_place);
   g->set_steps_copied(st.steps_copied);
+  g->set_prefix_tokens(st.prefix_tokens);
+  g->set_pages_cached(st.pages_cached);
 }
 
 }  // namespace

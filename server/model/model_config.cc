@@ -113,6 +113,8 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
       RETURN_IF_ERROR(Read(v, full, g.eos_token_ids));
     } else if (key == "kv_in_place") {
       RETURN_IF_ERROR(Read(v, full, g.kv_in_place));
+    } else if (key == "prefix_cache") {
+      RETURN_IF_ERROR(Read(v, full, g.prefix_cache));
     } else {
       return BadKey(full, "unknown key");
     }

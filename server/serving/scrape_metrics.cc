@@ -46,7 +46,10 @@ std::string RenderScrapeGauges(const ModelRegistry& registry) {
       sequences.With({mv->name(), "waiting"}).Increment(static_cast<double>(st.waiting));
       pages.With({mv->name(), "used"})
           .Increment(static_cast<double>(st.pages_total - st.pages_free));
-      pages.With({mv->name(), "free"}).Increment(static_cast<double>(st.pages_free));
+      // Cached: free for a new page, kept until then for a prompt that starts the same way.
+      pages.With({mv->name(), "free"})
+          .Increment(static_cast<double>(st.pages_free - st.pages_cached));
+      pages.With({mv->name(), "cached"}).Increment(static_cast<double>(st.pages_cached));
     }
     for (const auto& [batch, engines] : mv->built().engines) {
       for (const auto& e : engines) {

@@ -7,6 +7,7 @@
 //   contains: no If left to the reference fallback, its cache appended in place, every token
 //   checked against the reference running the model's *other* branch (the first-step graph,
 //   use_cache_branch false) over the whole sequence;
+// - prefix sharing on the real engines: a repeated prompt's whole pages come from the cache;
 // - decoders without a position_ids input: positions derived from the attention mask generate
 //   token-exact (the padding stays hidden), positions derived from the cache's length are
 //   refused with the padding proof's reason (the loop pads the cache, such a model would see it).
@@ -106,6 +107,25 @@ TEST_F(ExportForms, LlamaStyleMergedDecoderMatchesTheReference) {
   v1::ModelInfo info;
   ExpectServedAsItsCacheBranch("merged_llama", info);
   GenerateAndCheck("merged_llama", *llama_, 9, 22);
+}
+
+TEST_F(ExportForms, ARepeatedPromptReadsItsPagesAndMatchesTheReference) {
+  // Pages of 16 positions: the second request takes the first's two whole prompt pages
+  // (32 of its 40 tokens) from the cache instead of computing them.
+  const std::vector<int64_t> prompt = RandomPrompt(40, 25, kVocab);
+  v1::GenerateRequest req = GenerateRequestFor(prompt, 32, "merged");
+  req.set_ignore_eos(true);
+  std::vector<int64_t> first, second;
+  ASSERT_TRUE(StreamTokens(*stub_, req, first).ok());
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("merged", 0, &info).ok());
+  const int64_t before = info.generation().prefix_tokens();
+  EXPECT_GT(info.generation().pages_cached(), 0) << "the first request's pages stay cached";
+  ASSERT_TRUE(StreamTokens(*stub_, req, second).ok());
+  ASSERT_TRUE(server_->GetModel("merged", 0, &info).ok());
+  EXPECT_EQ(info.generation().prefix_tokens() - before, 32);
+  EXPECT_EQ(second, first);
+  ExpectReferenceTokens(*gpt_, prompt, second, kVocab, NoCache::kMergedFirstBranch);
 }
 
 TEST_F(ExportForms, PositionsDerivedFromTheMaskGenerateTokenExact) {

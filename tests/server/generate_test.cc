@@ -383,6 +383,7 @@ TEST_F(Generation, BadRequestsAreInvalidArgumentAndMetricsCountTokens) {
                            "kiln_generation_time_to_first_token_seconds_count{model=\"dec\"}",
                            "kiln_generation_inter_token_seconds_count{model=\"dec\"}",
                            "kiln_kv_cache_pages{model=\"dec\",state=\"free\"}",
+                           "kiln_kv_cache_pages{model=\"dec\",state=\"cached\"}",
                            "kiln_generation_sequences{model=\"dec\",state=\"running\"}"}) {
     EXPECT_NE(m->body.find(want), std::string::npos) << want;
   }

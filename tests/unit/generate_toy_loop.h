@@ -1,0 +1,87 @@
+// The toy decoder's generation loop for the scheduler's unit tests: a Generator over
+// tests/unit/generate_toy.h's step (pages of 4 positions, past classes of 8), and the helpers
+// that submit greedy requests and drain their streams.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "server/generate/decoder_contract.h"
+#include "server/generate/generator.h"
+#include "tests/unit/generate_toy.h"
+
+namespace kiln::server::generate::testing {
+
+struct ToyOptions {
+  int64_t kv_bytes = 1 << 20;
+  int64_t max_rows = 4, max_sequences = 16, prefill_chunk = 8, prefill_budget = 256;
+  StepFn step = ToyStep;
+  bool appending = false;  // steps of 1 and prefill_chunk tokens through step_appending
+  bool prefix_cache = true;
+  StepFn step_appending = ToyAppendingStep;
+};
+
+inline std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
+  GeneratorSetup s;
+  s.signature = ToySignature();
+  auto contract = FindDecoderContract(s.signature);
+  EXPECT_TRUE(contract.ok()) << contract.status();
+  s.contract = *contract;
+  s.config.kv_cache_bytes = o.kv_bytes;
+  s.config.page_tokens = 4;
+  s.config.prefill_chunk = o.prefill_chunk;
+  s.config.prefill_budget = o.prefill_budget;
+  s.config.max_sequences = o.max_sequences;
+  s.config.eos_token_ids = {};
+  s.config.prefix_cache = o.prefix_cache;
+  s.max_rows = o.max_rows;
+  s.min_step = 1;
+  s.max_step = 16;
+  s.max_context = 200;
+  s.step = o.step;
+  if (o.appending) {
+    s.step_appending = o.step_appending;
+    for (int64_t b = 1; b <= o.max_rows; b *= 2) s.buckets.push_back(b);
+    if (s.buckets.back() != o.max_rows) s.buckets.push_back(o.max_rows);
+    s.append_counts = {1, o.prefill_chunk};
+  }
+  s.past_size = [](int64_t n) { return std::max<int64_t>(8, (n + 7) / 8 * 8); };  // classes of 8
+  auto g = Generator::Create(std::move(s), std::make_shared<MemoryAccount>("test", 0, nullptr));
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? std::move(*g) : nullptr;
+}
+
+struct Outcome {
+  std::vector<int64_t> tokens;
+  StreamChunk end;
+};
+
+inline Outcome Drain(GenerationStream& s) {
+  Outcome o;
+  for (;;) {
+    StreamChunk c = s.Take(Clock::now() + std::chrono::seconds(30));
+    for (const auto& t : c.tokens) o.tokens.push_back(t.id);
+    if (c.done) {
+      o.end = c;
+      return o;
+    }
+  }
+}
+
+inline GenerateParams Greedy(std::vector<int64_t> prompt, int64_t max_tokens) {
+  GenerateParams p;
+  p.prompt = std::move(prompt);
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+inline std::vector<int64_t> Prompt(int64_t n, int64_t seed) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[static_cast<size_t>(i)] = (seed * 31 + i * 7) % kVocab;
+  return p;
+}
+
+}  // namespace kiln::server::generate::testing
