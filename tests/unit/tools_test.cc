@@ -83,6 +83,18 @@ TEST(DimFlag, ParsesNameEqualsSizeAndRejectsTheRest) {
   }
 }
 
+TEST(BindFlag, NumbersAndBoolsAndItsRefusals) {
+  std::map<std::string, std::vector<double>> b;
+  ASSERT_TRUE(AddBindFlag("use_cache_branch=true", b).ok());
+  ASSERT_TRUE(AddBindFlag("scale=0.5,-2,false", b).ok());
+  EXPECT_EQ(b.at("use_cache_branch"), std::vector<double>{1.0});
+  EXPECT_EQ(b.at("scale"), (std::vector<double>{0.5, -2.0, 0.0}));
+  EXPECT_FALSE(AddBindFlag("scale=1", b).ok());  // given twice
+  for (const char* bad : {"x", "=1", "x=", "x=1,", "x=yes", "x=nan", "x=1e999"}) {
+    EXPECT_FALSE(AddBindFlag(bad, b).ok()) << bad;
+  }
+}
+
 // Tool reports are read by strict parsers (JSON.parse in the bench scripts): a non-finite
 // number is null there, where the v2 REST API writes NaN.
 TEST(JsonWriter, ToolReportsWriteNonFiniteAsNull) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "base/json.h"
 #include "compiler/compile.h"
 #include "compiler/onnx/importer.h"
+#include "compiler/shape/bind_values.h"
 #include "runtime/backend.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
@@ -34,6 +36,7 @@ struct BenchArgs {
   OptLevel opt = OptLevel::kO2;
   std::string json_path;
   shape::InputDims dims;
+  std::map<std::string, std::vector<double>> binds;  // --bind: inputs fixed before compiling
   bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
   std::string precision = "float32";  // --precision bf16: the weight products in bfloat16
 };
@@ -54,8 +57,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
       continue;
     }
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
-        a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" &&
-        a != "--opt" && a != "--dim" && a != "--gap-ms" && a != "--precision") {
+        a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" && a != "--opt" &&
+        a != "--dim" && a != "--gap-ms" && a != "--precision" && a != "--bind") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -84,6 +87,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
       ASSIGN_OR_RETURN(b.opt, ParseOptLevel(v));
     }
     if (a == "--dim") RETURN_IF_ERROR(AddDimFlag(v, b.dims));
+    if (a == "--bind") RETURN_IF_ERROR(AddBindFlag(v, b.binds));
     if (a == "--layout") {
       auto l = cpu::ParseActivationLayout(v);
       if (!l) return absl::InvalidArgumentError("--layout: primitive, blocked or tune (got " + v + ")");
@@ -121,6 +125,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildBenchEngine(const BenchArg
 
 absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(b.model));
+  RETURN_IF_ERROR(shape::BindInputValues(*graph, b.binds));
   CompileOptions co;
   co.batch = b.batch;
   co.dims = b.dims;

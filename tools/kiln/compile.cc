@@ -1,15 +1,18 @@
 // kiln compile: import, specialize to a batch size, optimize, plan memory; prints the compile
 // report and optionally writes it as JSON and the optimized graph as ONNX.
+#include "compiler/compile.h"
+
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "compiler/compile.h"
 #include "compiler/onnx/exporter.h"
 #include "compiler/onnx/importer.h"
+#include "compiler/shape/bind_values.h"
 #include "tools/kiln/commands.h"
 #include "tools/kiln/dim_flag.h"
 
@@ -19,6 +22,7 @@ namespace {
 struct CompileArgs {
   std::string model;
   CompileOptions options;
+  std::map<std::string, std::vector<double>> binds;  // --bind: inputs fixed before compiling
   bool report = false;
   std::string json_path;
   std::string output;
@@ -50,6 +54,9 @@ absl::StatusOr<CompileArgs> ParseCompileArgs(const std::vector<std::string>& arg
     } else if (a == "--dim") {
       ASSIGN_OR_RETURN(std::string v, next());
       RETURN_IF_ERROR(AddDimFlag(v, c.options.dims));
+    } else if (a == "--bind") {
+      ASSIGN_OR_RETURN(std::string v, next());
+      RETURN_IF_ERROR(AddBindFlag(v, c.binds));
     } else if (a == "-O0" || a == "-O1" || a == "-O2") {
       ASSIGN_OR_RETURN(c.options.pipeline.level, ParseOptLevel(a));
     } else if (a == "--disable") {
@@ -75,6 +82,7 @@ absl::StatusOr<CompileArgs> ParseCompileArgs(const std::vector<std::string>& arg
 
 absl::Status Compile(const CompileArgs& c) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(c.model));
+  RETURN_IF_ERROR(shape::BindInputValues(*graph, c.binds));
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, c.options));
   const CompileReport& r = compiled.report;
   if (c.report) {
