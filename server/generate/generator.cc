@@ -198,6 +198,7 @@ void Generator::Admit() {
       if (waiting_.empty()) return;
       s = waiting_.front();
     }
+    if (AwaitsSharedPrefix(*s)) return;  // admitted once those pages are computed
     const int64_t need = static_cast<int64_t>(s->tokens.size());
     // The pages another sequence computed for the same leading tokens (never the last
     // prompt token: its logits give the first new token).
@@ -234,6 +235,23 @@ void Generator::Admit() {
     stats_.pages_free = cache_->pages_free();
     stats_.pages_cached = cache_->pages_cached();
   }
+}
+
+bool Generator::AwaitsSharedPrefix(const Sequence& s) const {
+  if (!setup_.config.prefix_cache) return false;
+  const int64_t page = cache_->page_tokens();
+  for (const SeqPtr& r : running_) {
+    if (r->cached >= r->prompt_len) continue;  // its prompt's pages are all computed
+    // The whole pages s could take from r once r has computed them.
+    const int64_t most = std::min(s.prompt_len - 1, r->prompt_len);
+    int64_t common = 0;
+    while (common < most &&
+           s.tokens[static_cast<size_t>(common)] == r->tokens[static_cast<size_t>(common)]) {
+      ++common;
+    }
+    if (common / page * page > r->cached) return true;
+  }
+  return false;
 }
 
 bool Generator::TakeWaiting(const SeqPtr& s) {

@@ -136,6 +136,11 @@ class Generator {
   // Removes `s` from the head of the queue; false when it is no longer there (Stop took the
   // queue while the scheduler was placing it).
   bool TakeWaiting(const SeqPtr& s);
+  // Prefix sharing: a running sequence is still computing whole pages of its prompt that `s`
+  // starts with. Prompts that arrive together (a shared system prompt) then wait for the
+  // first one's pages instead of each computing them: a few scheduler iterations, bounded
+  // by that prompt's prefill.
+  bool AwaitsSharedPrefix(const Sequence& s) const;
   void Prefill();
   void Decode();
   // Runs one step feeding `count` tokens of each of `group`; samples each row's next token

@@ -114,6 +114,27 @@ TEST(PrefixSharing, PromptsThatStartAlikeReadTheSharedPagesAndStayRight) {
   }
 }
 
+TEST(PrefixSharing, PromptsThatArriveTogetherWaitForTheFirstOnesPages) {
+  // A prefill of 8 tokens per iteration: the first prompt's 37 tokens take five iterations,
+  // during which the other three would each compute the same pages.
+  ToyOptions o;
+  o.prefill_budget = 8;
+  auto g = ToyGenerator(o);
+  const std::vector<int64_t> prompt = Prompt(37, 6);
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    auto s = g->Submit(Greedy(prompt, 6));
+    ASSERT_TRUE(s.ok()) << s.status();
+    streams.push_back(*s);
+  }
+  for (auto& s : streams) {
+    Outcome out = Drain(*s);
+    ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+    EXPECT_EQ(out.tokens, Expected(prompt, 6));
+  }
+  EXPECT_EQ(g->stats().prefix_tokens, 3 * 36) << "each later prompt read the first one's pages";
+}
+
 TEST(PrefixSharing, ASmallCacheEvictsCachedPagesAndOffSharesNothing) {
   ToyOptions o;
   o.kv_bytes = 16 * 4 * 8;  // 16 pages of 4 positions
