@@ -67,6 +67,7 @@ void FillShapes(const ModelVersion& mv, v1::ModelInfo* out) {
     }
   }
   out->set_shape_classes_refused(mv.built().padding_refused);
+  for (const std::string& b : mv.built().bound_inputs) out->add_bound_inputs(b);
   const ShapeEngines* shapes = mv.shapes();
   if (!shapes) return;
   for (const ShapeSummary& s : shapes->Shapes()) {

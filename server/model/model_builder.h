@@ -87,6 +87,8 @@ struct BuiltModel {
   // the proof held); otherwise `padding_refused` says why not (empty: not asked).
   std::optional<PaddingPlan> padding;
   std::string padding_refused;
+  // The inputs fixed at load, one "name = value" line each (server/model/bound_inputs.h).
+  std::vector<std::string> bound_inputs;
   // The folds of the model's large constants, shared by every later build of its shapes so
   // their engines share one prepacked copy of each weight.
   std::shared_ptr<passes::FoldCache> fold_cache;

@@ -169,6 +169,7 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
   metrics::RecordModelBuild(
       mv.name(), CheckOutcome(built.status(), built.ok() ? &built->check : nullptr), build_start);
   if (!built.ok()) return built.status();
+  built->bound_inputs = bound;
   built->times.import_ms =
       std::chrono::duration<double, std::milli>(build_start - import_start).count();
   spdlog::info("model {} version {}: built {} bucket(s): {}", mv.name(), mv.version(),

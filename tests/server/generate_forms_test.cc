@@ -60,6 +60,8 @@ class ExportForms : public ::testing::Test {
     ASSERT_TRUE(info.generation().enabled())
         << info.generation().refused() << info.shape_classes_refused();
     for (const auto& in : info.inputs()) EXPECT_NE(in.name(), "use_cache_branch");
+    ASSERT_EQ(info.bound_inputs_size(), 1);
+    EXPECT_EQ(info.bound_inputs(0).rfind("use_cache_branch = true", 0), 0u) << info.bound_inputs(0);
     ASSERT_GT(info.engines_size(), 0);
     for (const auto& e : info.engines()) {
       EXPECT_EQ(e.fallback_ops(), 0) << "batch " << e.batch() << ": the If was not inlined";
