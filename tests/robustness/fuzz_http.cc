@@ -68,7 +68,7 @@ void CheckHead(std::string_view bytes, const HttpLimits& limits) {
     if (!h.head_done || h.head_bytes > bytes.size() || h.head_bytes > limits.max_request_bytes)
       Fail("head beyond the bytes or the limit");
     const size_t max_body =
-        h.lane == kiln::server::Lane::kApi ? limits.max_body_bytes : limits.max_request_bytes;
+        kiln::server::IsApiLane(h.lane) ? limits.max_body_bytes : limits.max_request_bytes;
     if (h.body_bytes > max_body) Fail("body beyond its lane's limit");
     const bool whole = bytes.size() - h.head_bytes >= h.body_bytes;
     if (whole != (h.state == RequestState::kComplete)) Fail("complete disagrees with the sizes");
