@@ -109,6 +109,12 @@ bool Attribute::operator==(const Attribute& o) const {
   return false;
 }
 
+Value* Node::Captured(const std::string& name) const {
+  auto it = std::find(captures.begin(), captures.end(), name);
+  if (it == captures.end()) return nullptr;
+  return inputs[inputs.size() - captures.size() + static_cast<size_t>(it - captures.begin())];
+}
+
 const Attribute* Node::FindAttr(const std::string& key) const {
   auto it = attrs.find(key);
   return it == attrs.end() ? nullptr : &it->second;

@@ -104,6 +104,9 @@ class Node {
   std::vector<float> GetFloats(const std::string& key, std::vector<float> dflt = {}) const;
   const Attribute* FindAttr(const std::string& key) const;
 
+  // The enclosing graph's value the bodies know as `name` (one of the trailing capture
+  // inputs), or nullptr when the node captures no such name or that input is omitted.
+  Value* Captured(const std::string& name) const;
   // Input i if present (index in range and not omitted), else nullptr.
   Value* input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
   Value* output(size_t i) const { return i < outputs.size() ? outputs[i] : nullptr; }

@@ -13,11 +13,9 @@ namespace {
 // Every value the branch reads is a capture the node supplies, a constant, or the output of
 // an earlier node of the branch; and so is every branch output.
 bool Closed(const Node& n, const Graph& body) {
-  const size_t first = n.inputs.size() - n.captures.size();
   std::set<const Value*> known;
   for (const Value* c : body.captures) {
-    auto it = std::find(n.captures.begin(), n.captures.end(), c->name);
-    if (it == n.captures.end() || !n.inputs[first + (it - n.captures.begin())]) return false;
+    if (!n.Captured(c->name)) return false;
     known.insert(c);
   }
   auto readable = [&known](const Value* v) { return known.count(v) || v->is_constant(); };
@@ -80,11 +78,7 @@ class Inliner {
 
  private:
   void MapCaptures() {
-    const size_t first = n_.inputs.size() - n_.captures.size();
-    for (const Value* c : body_.captures) {
-      auto it = std::find(n_.captures.begin(), n_.captures.end(), c->name);
-      map_[c] = n_.inputs[first + (it - n_.captures.begin())];
-    }
+    for (const Value* c : body_.captures) map_[c] = n_.Captured(c->name);
   }
 
   // A branch output its own node produces, met for the first time, is written into the If's

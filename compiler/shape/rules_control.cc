@@ -35,11 +35,9 @@ absl::StatusOr<std::unique_ptr<Graph>> InferBody(
     if (args[i].first != DType::kUndefined) in->dtype = args[i].first;
     if (args[i].second) in->shape = args[i].second;
   }
-  const size_t first = ExplicitInputs(n);
   for (Value* c : g->captures) {
-    auto it = std::find(n.captures.begin(), n.captures.end(), c->name);
-    if (it == n.captures.end()) continue;
-    const Value* outer = n.inputs[first + (it - n.captures.begin())];
+    const Value* outer = n.Captured(c->name);
+    if (!outer) continue;
     c->dtype = outer->dtype;
     c->shape = outer->shape;
     // A constant the body reads (a Reshape's target shape kept outside, as exporters of
