@@ -231,9 +231,7 @@ void Generator::Admit() {
     running_.push_back(s);
     std::lock_guard<std::mutex> lk(mu_);
     stats_.prefix_tokens += shared;
-    stats_.running = static_cast<int64_t>(running_.size());
-    stats_.pages_free = cache_->pages_free();
-    stats_.pages_cached = cache_->pages_cached();
+    RecordPool();
   }
 }
 
@@ -252,6 +250,12 @@ bool Generator::AwaitsSharedPrefix(const Sequence& s) const {
     if (common / page * page > r->cached) return true;
   }
   return false;
+}
+
+void Generator::RecordPool() {
+  stats_.running = static_cast<int64_t>(running_.size());
+  stats_.pages_free = cache_->pages_free();
+  stats_.pages_cached = cache_->pages_cached();
 }
 
 bool Generator::TakeWaiting(const SeqPtr& s) {
@@ -333,9 +337,7 @@ void Generator::Preempt(const SeqPtr& victim) {
     victim->id = next_id_++;
     ++stats_.preemptions;
     stats_.waiting = static_cast<int64_t>(waiting_.size());
-    stats_.running = static_cast<int64_t>(running_.size());
-    stats_.pages_free = cache_->pages_free();
-    stats_.pages_cached = cache_->pages_cached();
+    RecordPool();
   }
   if (setup_.hooks.preempted) setup_.hooks.preempted();
 }
@@ -476,9 +478,7 @@ void Generator::End(const SeqPtr& seq, absl::Status status, std::string reason) 
   }
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stats_.running = static_cast<int64_t>(running_.size());
-    stats_.pages_free = cache_->pages_free();
-    stats_.pages_cached = cache_->pages_cached();
+    RecordPool();
   }
   seq->stream->Finish(std::move(status), std::move(reason), seq->prompt_len);
 }

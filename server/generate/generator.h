@@ -141,6 +141,8 @@ class Generator {
   // first one's pages instead of each computing them: a few scheduler iterations, bounded
   // by that prompt's prefill.
   bool AwaitsSharedPrefix(const Sequence& s) const;
+  // The running count and the cache's page counts into stats_ (mu_ held).
+  void RecordPool();
   void Prefill();
   void Decode();
   // Runs one step feeding `count` tokens of each of `group`; samples each row's next token
