@@ -22,8 +22,6 @@ absl::StatusOr<std::vector<std::string>> BindInputs(Graph& graph, const ModelCon
       binds[kUseCacheBranch] = {1.0};
     }
   }
-  std::map<std::string, DType> types;
-  for (const Value* v : graph.inputs) types[v->name] = v->dtype;
   if (absl::Status s = shape::BindInputValues(graph, binds); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("bind_inputs: ", s.message()));
   }
@@ -31,8 +29,8 @@ absl::StatusOr<std::vector<std::string>> BindInputs(Graph& graph, const ModelCon
   for (const auto& [name, values] : binds) {
     lines.push_back(absl::StrCat(
         name, " = ",
-        types[name] == DType::kBool ? (values[0] != 0 ? "true" : "false")
-                                    : absl::StrJoin(values, ", "),
+        graph.FindValue(name)->dtype == DType::kBool ? (values[0] != 0 ? "true" : "false")
+                                                     : absl::StrJoin(values, ", "),
         config.bind_inputs.count(name) ? "" : " (a merged decoder: served as its cache branch)"));
   }
   return lines;
