@@ -6,7 +6,8 @@
 #   bench/generate.sh [--prompts 32,64,128,256] [--new 64] [--streams 16] [--json FILE]
 # Env: BUILD (default build), DECODER_ARGS (default "--hidden 256 --layers 4 --heads 4
 # --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"),
-# MAX_BATCH (default 8), THREADS (default 2), PRECISION (float32 by default; auto: bf16 where
+# MAX_BATCH (default 8), THREADS (default 2), PREFILL_LOGITS (last, the default, or all),
+# KV_IN_PLACE (auto or off), PREFILL_BUDGET (256), PRECISION (float32 by default; auto: bf16 where
 # the warm-up check allows it, docs/server.md Precision).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +23,7 @@ device: cpu
 max_batch_size: ${MAX_BATCH:-8}
 cpu_threads: ${THREADS:-2}
 dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"}
-generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: 64, prefill_budget: ${PREFILL_BUDGET:-256}, kv_in_place: ${KV_IN_PLACE:-auto}}
+generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: 64, prefill_budget: ${PREFILL_BUDGET:-256}, kv_in_place: ${KV_IN_PLACE:-auto}, prefill_logits: ${PREFILL_LOGITS:-last}}
 precision: {mode: ${PRECISION:-float32}}
 YAML
 port=$((20000 + RANDOM % 20000))
@@ -35,5 +36,11 @@ until curl -sf "http://127.0.0.1:$port/readyz" > /dev/null; do
   sleep 1
 done
 echo "generate: kilnd READY in $(( $(date +%s) - start )) s"
+grep -o "prefill .*" "$work/kilnd.log" || true
+# kilnd's CPU time while serving (user + system, clock ticks from /proc): steadier than wall
+# time on a shared host, and only Kiln's side (ONNX Runtime runs in the node process).
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' "/proc/$pid/stat"; }
+cpu0=$(cpu_ms)
 node "$root/bench/generate.js" --url "http://127.0.0.1:$port" --model dec --onnx "$work/src/model.onnx" \
   --threads "${THREADS:-2}" "$@"
+echo "kilnd CPU while serving: $(( $(cpu_ms) - cpu0 )) ms"

@@ -14,6 +14,9 @@ absl::Status ValidateGenerationConfig(const GenerationConfig& c) {
   if (c.kv_in_place != "auto" && c.kv_in_place != "off") {
     return bad("kv_in_place", absl::StrCat("'", c.kv_in_place, "' is not one of: auto, off"));
   }
+  if (c.prefill_logits != "last" && c.prefill_logits != "all") {
+    return bad("prefill_logits", absl::StrCat("'", c.prefill_logits, "' is not one of: last, all"));
+  }
   if (c.max_sequences < 1 || c.max_sequences > 4096) return bad("max_sequences", "must be in 1..4096");
   if (c.kv_cache_bytes < 1) return bad("kv_cache_bytes", "must be >= 1");
   if (c.page_tokens < 1 || c.page_tokens > 4096) return bad("page_tokens", "must be in 1..4096");

@@ -29,6 +29,10 @@ struct GenerationConfig {
   // A prompt that starts with tokens another sequence computed takes their pages instead of
   // recomputing them (whole pages; kv_cache.h, prefix sharing).
   bool prefix_cache = true;
+  // last: whole prefill chunks run on engines that compute only the logits of the chunk's
+  // last position (the model cut back from its logits, proven at load); all: every step
+  // computes every position's logits.
+  std::string prefill_logits = "last";
 };
 
 // INVALID_ARGUMENT "'generation.<key>': <why>" for a value outside its range (the model

@@ -270,10 +270,13 @@ void Generator::Prefill() {
   int64_t budget = setup_.config.prefill_budget;
   // A copy: a failed step ends (removes) its sequence.
   const std::vector<SeqPtr> order(running_.begin(), running_.end());
+  const int64_t chunk = std::min(setup_.config.prefill_chunk, setup_.max_step);
   for (const SeqPtr& s : order) {
     while (budget > 0 && s->running && s->pending() > 1) {
-      const int64_t count =
-          std::min({s->pending(), setup_.config.prefill_chunk, setup_.max_step});
+      // The remainder first: every later chunk is whole, so the one a token is sampled
+      // from runs on the last-position engines, and the partial one, at the start of the
+      // prompt, has the least cache to bring in.
+      const int64_t count = s->pending() % chunk == 0 ? chunk : s->pending() % chunk;
       RunStep({s}, count);
       budget -= count;
     }
@@ -361,15 +364,19 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
     appending = b != setup_.buckets.end();
     if (appending) total = *b;
   }
-  StepBuffers& buffers = BuffersFor(total, count, past, ordinal);
+  const StepKind kind{appending, setup_.step_last && count == setup_.last_count &&
+                                     (!appending || setup_.step_last_appending)};
+  // The logits' positions: the last one only, or every one the step fed.
+  const int64_t positions = kind.last ? 1 : count;
+  StepBuffers& buffers = BuffersFor(total, count, past, kind.last ? -1 : ordinal);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, appending, buffers));
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers));
     const Tensor& logits = out.at(setup_.contract.logits);
-    if (logits.rank() != 3 || logits.dim(0) != total || logits.dim(1) != count ||
+    if (logits.rank() != 3 || logits.dim(0) != total || logits.dim(1) != positions ||
         logits.dim(2) != setup_.contract.vocab || logits.dtype() != DType::kFloat32) {
       return absl::InternalError(absl::StrCat("the step's logits are ",
                                               ShapeToString(logits.shape()), ", not [", total, ", ",
-                                              count, ", ", setup_.contract.vocab, "]"));
+                                              positions, ", ", setup_.contract.vocab, "]"));
     }
     return out;
   };
@@ -384,7 +391,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
     Sequence& s = *group[static_cast<size_t>(r)];
     s.cached += count;
     if (setup_.config.prefix_cache) cache_->Register(s.tokens, s.cached, s.table);
-    if (s.pending() == 0) Sample(s, logits.data<float>() + ((r + 1) * count - 1) * vocab);
+    if (s.pending() == 0) Sample(s, logits.data<float>() + ((r + 1) * positions - 1) * vocab);
   }
   for (const SeqPtr& s : group) {
     if (s->ended) continue;
@@ -395,15 +402,16 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
 }
 
 absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRow>& rows,
-                                                        int64_t count, int64_t past, bool appending,
+                                                        int64_t count, int64_t past, StepKind kind,
                                                         StepBuffers& buffers) {
   const int64_t total = buffers.key[0];
   std::vector<Tensor> out;
-  if (appending) {
+  if (kind.appending) {
     RETURN_IF_ERROR(BuildAppendingStep(setup_.contract, setup_.signature, *cache_, rows, total,
-                                       count, past, buffers.in, buffers.out, buffers.held));
-    absl::StatusOr<std::vector<Tensor>> ran =
-        setup_.step_appending(buffers.in, total, std::move(buffers.out));
+                                       count, kind.last ? 1 : count, past, buffers.in, buffers.out,
+                                       buffers.held));
+    const StepFn& step = kind.last ? setup_.step_last_appending : setup_.step_appending;
+    absl::StatusOr<std::vector<Tensor>> ran = step(buffers.in, total, std::move(buffers.out));
     if (!ran.ok()) {
       buffers.held = {};  // the presents are gone with the failed run
       return ran.status();
@@ -414,9 +422,14 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
   } else {
     RETURN_IF_ERROR(
         BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past, buffers.in));
-    ASSIGN_OR_RETURN(out, setup_.step(buffers.in, total, std::move(buffers.out)));
+    const StepFn& step = kind.last ? setup_.step_last : setup_.step;
+    ASSIGN_OR_RETURN(out, step(buffers.in, total, std::move(buffers.out)));
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.steps_copied;
+  }
+  if (kind.last) {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.steps_last_position;
   }
   buffers.out = out;  // written over (appending: appended to) by the next step of this shape
   RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));

@@ -78,6 +78,7 @@ struct GeneratorStats {
   int64_t pages_total = 0, pages_free = 0;
   int64_t preemptions = 0, tokens = 0;
   int64_t steps_in_place = 0, steps_copied = 0;  // engine steps by kind (step_appending or not)
+  int64_t steps_last_position = 0;               // of them, full prefill chunks through step_last
   int64_t prefix_tokens = 0;  // prompt positions taken from other sequences' pages, not computed
   int64_t pages_cached = 0;   // of pages_free: registered pages kept for prefix sharing
 };
@@ -98,6 +99,13 @@ struct GeneratorSetup {
   // to the engine, so its outputs cannot be the kept ones; it takes `step`).
   StepFn step_appending;
   std::vector<int64_t> buckets, append_counts;
+  // Steps feeding exactly `last_count` tokens (full prefill chunks) whose logits are those
+  // of their last position only, [rows, 1, vocab]: the model cut back from its logits
+  // (compiler/shape/last_position.h), so a chunk does not project every position onto the
+  // vocabulary to sample from one. step_last_appending: the same through RunAppending (set
+  // when step_appending is). Unset: every step takes `step`.
+  StepFn step_last, step_last_appending;
+  int64_t last_count = 0;
   PastSizeFn past_size;
   GenerationHooks hooks;
   // The model's SentencePiece tokenizer when its folder ships one (text in and out), else null.
@@ -165,10 +173,15 @@ class Generator {
   // The buffers of that shape for the `group`-th decode group of an iteration (prefill: 0),
   // most recently used first (a few are kept).
   StepBuffers& BuffersFor(int64_t rows, int64_t count, int64_t past, int64_t group);
-  // Runs the step's engine over `rows` into `buffers` (through step_appending when
-  // `appending`: RunStep chose it and sized the buffers' rows), the cache stored; the outputs.
+  // How RunStep runs a step: through step_appending (sized to a batch bucket), through
+  // step_last (logits of the last position only).
+  struct StepKind {
+    bool appending = false, last = false;
+  };
+  // Runs the step's engine over `rows` into `buffers` (`kind` as RunStep chose it), the
+  // cache stored; the outputs.
   absl::StatusOr<std::vector<Tensor>> StepOnce(const std::vector<StepRow>& rows, int64_t count,
-                                               int64_t past, bool appending, StepBuffers& buffers);
+                                               int64_t past, StepKind kind, StepBuffers& buffers);
 
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;

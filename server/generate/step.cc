@@ -102,8 +102,9 @@ absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignatu
 
 absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSignature& sig,
                                 const KvCache& cache, const std::vector<StepRow>& rows,
-                                int64_t total_rows, int64_t count, int64_t past,
-                                std::vector<Tensor>& in, std::vector<Tensor>& out, HeldRows& held) {
+                                int64_t total_rows, int64_t count, int64_t logit_positions,
+                                int64_t past, std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                HeldRows& held) {
   if (sig.outputs.size() != contract.cache.size() + 1) {
     return absl::FailedPreconditionError(
         "an appending step needs a model whose outputs are the logits and the presents only");
@@ -134,7 +135,7 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
     }
   }
   Tensor& logits = out[contract.logits];
-  const std::vector<int64_t> logits_shape{total_rows, count, contract.vocab};
+  const std::vector<int64_t> logits_shape{total_rows, logit_positions, contract.vocab};
   if (!logits.defined() || logits.shape() != logits_shape || logits.dtype() != DType::kFloat32) {
     logits = Tensor(DType::kFloat32, logits_shape);
   }

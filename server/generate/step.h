@@ -51,11 +51,14 @@ absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignatu
 // of this shape) up to date: a row still holding its sequence gets only the positions cached
 // since (one per decode step), any other row its whole cache and zeros up to `past` (the
 // mask hides them, but a masked value still meets a zero weight, so it must be finite).
-// FAILED_PRECONDITION when the model has outputs besides the logits and the presents.
+// `logit_positions`: the logits' positions (`count`, or 1 for an engine that computes the last
+// position's only). FAILED_PRECONDITION when the model has outputs besides the logits and the
+// presents.
 absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSignature& sig,
                                 const KvCache& cache, const std::vector<StepRow>& rows,
-                                int64_t total_rows, int64_t count, int64_t past,
-                                std::vector<Tensor>& in, std::vector<Tensor>& out, HeldRows& held);
+                                int64_t total_rows, int64_t count, int64_t logit_positions,
+                                int64_t past, std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                HeldRows& held);
 
 // Stores each row's `count` new positions (at [past, past + count) of the present outputs)
 // into its pages at [cached, cached + count). INTERNAL when the outputs are not the shapes

@@ -139,6 +139,8 @@ void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   g->set_steps_copied(st.steps_copied);
   g->set_prefix_tokens(st.prefix_tokens);
   g->set_pages_cached(st.pages_cached);
+  g->set_last_position(mv.last_position());
+  g->set_steps_last_position(st.steps_last_position);
 }
 
 }  // namespace

@@ -115,6 +115,8 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
       RETURN_IF_ERROR(Read(v, full, g.kv_in_place));
     } else if (key == "prefix_cache") {
       RETURN_IF_ERROR(Read(v, full, g.prefix_cache));
+    } else if (key == "prefill_logits") {
+      RETURN_IF_ERROR(Read(v, full, g.prefill_logits));
     } else {
       return BadKey(full, "unknown key");
     }

@@ -99,18 +99,7 @@ absl::Status CompareRuns(const Graph& small, const Graph& padded, const DimSymbo
                          const RangesFor& ranges_for, const WarmupConfig& warmup) {
   const check::InputRanges ranges = ranges_for(small);
   ASSIGN_OR_RETURN(ref::TensorMap feed, check::RandomInputs(small, ranges));
-  for (const std::string& mask : ranges.binary) {  // an unpadded request attends everywhere
-    auto it = feed.find(mask);
-    if (it == feed.end()) continue;
-    Tensor ones(it->second.dtype(), it->second.shape());
-    const Tensor one = Tensor::Scalar(it->second.dtype(), 1.0);
-    const size_t elem = DTypeSize(ones.dtype());
-    for (int64_t i = 0; i < ones.numel(); ++i) {
-      std::copy_n(static_cast<const char*>(one.raw()), elem,
-                  static_cast<char*>(ones.raw_mutable()) + i * elem);
-    }
-    it->second = ones;
-  }
+  SetMasksToOnes(ranges, feed);  // an unpadded request attends everywhere
   ASSIGN_OR_RETURN(std::vector<Tensor> padded_in,
                    ResizeToDims(InOrder(small, feed), inputs, real, pad));
   ref::TensorMap padded_feed;
@@ -146,6 +135,21 @@ absl::Status CheckGivenClasses(const std::string& symbol, const std::vector<int6
 }
 
 }  // namespace
+
+void SetMasksToOnes(const check::InputRanges& ranges, ref::TensorMap& feed) {
+  for (const std::string& mask : ranges.binary) {
+    auto it = feed.find(mask);
+    if (it == feed.end()) continue;
+    Tensor ones(it->second.dtype(), it->second.shape());
+    const Tensor one = Tensor::Scalar(it->second.dtype(), 1.0);
+    const size_t elem = DTypeSize(ones.dtype());
+    for (int64_t i = 0; i < ones.numel(); ++i) {
+      std::copy_n(static_cast<const char*>(one.raw()), elem,
+                  static_cast<char*>(ones.raw_mutable()) + i * elem);
+    }
+    it->second = ones;
+  }
+}
 
 absl::StatusOr<PaddingPlan> ProvePadding(const Graph& model, const ModelConfig& config,
                                          const DimSymbols& inputs, const RangesFor& ranges_for,

@@ -38,6 +38,10 @@ inline constexpr int64_t kMaxClassSize = 1024;
 // The warm-up feed's ranges for a graph at concrete sizes (the server's RangesOf).
 using RangesFor = std::function<check::InputRanges(const Graph&)>;
 
+// Every input the ranges draw from {0, 1} (a mask) set to all ones in `feed`: the proofs run
+// an unpadded request, which attends everywhere.
+void SetMasksToOnes(const check::InputRanges& ranges, ref::TensorMap& feed);
+
 // `model`: imported, with the config's input_shapes applied and the dynamic dims still open.
 // `config`: finalized, every dynamic symbol's profile resolved (dynamic_dims,
 // dynamic_dim_ranges). `inputs`: the signature's dim_symbols. The plan when padding is

@@ -7,6 +7,7 @@
 
 #include "server/metrics/generation_metrics.h"
 #include "server/serving/model_registry.h"
+#include "server/serving/request_validation.h"
 
 namespace kiln::server {
 namespace {
@@ -42,6 +43,9 @@ bool ModelVersion::AppendsCacheInPlace(const generate::DecoderContract& contract
     for (const auto& e : instances) all = all && appends(*e);
   }
   setup_appending_ = all && shapes_ && shapes_->EveryEngine(appends);
+  if (setup_appending_ && last_shapes_ && !last_shapes_->EveryEngine(appends)) {
+    DropLastPositionEngines("its engines do not append the cache in place, the model's do");
+  }
   return setup_appending_;
 }
 
@@ -97,34 +101,44 @@ absl::Status ModelVersion::StartGeneration() {
   setup.max_step = seq.second;
   setup.max_context = past.second;
   setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), past.first);
-  setup.step = [this](std::vector<Tensor> in, int64_t rows,
-                      std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
-    // The loop batched its sequences already: the step runs at once (inline on the loop's
-    // thread when the engine is idle), not after max_queue_delay, into the last outputs of
-    // its shape.
-    RunHints hints;
-    hints.run_now = true;
-    hints.outputs = std::move(reuse);
-    ASSIGN_OR_RETURN(auto f, Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
-    return f.get();
+  // A step through the model's engines (Submit), or the last-position ones; appending or not.
+  auto step_via = [this](bool last, bool appending) -> generate::StepFn {
+    return
+        [this, last, appending](std::vector<Tensor> in, int64_t rows,
+                                std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
+          // The loop batched its sequences already: the step runs at once (inline on the loop's
+          // thread when the engine is idle), not after max_queue_delay, into the last outputs of
+          // its shape.
+          RunHints hints;
+          hints.run_now = true;
+          hints.outputs = std::move(reuse);
+          hints.append_in_place = appending;
+          if (!last) {
+            ASSIGN_OR_RETURN(auto f,
+                             Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
+            return f.get();
+          }
+          ASSIGN_OR_RETURN(DimValues dims, DynamicDimValues(built_.signature, in));
+          ASSIGN_OR_RETURN(auto f, last_shapes_->Enqueue(dims, std::move(in), rows, std::nullopt,
+                                                         nullptr, nullptr, std::move(hints)));
+          return f.get();
+        };
   };
+  setup.step = step_via(false, false);
+  const int64_t chunk = std::min(gc.prefill_chunk, seq.second);
+  BuildLastPositionEngines(*contract, chunk);
   if (AppendsCacheInPlace(*contract)) {
     setup.buckets = sig.batchable ? built_.buckets : std::vector<int64_t>{1};
     auto cls = built_.padding->classes.find(contract->sequence_symbol);
     setup.append_counts = cls != built_.padding->classes.end()
                               ? cls->second
                               : std::vector<int64_t>{seq.first};  // a fixed size
-    setup.step_appending =
-        [this](std::vector<Tensor> in, int64_t rows,
-               std::vector<Tensor> presents) -> absl::StatusOr<std::vector<Tensor>> {
-      RunHints hints;
-      hints.run_now = true;
-      hints.outputs = std::move(presents);
-      hints.append_in_place = true;
-      ASSIGN_OR_RETURN(auto f,
-                       Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
-      return f.get();
-    };
+    setup.step_appending = step_via(false, true);
+    if (last_shapes_) setup.step_last_appending = step_via(true, true);
+  }
+  if (last_shapes_) {
+    setup.step_last = step_via(true, false);
+    setup.last_count = chunk;
   }
   setup.hooks = metrics::GenerationHooksFor(name_);
   setup.tokenizer = LoadTokenizer();

@@ -59,6 +59,9 @@ class ModelVersion {
   const std::string& generation_refused() const { return generation_refused_; }
   // Why the model's tokenizer.model was not taken ("" when there is none, or it loaded).
   const std::string& tokenizer_refused() const { return tokenizer_refused_; }
+  // What the prefill engines cut from the model (the logits of a chunk's last position only),
+  // or why prefill runs the model's own engines.
+  const std::string& last_position() const { return last_position_; }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
   // `abandoned`: see AbandonFlag (server/serving/batcher.h); `hints`: see RunHints.
@@ -91,6 +94,12 @@ class ModelVersion {
   // Whether every engine appends each of `contract`'s caches in place (and the config lets
   // the loop use it): the generation steps then run through RunAppending.
   bool AppendsCacheInPlace(const generate::DecoderContract& contract);
+  // A decoder's prefill engines (server/serving/model_prefill.cc): the model cut to the
+  // logits of its last position and proven (server/model/last_position_proof.h), an engine
+  // per class of the past at `chunk` new positions, built before READY. Anything that fails
+  // leaves them out (last_position_ says why): prefill then runs the model's own engines.
+  void BuildLastPositionEngines(const generate::DecoderContract& contract, int64_t chunk);
+  void DropLastPositionEngines(const std::string& why);
   // The folder of the version's model file (the repository's <name>/<version>), before Start.
   void SetFolder(std::string folder) { folder_ = std::move(folder); }
   void Fail(const std::string& reason);
@@ -114,6 +123,8 @@ class ModelVersion {
   // Declared after built_, stats_ and graph_ so these are destroyed first: their workers use
   // them.
   std::unique_ptr<ShapeEngines> shapes_;
+  std::shared_ptr<const Graph> last_graph_;  // written once by Start, before last_shapes_
+  std::unique_ptr<ShapeEngines> last_shapes_;
   std::unique_ptr<Batcher> batcher_;
   // Runs steps through Submit, so it is stopped before the batchers (destructor).
   std::unique_ptr<generate::Generator> generator_;
@@ -121,6 +132,8 @@ class ModelVersion {
   std::string folder_;              // written before Start
   std::string tokenizer_refused_;   // written once by Start (LoadTokenizer)
   bool setup_appending_ = false;    // written once by Start (AppendsCacheInPlace)
+  std::string last_position_;       // written once by Start (BuildLastPositionEngines)
+  BatchPolicy policy_;              // written once by Start
 };
 
 // Called on every state change of a model's default version (health service, logs).

@@ -27,6 +27,7 @@ const char* ModelStateName(ModelState s) {
 ModelVersion::~ModelVersion() {
   if (generator_) generator_->Stop();
   if (batcher_) batcher_->Stop();
+  if (last_shapes_) last_shapes_->Stop();
   if (shapes_) shapes_->Stop();
 }
 
@@ -57,6 +58,7 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
   policy.inline_when_idle = true;
   stats_ = std::make_unique<ModelStats>(built_.buckets);
   policy.stats = stats_.get();
+  policy_ = policy;
   // Worker w owns instance w of every bucket's engines, so no engine runs two batches at once.
   auto engine_for = [this](int worker, const std::vector<Tensor>& in) -> runtime::Engine* {
     const int64_t bucket = built_.signature.batchable ? in.at(0).dim(0) : built_.buckets[0];

@@ -98,17 +98,21 @@ TEST_F(ExportForms, GptStyleMergedDecoderAppendsInPlaceAndMatchesTheReference) {
   ExpectServedAsItsCacheBranch("merged", info);
   // The inlined branch's Concats write the If's outputs themselves: the cache appends.
   EXPECT_TRUE(info.generation().kv_in_place());
-  GenerateAndCheck("merged", *gpt_, 11, 21);
+  GenerateAndCheck("merged", *gpt_, 32, 21);
   ASSERT_TRUE(server_->GetModel("merged", 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
-  // The 63 decode steps after the prompt's (11 tokens, no sequence class: copied).
-  EXPECT_GE(info.generation().steps_in_place(), 63);
+  // The prompt's 32 tokens: two whole chunks of 16 on the last-position engines (the cut
+  // reaches through the inlined If), appending; then the 63 decode steps.
+  EXPECT_EQ(info.generation().steps_last_position(), 2) << info.generation().last_position();
+  EXPECT_GE(info.generation().steps_in_place(), 65);
 }
 
 TEST_F(ExportForms, LlamaStyleMergedDecoderMatchesTheReference) {
   v1::ModelInfo info;
   ExpectServedAsItsCacheBranch("merged_llama", info);
-  GenerateAndCheck("merged_llama", *llama_, 9, 22);
+  GenerateAndCheck("merged_llama", *llama_, 32, 22);
+  ASSERT_TRUE(server_->GetModel("merged_llama", 0, &info).ok());
+  EXPECT_EQ(info.generation().steps_last_position(), 2) << info.generation().last_position();
 }
 
 TEST_F(ExportForms, ARepeatedPromptReadsItsPagesAndMatchesTheReference) {

@@ -162,7 +162,9 @@ TEST_F(Generation, LlamaStyleDecoderMatchesTheReferenceFor64Tokens) {
   ASSERT_TRUE(server_->GetModel("llama", 0, &info).ok());
   ASSERT_TRUE(info.generation().enabled()) << info.generation().refused() << info.shape_classes_refused();
   EXPECT_FALSE(info.generation().kv_in_place()) << "its config says kv_in_place: off";
-  const std::vector<int64_t> prompt = Prompt(9, 4);
+  // 16 + 16 (with 64 new tokens, the 96 positions of its context): the whole chunks run on
+  // the last-position engines, copying the cache.
+  const std::vector<int64_t> prompt = Prompt(32, 4);
   std::vector<int64_t> ids;
   grpc::Status s = Stream(Request(prompt, 64, "llama"), ids);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -170,7 +172,29 @@ TEST_F(Generation, LlamaStyleDecoderMatchesTheReferenceFor64Tokens) {
   ExpectReferenceTokens(prompt, ids, *llama_);
   ASSERT_TRUE(server_->GetModel("llama", 0, &info).ok());
   EXPECT_EQ(info.generation().steps_in_place(), 0);
-  EXPECT_GE(info.generation().steps_copied(), 64);
+  EXPECT_GE(info.generation().steps_copied(), 65);  // 2 chunks, 63 decode steps
+  EXPECT_EQ(info.generation().steps_last_position(), 2) << info.generation().last_position();
+}
+
+TEST_F(Generation, WholePromptChunksRunOnTheLastPositionEngines) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
+  // The vocabulary projection and the last layer's attention output and MLP are cut.
+  EXPECT_NE(info.generation().last_position().find("compute the last position only"),
+            std::string::npos)
+      << info.generation().last_position();
+  const int64_t before = info.generation().steps_last_position();
+  // 8 tokens first (the remainder: sampled from nothing), then three chunks of 16, the last
+  // of which gives the first token from its last position.
+  const std::vector<int64_t> prompt = Prompt(56, 12);
+  std::vector<int64_t> ids;
+  grpc::Status s = Stream(Request(prompt, 24), ids);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(ids.size(), 24u);
+  ExpectReferenceTokens(prompt, ids);
+  ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
+  EXPECT_EQ(info.generation().steps_last_position() - before, 3);
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
 }
 
 TEST_F(Generation, ConcurrentStreamsPreemptAndStillMatchTheReference) {

@@ -15,6 +15,26 @@
 
 namespace kiln::server::generate::testing {
 
+// `step` as the last-position engines run it (server/serving/model_prefill.cc): logits of
+// each row's last position only, [rows, 1, vocab]. Counts its calls in `calls`.
+inline StepFn LastPositionOnly(StepFn step, std::shared_ptr<int64_t> calls) {
+  return [step, calls](std::vector<Tensor> in, int64_t rows,
+                       std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
+    ++*calls;
+    const int64_t c = in[0].dim(1);
+    // An appending toy step writes its logits into the tensor passed: give it the whole one.
+    if (!reuse.empty()) reuse[0] = Tensor(DType::kFloat32, {rows, c, kVocab});
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, step(std::move(in), rows, std::move(reuse)));
+    Tensor last(DType::kFloat32, {rows, 1, kVocab});
+    for (int64_t b = 0; b < rows; ++b) {
+      std::copy_n(out[0].data<float>() + ((b + 1) * c - 1) * kVocab, kVocab,
+                  last.mutable_data<float>() + b * kVocab);
+    }
+    out[0] = std::move(last);
+    return out;
+  };
+}
+
 struct ToyOptions {
   int64_t kv_bytes = 1 << 20;
   int64_t max_rows = 4, max_sequences = 16, prefill_chunk = 8, prefill_budget = 256;
@@ -22,6 +42,8 @@ struct ToyOptions {
   bool appending = false;  // steps of 1 and prefill_chunk tokens through step_appending
   bool prefix_cache = true;
   StepFn step_appending = ToyAppendingStep;
+  // Whole prefill chunks through these (GeneratorSetup::step_last): unset, none.
+  StepFn step_last, step_last_appending;
 };
 
 inline std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
@@ -48,6 +70,9 @@ inline std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
     if (s.buckets.back() != o.max_rows) s.buckets.push_back(o.max_rows);
     s.append_counts = {1, o.prefill_chunk};
   }
+  s.step_last = o.step_last;
+  s.step_last_appending = o.step_last_appending;
+  s.last_count = o.prefill_chunk;
   s.past_size = [](int64_t n) { return std::max<int64_t>(8, (n + 7) / 8 * 8); };  // classes of 8
   auto g = Generator::Create(std::move(s), std::make_shared<MemoryAccount>("test", 0, nullptr));
   EXPECT_TRUE(g.ok()) << g.status();

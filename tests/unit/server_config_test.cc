@@ -255,12 +255,18 @@ TEST(ModelConfig, Errors) {
   EXPECT_NE(msg("generation: {page_tokens: 0}").find("generation.page_tokens"), std::string::npos);
   EXPECT_NE(msg("generation: {prefill_budget: 0}").find("generation.prefill_budget"), std::string::npos);
   EXPECT_NE(msg("generation: {colour: red}").find("'generation.colour': unknown key"), std::string::npos);
+  EXPECT_NE(msg("generation: {prefill_logits: first}").find("'generation.prefill_logits'"),
+            std::string::npos);
   auto g = ParseModelConfig("generation: {max_sequences: 4, eos_token_ids: [2, 7], kv_cache_bytes: 1024}",
                             ModelConfig{}, "m");
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->generation.max_sequences, 4);
   EXPECT_EQ(g->generation.eos_token_ids, (std::vector<int64_t>{2, 7}));
   EXPECT_EQ(g->generation.kv_cache_bytes, 1024);
+  EXPECT_EQ(g->generation.prefill_logits, "last");  // the default
+  auto all = ParseModelConfig("generation: {prefill_logits: all}", ModelConfig{}, "m");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->generation.prefill_logits, "all");
 }
 
 }  // namespace

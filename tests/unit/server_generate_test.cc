@@ -38,6 +38,47 @@ TEST(Generator, GreedyMatchesTheRuleAcrossPromptLengthsAndChunks) {
   EXPECT_EQ(st.running, 0);
 }
 
+TEST(Generator, WholePromptChunksSampleFromTheLastPositionStep) {
+  for (bool appending : {false, true}) {
+    SCOPED_TRACE(appending);
+    auto calls = std::make_shared<int64_t>(0);
+    ToyOptions o;
+    o.appending = appending;
+    o.step_last = LastPositionOnly(ToyStep, calls);
+    if (appending) o.step_last_appending = LastPositionOnly(ToyAppendingStep, calls);
+    auto g = ToyGenerator(o);
+    std::vector<std::shared_ptr<GenerationStream>> streams;
+    const std::vector<int64_t> lengths{1, 3, 8, 9, 16, 17, 37};
+    for (int64_t n : lengths) {
+      auto s = g->Submit(Greedy(Prompt(n, n), 12));
+      ASSERT_TRUE(s.ok()) << s.status();
+      streams.push_back(*s);
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Outcome out = Drain(*streams[i]);
+      ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+      EXPECT_EQ(out.tokens, Expected(Prompt(lengths[i], lengths[i]), 12)) << lengths[i];
+    }
+    // Whole chunks of 8 (the remainder goes first): 8: 1, 9: 1, 16: 2, 17: 2, 37: 4.
+    EXPECT_EQ(*calls, 10);
+    EXPECT_EQ(g->stats().steps_last_position, 10);
+  }
+}
+
+TEST(Generator, ALastPositionStepGivingEveryPositionFailsItsSequence) {
+  ToyOptions o;
+  o.step_last = ToyStep;  // logits [1, 8, vocab] where the loop expects [1, 1, vocab]
+  auto g = ToyGenerator(o);
+  auto s = g->Submit(Greedy(Prompt(16, 1), 4));
+  ASSERT_TRUE(s.ok()) << s.status();
+  Outcome out = Drain(**s);
+  EXPECT_EQ(out.end.status.code(), absl::StatusCode::kInternal) << out.end.status;
+  EXPECT_NE(out.end.status.message().find("not [1, 1, "), std::string::npos) << out.end.status;
+  auto t = g->Submit(Greedy(Prompt(5, 2), 4));  // the loop goes on
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(Drain(**t).tokens, Expected(Prompt(5, 2), 4));
+}
+
 TEST(Generator, ConcurrentSequencesOfDifferentLengthsEachMatchAlone) {
   auto g = ToyGenerator();
   std::vector<std::shared_ptr<GenerationStream>> streams;

@@ -13,7 +13,10 @@
 #include "base/json.h"
 #include "compiler/compile.h"
 #include "compiler/onnx/importer.h"
+#include "compiler/passes/inline_constant_if.h"
 #include "compiler/shape/bind_values.h"
+#include "compiler/shape/infer.h"
+#include "compiler/shape/last_position.h"
 #include "runtime/backend.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
@@ -37,6 +40,7 @@ struct BenchArgs {
   std::string json_path;
   shape::InputDims dims;
   std::map<std::string, std::vector<double>> binds;  // --bind: inputs fixed before compiling
+  std::string last_position;  // --last-position: that output cut to its last position
   bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
   std::string precision = "float32";  // --precision bf16: the weight products in bfloat16
 };
@@ -58,7 +62,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
         a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" && a != "--opt" &&
-        a != "--dim" && a != "--gap-ms" && a != "--precision" && a != "--bind") {
+        a != "--dim" && a != "--gap-ms" && a != "--precision" && a != "--bind" &&
+        a != "--last-position") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -88,6 +93,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
     if (a == "--dim") RETURN_IF_ERROR(AddDimFlag(v, b.dims));
     if (a == "--bind") RETURN_IF_ERROR(AddBindFlag(v, b.binds));
+    if (a == "--last-position") b.last_position = v;
     if (a == "--layout") {
       auto l = cpu::ParseActivationLayout(v);
       if (!l) return absl::InvalidArgumentError("--layout: primitive, blocked or tune (got " + v + ")");
@@ -126,6 +132,14 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildBenchEngine(const BenchArg
 absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(b.model));
   RETURN_IF_ERROR(shape::BindInputValues(*graph, b.binds));
+  if (!b.last_position.empty()) {  // as a decoder's prefill engines run it (docs/generation.md)
+    RETURN_IF_ERROR(shape::InferShapes(*graph));
+    RETURN_IF_ERROR(passes::InlineConstantIf(*graph).status());
+    ASSIGN_OR_RETURN(shape::LastPositionCut cut,
+                     shape::CutToLastPosition(*graph, b.last_position, 1));
+    std::printf("%s cut to its last position: %d ops (%d products)\n", b.last_position.c_str(),
+                cut.nodes, cut.products);
+  }
   CompileOptions co;
   co.batch = b.batch;
   co.dims = b.dims;

@@ -37,9 +37,12 @@ void Usage() {
       "FILE]\n"
       "        [--layout primitive|blocked|tune] [--opt O0|O1|O2] [--dim NAME=N ...] [--gap-ms G]\n"
       "        [--precision float32|bf16|bf16-mixed] [--bind NAME=V[,V...] ...]\n"
+      "        [--last-position OUTPUT]\n"
       "      time an engine on random inputs; prints p50/p99 latency (--gap-ms: idle\n"
       "      G ms before each timed run, as a server between requests; --precision\n"
-      "      bf16: the weight products in bfloat16 where the CPU has native bf16)\n"
+      "      bf16: the weight products in bfloat16 where the CPU has native bf16;\n"
+      "      --last-position: OUTPUT cut to its last position along axis 1, as a\n"
+      "      decoder's prefill chunks run)\n"
       "  devices [--json]\n"
       "      what Kiln can use here: the CPU's ISA, CUDA (compiled in or not,\n"
       "      NVRTC/cuDNN/cuBLAS versions, GPUs found or why none)\n");

@@ -1,0 +1,38 @@
+// A model's output cut to its last position along one axis, with the work that only the cut
+// positions needed removed: the graph a decoder's prefill runs, which samples one token from
+// the last position of a chunk of its prompt. The vocabulary projection (and the final norm
+// before it) then runs on one row instead of the whole chunk: at GPT-2-small size that
+// projection is about a third of the multiply-adds of a prefill step.
+//
+// The edit walks back from the output through nodes whose result at a position along the
+// axis reads only that position of the inputs that carry the axis ("position-wise": element-
+// wise ops whose other operands do not vary along it, MatMul's rows, normalizations and
+// softmaxes and keepdims reductions over later axes, casts) and cuts those inputs to their
+// last position with a Slice, so everything after the cut computes one position. A node whose
+// result is also read elsewhere (another output, a node not cut) stays whole; attention, which
+// mixes positions, is where the walk stops in a transformer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "ir/graph.h"
+
+namespace kiln::shape {
+
+struct LastPositionCut {
+  int nodes = 0;     // nodes that now compute the last position only
+  int products = 0;  // of them, MatMul/Gemm: the work the cut saves is mostly theirs
+  int slices = 0;    // Slice nodes inserted
+};
+
+// Cuts `output` (a graph output) to its last position along `axis` (its dim there becomes 1;
+// a symbolic dim is taken to be at least 1, as every profile's sizes are).
+// Shapes are inferred first (symbolic dims allowed). INVALID_ARGUMENT when there is no such
+// output or its rank does not hold the axis; FAILED_PRECONDITION (the graph unchanged) when
+// the output's producer is not position-wise along the axis, so that nothing would be saved.
+absl::StatusOr<LastPositionCut> CutToLastPosition(Graph& graph, const std::string& output,
+                                                  int64_t axis);
+
+}  // namespace kiln::shape
