@@ -1,5 +1,7 @@
 #include "server/model/model_dims.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <memory>
 #include <set>
@@ -9,6 +11,7 @@
 #include "compiler/shape/bind_dims.h"
 #include "compiler/shape/dim_expr.h"
 #include "compiler/shape/infer.h"
+#include "server/model/decoder_dims.h"
 #include "server/model/dim_profiles.h"
 #include "server/model/padding_proof.h"
 #include "server/model/warmup_check.h"
@@ -34,6 +37,8 @@ absl::Status BindConfigDims(Graph& g, ModelConfig& config, const WarmupSamples& 
   shape::InputDims fixed;
   fixed.shapes = config.input_shapes;
   RETURN_IF_ERROR(shape::BindInputDims(g, fixed));
+  const std::string decoder = ApplyDecoderDims(g, config);
+  if (!decoder.empty()) spdlog::info("{}", decoder);
   RETURN_IF_ERROR(ResolveDimProfiles(g, config, SampleDims(samples, g)));
   if (config.dynamic_dims.empty()) return absl::OkStatus();
   std::set<std::string> seen;

@@ -33,7 +33,11 @@ class ExportForms : public ::testing::Test {
         new std::string(WriteDecoder(*server_, "decoder_step.py", "from_mask", "--positions mask"));
     const std::string from_past =
         WriteDecoder(*server_, "decoder_step.py", "from_past", "--positions past");
-    if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past.empty()) {
+    // No config at all: the server's defaults and the decoder's own dims.
+    bare_ = new std::string(WriteDecoder(*server_, "decoder_step.py", "bare"));
+    fs::remove(server_->repo() / "bare/config.yaml");
+    if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past.empty() ||
+        bare_->empty()) {
       gpt_->clear();
       return;
     }
@@ -45,6 +49,7 @@ class ExportForms : public ::testing::Test {
     delete gpt_;
     delete llama_;
     delete from_mask_;
+    delete bare_;
   }
   void SetUp() override {
     if (gpt_->empty() || llama_->empty()) {
@@ -82,7 +87,7 @@ class ExportForms : public ::testing::Test {
   }
 
   static TestServer* server_;
-  static std::string *gpt_, *llama_, *from_mask_;
+  static std::string *gpt_, *llama_, *from_mask_, *bare_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
@@ -91,6 +96,7 @@ TestServer* ExportForms::server_ = nullptr;
 std::string* ExportForms::gpt_ = nullptr;
 std::string* ExportForms::llama_ = nullptr;
 std::string* ExportForms::from_mask_ = nullptr;
+std::string* ExportForms::bare_ = nullptr;
 bool ExportForms::ready_ = false;
 
 TEST_F(ExportForms, GptStyleMergedDecoderAppendsInPlaceAndMatchesTheReference) {
@@ -105,6 +111,27 @@ TEST_F(ExportForms, GptStyleMergedDecoderAppendsInPlaceAndMatchesTheReference) {
   // reaches through the inlined If), appending; then the 63 decode steps.
   EXPECT_EQ(info.generation().steps_last_position(), 2) << info.generation().last_position();
   EXPECT_GE(info.generation().steps_in_place(), 65);
+}
+
+TEST_F(ExportForms, ADecoderWithNoConfigGeneratesOnShapeClassesOfItsContext) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("bare", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled())
+      << info.generation().refused() << info.shape_classes_refused();
+  // The context from the 1024-row position table position_ids index; steps of 1 and 64 new
+  // positions (decode, the default prefill chunk).
+  const auto& ranges = info.dynamic_dim_ranges();
+  ASSERT_TRUE(ranges.count("past_sequence_length") && ranges.count("sequence"));
+  EXPECT_EQ(ranges.at("past_sequence_length").max(), 1023);
+  EXPECT_EQ(ranges.at("sequence").max(), 64);
+  EXPECT_EQ(info.shape_classes().at("sequence").sizes_size(), 2);
+  EXPECT_EQ(info.shape_classes().at("past_sequence_length").sizes_size(), 14);
+  EXPECT_EQ(info.generation().max_context(), 1023);
+  // 6 tokens, then a whole chunk of 64 on the last-position engines.
+  GenerateAndCheck("bare", *bare_, 70, 24, NoCache::kMaskedSlot);
+  ASSERT_TRUE(server_->GetModel("bare", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  EXPECT_EQ(info.generation().steps_last_position(), 1) << info.generation().last_position();
 }
 
 TEST_F(ExportForms, LlamaStyleMergedDecoderMatchesTheReference) {
