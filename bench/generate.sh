@@ -23,7 +23,7 @@ device: cpu
 max_batch_size: ${MAX_BATCH:-8}
 cpu_threads: ${THREADS:-2}
 dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"}
-generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: 64, prefill_budget: ${PREFILL_BUDGET:-256}, kv_in_place: ${KV_IN_PLACE:-auto}, prefill_logits: ${PREFILL_LOGITS:-last}}
+generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: ${PREFILL_CHUNK:-64}, prefill_budget: ${PREFILL_BUDGET:-256}, kv_in_place: ${KV_IN_PLACE:-auto}, prefill_logits: ${PREFILL_LOGITS:-last}}
 precision: {mode: ${PRECISION:-float32}}
 YAML
 port=$((20000 + RANDOM % 20000))

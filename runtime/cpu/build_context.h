@@ -171,6 +171,10 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node);
 // MatMul/Gemm/FusedMatMul on Kiln's own GEMM (gemm_kernel.cc): where oneDNN's matmul would
 // allocate per call or change NaN (see MakeDnnlMatMul).
 std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node);
+// The same kernel when it reads B where it is (a few rows against a runtime B read
+// transposed: attention scores at decode, gemm_kernel.cc), else null: tried before oneDNN's
+// matmul, which would pack (transpose) B.
+std::unique_ptr<CpuKernel> MakeFewRowsKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeDnnlPool(BuildContext& ctx, const Node& node);
 // Add/Sub/Mul/Div of a convolution-laid-out activation and a per-channel or scalar operand
 // (dnnl_binary.cc), in the activation's layout.

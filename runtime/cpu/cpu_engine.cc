@@ -146,9 +146,9 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
 std::unique_ptr<CpuKernel> CpuEngine::MakeFastKernel(const Node& node, KernelList& pre,
                                                       KernelList& post) {
   using Factory = std::unique_ptr<CpuKernel> (*)(BuildContext&, const Node&);
-  static const Factory kFast[] = {MakeDnnlBinary, MakeOwnKernel, MakeDnnlConv, MakeDnnlQConv,
-                                  MakeDnnlQMatMul, MakeDnnlMatMul,
-                                  MakeGemmKernel, MakeDnnlPool};
+  static const Factory kFast[] = {MakeDnnlBinary, MakeOwnKernel,   MakeDnnlConv,
+                                  MakeDnnlQConv,  MakeDnnlQMatMul, MakeFewRowsKernel,
+                                  MakeDnnlMatMul, MakeGemmKernel,  MakeDnnlPool};
   // A factory that gives up may already have moved an output to the blocked arena.
   std::vector<std::pair<int, Slot>> saved;
   for (const Value* v : node.outputs) {

@@ -1,8 +1,11 @@
 // MatMul, Gemm and ai.kiln.FusedMatMul on Kiln's own GEMM (gemm.h). Batch dims broadcast
 // (a dim of 1 repeats); a product whose B is one matrix and whose A rows are contiguous runs
 // as one tall product. A constant B is packed once at build (alpha folded in); a runtime B is
-// packed per run into the engine's arena. The epilogue (beta * C, residual Adds,
-// activations) runs on each finished tile with the own element-wise ops, which keep NaN.
+// packed per run into the engine's arena, except for a product of a few rows with a runtime B
+// read transposed (attention scores at decode, q . K^T), which takes dot products with B's rows
+// where they are (row_dot.h) instead of packing (transposing) them. The epilogue (beta * C,
+// residual Adds, activations) runs on each finished tile with the own element-wise ops, which keep
+// NaN.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +18,7 @@
 #include "runtime/cpu/gemm.h"
 #include "runtime/cpu/matmul_spec.h"
 #include "runtime/cpu/own_kernels.h"
+#include "runtime/cpu/row_dot.h"
 
 namespace kiln::cpu {
 namespace {
@@ -60,12 +64,14 @@ class GemmKernel : public CpuKernel {
   int b_pack_slot = -1;                     // runtime B: packed here every run
   int64_t b_count = 1, b_floats = 0, b_src_matrix = 0;
   int a_pack_slot = -1;
+  bool few_rows = false;  // B read where it is, not packed (RunFewRows)
   int threads = 1;
   std::vector<Step> steps;
   std::vector<gemm::Problem> problems;
 
  private:
   void Epilogue(int64_t p, int64_t i0, int64_t rows, int64_t j0, int64_t cols) const;
+  void RunFewRows(const float* a, const float* b, float* y) const;
   int64_t Offset(const std::vector<int64_t>& strides, int64_t p) const {
     int64_t off = 0;
     for (int64_t d = static_cast<int64_t>(batch_dims.size()) - 1; d >= 0; --d) {
@@ -102,10 +108,28 @@ void GemmKernel::Epilogue(int64_t p, int64_t i0, int64_t rows, int64_t j0, int64
   }
 }
 
+// Per product, each of its rows takes n dot products with B's rows, then the epilogue.
+void GemmKernel::RunFewRows(const float* a, const float* b, float* y) const {
+  const int64_t count = static_cast<int64_t>(problems.size());
+  const Isa isa = ActiveIsa();
+  ForEachIndex(count, count > 1 && count * m * n * k >= kParallelElements, [&](int64_t p) {
+    const float* bp = b + Offset(b_matrix, p) * b_src_matrix;
+    for (int64_t i = 0; i < m; ++i) {
+      RowDot(isa, a + Offset(a_batch, p) + i * a_rs, bp, k, k, n, alpha, y + (p * m + i) * n);
+    }
+    if (!steps.empty()) Epilogue(p, 0, m, 0, n);
+  });
+}
+
 absl::Status GemmKernel::Run(const ExecContext& ctx) {
   ctx_ = &ctx;
   const float* a = static_cast<const float*>(ctx.ptrs[a_slot]);
   float* y = static_cast<float*>(ctx.ptrs[y_slot]);
+  if (few_rows) {
+    RunFewRows(a, static_cast<const float*>(ctx.ptrs[b_slot]), y);
+    ctx_ = nullptr;
+    return absl::OkStatus();
+  }
   float* packed = b_packed ? const_cast<float*>(b_packed) : static_cast<float*>(ctx.ptrs[b_pack_slot]);
   if (!b_packed) {
     const float* b = static_cast<const float*>(ctx.ptrs[b_slot]);
@@ -262,6 +286,7 @@ bool SetUpB(BuildContext& ctx, const Value* bv, const Geometry& g, const MatMulS
   if (!bv->is_constant()) {
     const int slot = ctx.SlotOf(bv);
     kern.b_slot = ctx.ReadAs(slot, ctx.PlainMd(slot));
+    if (kern.few_rows) return true;  // read where it is
     kern.b_pack_slot = ctx.AddTemp(dnnl::memory::desc({kern.b_count * kern.b_floats},
                                                       dnnl::memory::data_type::f32,
                                                       dnnl::memory::format_tag::a));
@@ -296,9 +321,14 @@ bool AllF32(const BuildContext& ctx, const Node& node) {
          ctx.slots[ctx.SlotOf(node.output(0))].dtype == DType::kFloat32;
 }
 
-}  // namespace
+// A product of at most this many rows per matrix with a runtime B read transposed reads B
+// where it is: packing would read it twice and transpose it, for too few rows to pay back.
+// (Read as it is, oneDNN's matmul reads such a B at about the same speed as axpys over its
+// rows would: measured on the decode step, so that case is left to it.)
+constexpr int64_t kFewRows = 8;
 
-std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node) {
+// The kernel for `node`; with `few_rows_only`, only when it reads B where it is.
+std::unique_ptr<CpuKernel> BuildGemm(BuildContext& ctx, const Node& node, bool few_rows_only) {
   std::optional<MatMulSpec> spec = ReadMatMulSpec(node);
   if (!spec || !node.input(0) || !node.input(1) || !AllF32(ctx, node)) return nullptr;
   const int as = ctx.SlotOf(node.input(0)), bs = ctx.SlotOf(node.input(1));
@@ -327,6 +357,9 @@ std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node) {
     kern->steps.clear();
   }
   if (!flat && !ReadSteps(ctx, node, *spec, *g, false, kern->steps)) return nullptr;
+  kern->few_rows =
+      spec->trans_b && !spec->trans_a && !flat && !node.input(1)->is_constant() && g->m <= kFewRows;
+  if (few_rows_only && !kern->few_rows) return nullptr;
   kern->m = flat ? NumElements(g->batch) * g->m : g->m;
   kern->n = g->n;
   kern->k = g->k;
@@ -338,12 +371,23 @@ std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node) {
   if (!SetUpB(ctx, node.input(1), *g, *spec, *kern)) return nullptr;
   kern->a_slot = ctx.ReadAs(as, ctx.PlainMd(as));
   kern->y_slot = ctx.WriteAs(ys, ctx.PlainMd(ys));
-  kern->a_pack_slot = ctx.AddTemp(dnnl::memory::desc({kern->threads * gemm::APackFloats(kern->bl)},
-                                                     dnnl::memory::data_type::f32,
-                                                     dnnl::memory::format_tag::a));
+  if (!kern->few_rows)
+    kern->a_pack_slot =
+        ctx.AddTemp(dnnl::memory::desc({kern->threads * gemm::APackFloats(kern->bl)},
+                                       dnnl::memory::data_type::f32, dnnl::memory::format_tag::a));
   kern->problems.resize(flat ? 1 : NumElements(g->batch));
   kern->BindTile();
   return kern;
+}
+
+}  // namespace
+
+std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node) {
+  return BuildGemm(ctx, node, false);
+}
+
+std::unique_ptr<CpuKernel> MakeFewRowsKernel(BuildContext& ctx, const Node& node) {
+  return BuildGemm(ctx, node, true);
 }
 
 }  // namespace kiln::cpu

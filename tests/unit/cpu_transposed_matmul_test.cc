@@ -86,5 +86,36 @@ TEST(CpuTransposedMatMul, TransposedAAndBothBroadcastBatches) {
   ExpectFoldedAndExact(b.Build(), 3);
 }
 
+// A decode step's attention: one new row per head against a cache of 77 positions, scaled and
+// masked additively (the epilogue), then softmax and the values. The scores read the cached
+// keys where they are (the few-rows path of the own GEMM, gemm_kernel.cc).
+TEST(CpuTransposedMatMul, DecodeScoresReadTheCachedKeysWhereTheyAre) {
+  GraphBuilder b;
+  Value* q = b.Input("q", DType::kFloat32, {2, 3, 1, 64});
+  Value* k = b.Input("k", DType::kFloat32, {2, 3, 77, 64});
+  Value* v = b.Input("v", DType::kFloat32, {2, 3, 77, 64});
+  Value* mask = b.Input("mask", DType::kFloat32, {2, 1, 1, 77});
+  Value* kt = b.Op("Transpose", {k}, {{"perm", Perm({0, 1, 3, 2})}});
+  Value* s = b.Op(
+      "Mul", {b.Op("MatMul", {q, kt}), b.Constant("s", Tensor::Scalar(DType::kFloat32, 0.125))});
+  Value* p = b.Op("Softmax", {b.Op("Add", {s, mask})}, {{"axis", Attribute::Int(-1)}});
+  b.Output(b.Op("MatMul", {p, v}));
+  ExpectFoldedAndExact(b.Build(), 1);
+}
+
+// Grouped heads (four query rows per key head, the keys broadcast over a batch dim) and a
+// head size that leaves a tail at every vector width (20: 16 + 4, 8 + 8 + 4); then rows past
+// the few-rows path's limit (9), which the GEMM takes, with the same answer.
+TEST(CpuTransposedMatMul, FewRowsWithBroadcastKeysAndTailsAndManyRows) {
+  for (int64_t rows : {4, 9}) {
+    SCOPED_TRACE(rows);
+    GraphBuilder b;
+    Value* q = b.Input("q", DType::kFloat32, {2, 3, rows, 20});
+    Value* k = b.Input("k", DType::kFloat32, {2, 1, 5, 20});
+    b.Output(b.Op("MatMul", {q, b.Op("Transpose", {k}, {{"perm", Perm({0, 1, 3, 2})}})}));
+    ExpectFoldedAndExact(b.Build(), 1);
+  }
+}
+
 }  // namespace
 }  // namespace kiln
