@@ -78,16 +78,17 @@ absl::StatusOr<std::string> PastSymbol(const ModelSignature& sig, size_t first_c
       "' has no dynamic past dim (the model's dynamic dims must include the cache's length)"));
 }
 
-absl::Status FindLogits(const ModelSignature& sig, DecoderContract& c) {
-  std::optional<size_t> i = FindSpec(sig.outputs, "logits");
+absl::Status FindLogits(const ModelSignature& sig, const std::string& name, DecoderContract& c) {
+  std::optional<size_t> i = FindSpec(sig.outputs, name);
   if (!i) {
-    return absl::FailedPreconditionError("no output 'logits' [batch, positions, vocab]");
+    return absl::FailedPreconditionError(
+        absl::StrCat("no output '", name, "' [batch, positions, vocab]"));
   }
   const runtime::TensorSpec& s = sig.outputs[*i];
   if (s.dtype != DType::kFloat32 || s.shape.size() != 3 || s.shape[2] <= 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("output 'logits' is ", DTypeName(s.dtype), " ", ShapeToString(s.shape),
-                     ", not float32 [batch, positions, vocab]"));
+    return absl::FailedPreconditionError(absl::StrCat("output '", name, "' is ", DTypeName(s.dtype),
+                                                      " ", ShapeToString(s.shape),
+                                                      ", not float32 [batch, positions, vocab]"));
   }
   c.logits = *i;
   c.vocab = s.shape[2];
@@ -112,30 +113,39 @@ std::string PresentNameFor(const std::string& past_name) {
   return "";
 }
 
-absl::StatusOr<DecoderContract> FindDecoderContract(const ModelSignature& sig) {
+absl::StatusOr<DecoderContract> FindDecoderContract(const ModelSignature& sig,
+                                                    const DecoderTensorNames& names) {
   if (!sig.dynamic()) {
     return absl::FailedPreconditionError("the model has no dynamic dims (a decoder's cache grows)");
   }
   DecoderContract c;
-  ASSIGN_OR_RETURN(c.input_ids, TokenInput(sig, "input_ids"));
-  ASSIGN_OR_RETURN(c.attention_mask, TokenInput(sig, "attention_mask"));
-  if (FindSpec(sig.inputs, "position_ids")) {
-    ASSIGN_OR_RETURN(c.position_ids, TokenInput(sig, "position_ids"));
+  ASSIGN_OR_RETURN(c.input_ids, TokenInput(sig, names.input_ids));
+  ASSIGN_OR_RETURN(c.attention_mask, TokenInput(sig, names.attention_mask));
+  if (FindSpec(sig.inputs, names.position_ids)) {
+    ASSIGN_OR_RETURN(c.position_ids, TokenInput(sig, names.position_ids));
     c.positions_dtype = sig.inputs[c.position_ids].dtype;
   }
   c.ids_dtype = sig.inputs[c.input_ids].dtype;
   c.mask_dtype = sig.inputs[c.attention_mask].dtype;
   c.sequence_symbol = SymbolAt(sig, c.input_ids, 1);
   if (c.sequence_symbol.empty()) {
-    return absl::FailedPreconditionError("input 'input_ids' dim 1 is not a dynamic dim");
+    return absl::FailedPreconditionError(
+        absl::StrCat("input '", names.input_ids, "' dim 1 is not a dynamic dim"));
   }
-  RETURN_IF_ERROR(FindLogits(sig, c));
+  RETURN_IF_ERROR(FindLogits(sig, names.logits, c));
+  for (const auto& [past, present] : names.cache) {
+    if (!FindSpec(sig.inputs, past)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("generation.tensors.cache names '", past, "', which is no input"));
+    }
+  }
   for (size_t k = 0; k < sig.inputs.size(); ++k) {
     if (k == c.input_ids || k == c.attention_mask || k == c.position_ids) continue;
     CacheTensor t;
     t.input = k;
     t.past_name = sig.inputs[k].name;
-    t.present_name = PresentNameFor(t.past_name);
+    auto named = names.cache.find(t.past_name);
+    t.present_name = named != names.cache.end() ? named->second : PresentNameFor(t.past_name);
     std::optional<size_t> out =
         t.present_name.empty() ? std::nullopt : FindSpec(sig.outputs, t.present_name);
     if (!out) {

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "server/common/model_signature.h"
+#include "server/generate/generation_config.h"
 
 namespace kiln::server::generate {
 
@@ -51,7 +52,10 @@ struct DecoderContract {
 // 'attention_mask'", "input 'past.0.key' has no present output") so GetModel can show why
 // a model does not generate. Requires a dynamic signature (the past and sequence dims are
 // served at any size).
-absl::StatusOr<DecoderContract> FindDecoderContract(const ModelSignature& sig);
+// `names`: which tensors play which role (generation.tensors; the exporters' names by
+// default).
+absl::StatusOr<DecoderContract> FindDecoderContract(const ModelSignature& sig,
+                                                    const DecoderTensorNames& names = {});
 
 // "present" for "past" in a cache input's name (past_key_values.3.key -> present.3.key,
 // past_key_3 -> present_key_3); empty when the name carries no "past".

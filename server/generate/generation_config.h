@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,19 @@
 
 namespace kiln::server::generate {
 
+// Which of the model's tensors play the decoder contract's roles (decoder_contract.h): the
+// common exporters' names unless the config's `generation.tensors` says otherwise. A cache
+// input's present output is `cache[input]` when given, else its name with "past" made
+// "present".
+struct DecoderTensorNames {
+  std::string input_ids = "input_ids", attention_mask = "attention_mask",
+              position_ids = "position_ids", logits = "logits";
+  std::map<std::string, std::string> cache;  // past input -> present output
+};
+
 // Model config `generation:` (docs/generation.md).
 struct GenerationConfig {
+  DecoderTensorNames tensors;
   std::string mode = "auto";  // auto: generate when the model fits the contract; off
   int64_t max_sequences = 16;  // running at once (more wait)
   int64_t kv_cache_bytes = int64_t{256} << 20;

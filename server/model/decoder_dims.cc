@@ -46,7 +46,7 @@ ModelSignature DeclaredSignature(const Graph& model) {
 std::string ApplyDecoderDims(const Graph& model, ModelConfig& config) {
   if (config.generation.mode == "off") return "";
   absl::StatusOr<generate::DecoderContract> c =
-      generate::FindDecoderContract(DeclaredSignature(model));
+      generate::FindDecoderContract(DeclaredSignature(model), config.generation.tensors);
   if (!c.ok() || Given(config, c->past_symbol) || Given(config, c->sequence_symbol)) return "";
   // The context: the rows of the table the position ids index, within what classes serve.
   int64_t context = kMaxClassSize;

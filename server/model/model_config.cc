@@ -89,6 +89,34 @@ absl::Status ApplyPrecision(const YAML::Node& node, PrecisionConfig& p) {
   return absl::OkStatus();
 }
 
+// generation.tensors: {input_ids|attention_mask|position_ids|logits: NAME, cache: {PAST:
+// PRESENT}}.
+absl::Status ApplyTensorNames(const YAML::Node& node, generate::DecoderTensorNames& t) {
+  if (!node.IsMap()) return BadKey("generation.tensors", "expected a map");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string full = "generation.tensors." + key;
+    if (key == "cache") {
+      RETURN_IF_ERROR(Read(kv.second, full, t.cache));
+      for (const auto& [past, present] : t.cache) {
+        if (past.empty() || present.empty()) return BadKey(full, "names must not be empty");
+      }
+      continue;
+    }
+    std::string* role = key == "input_ids"        ? &t.input_ids
+                        : key == "attention_mask" ? &t.attention_mask
+                        : key == "position_ids"   ? &t.position_ids
+                        : key == "logits"         ? &t.logits
+                                                  : nullptr;
+    if (!role) {
+      return BadKey(full, "unknown key (input_ids, attention_mask, position_ids, logits, cache)");
+    }
+    RETURN_IF_ERROR(Read(kv.second, full, *role));
+    if (role->empty()) return BadKey(full, "must name a tensor");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig& g) {
   if (!node.IsMap()) return BadKey("generation", "expected a map");
   for (const auto& kv : node) {
@@ -117,6 +145,8 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
       RETURN_IF_ERROR(Read(v, full, g.prefix_cache));
     } else if (key == "prefill_logits") {
       RETURN_IF_ERROR(Read(v, full, g.prefill_logits));
+    } else if (key == "tensors") {
+      RETURN_IF_ERROR(ApplyTensorNames(v, g.tensors));
     } else {
       return BadKey(full, "unknown key");
     }

@@ -76,7 +76,7 @@ absl::Status ModelVersion::StartGeneration() {
     return absl::OkStatus();
   }
   absl::StatusOr<generate::DecoderContract> contract =
-      generate::FindDecoderContract(built_.signature);
+      generate::FindDecoderContract(built_.signature, gc.tensors);
   if (!contract.ok()) {
     generation_refused_ = std::string(contract.status().message());
     return absl::OkStatus();

@@ -2,7 +2,7 @@
 """A GPT-2-style decoder step with a key/value cache, as exporters write "decoder with past".
 
   decoder_step.py --write DIR [--hidden 768 --layers 12 --heads 12 --vocab 50257]
-                  [--positions input|mask|past]
+                  [--positions input|mask|past] [--other-names]
 
 Inputs: input_ids and position_ids [batch, sequence], attention_mask [batch,
 "past_sequence_length + sequence"], past_key_values.{i}.key/value [batch, heads,
@@ -13,8 +13,10 @@ attention masked by the attention mask (additive -10000) and causally over the n
 (built from the run's shapes: query i sees every key up to the cache's end plus i). Random
 weights (seeded). The test size is the default; GPT-2 small is --hidden 768 --layers 12 --heads
 12 --vocab 50257. --positions mask or past drops the position_ids input: the positions are
-derived in the graph from the attention mask or from the cache's length. Exit codes: 0
-written, 77 onnx/numpy missing.
+derived in the graph from the attention mask or from the cache's length. --other-names writes
+the same model under names another exporter might use (tokens, mask, positions, scores,
+k_cache_{i} -> k_cache_out_{i}): served with the model config's generation.tensors. Exit
+codes: 0 written, 77 onnx/numpy missing.
 """
 import argparse
 import os
@@ -141,6 +143,25 @@ def build_model():
     return model
 
 
+def other_names(model):
+    """The same model under another exporter's names (no "past"/"present" in the cache's):
+    tokens, mask, positions, scores, k_cache_{i}/v_cache_{i} -> k_cache_out_{i}/v_cache_out_{i}."""
+    fixed = {"input_ids": "tokens", "attention_mask": "mask", "position_ids": "positions",
+             "logits": "scores"}
+    for i in range(text_model.LAYERS):
+        for kind in ("key", "value"):
+            fixed[f"past_key_values.{i}.{kind}"] = f"{kind[0]}_cache_{i}"
+            fixed[f"present.{i}.{kind}"] = f"{kind[0]}_cache_out_{i}"
+    g = model.graph
+    for v in list(g.input) + list(g.output):
+        v.name = fixed.get(v.name, v.name)
+    for n in g.node:
+        n.input[:] = [fixed.get(x, x) for x in n.input]
+        n.output[:] = [fixed.get(x, x) for x in n.output]
+    onnx.checker.check_model(model)
+    return model
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", required=True, help="write DIR/model.onnx")
@@ -151,6 +172,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=text_model.VOCAB)
     ap.add_argument("--positions", choices=["input", "mask", "past"], default="input",
                     help="position ids as an input, or derived from the mask or the cache's length")
+    ap.add_argument("--other-names", action="store_true",
+                    help="name the inputs and outputs as another exporter might (other_names)")
     a = ap.parse_args()
     global POSITIONS
     POSITIONS = a.positions
@@ -159,6 +182,8 @@ def main():
     text_model.FFN = a.ffn or 4 * a.hidden
     os.makedirs(a.write, exist_ok=True)
     model = build_model()
+    if a.other_names:
+        model = other_names(model)
     if model.ByteSize() > 1900 << 20:
         onnx.save(model, os.path.join(a.write, "model.onnx"), save_as_external_data=True)
     else:

@@ -36,8 +36,16 @@ class ExportForms : public ::testing::Test {
     // No config at all: the server's defaults and the decoder's own dims.
     bare_ = new std::string(WriteDecoder(*server_, "decoder_step.py", "bare"));
     fs::remove(server_->repo() / "bare/config.yaml");
+    // The same model (same weights) under other names, mapped by generation.tensors.
+    const std::string renamed =
+        WriteDecoder(*server_, "decoder_step.py", "renamed", "--other-names");
+    std::ofstream(server_->repo() / "renamed/config.yaml", std::ios::app)
+        << "generation: {tensors: {input_ids: tokens, attention_mask: mask, position_ids: "
+           "positions, "
+           "logits: scores, cache: {k_cache_0: k_cache_out_0, v_cache_0: v_cache_out_0, "
+           "k_cache_1: k_cache_out_1, v_cache_1: v_cache_out_1}}}\n";
     if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past.empty() ||
-        bare_->empty()) {
+        bare_->empty() || renamed.empty()) {
       gpt_->clear();
       return;
     }
@@ -132,6 +140,26 @@ TEST_F(ExportForms, ADecoderWithNoConfigGeneratesOnShapeClassesOfItsContext) {
   ASSERT_TRUE(server_->GetModel("bare", 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
   EXPECT_EQ(info.generation().steps_last_position(), 1) << info.generation().last_position();
+}
+
+// Another exporter's tensor names, given in the config: the same tokens as the same model
+// under the usual names (checked against the reference above).
+TEST_F(ExportForms, TensorNamesFromTheConfigGenerateTheSameTokens) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("renamed", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  const std::vector<int64_t> prompt = RandomPrompt(21, 25, kVocab);
+  std::vector<std::vector<int64_t>> out;
+  for (const char* model : {"renamed", "bare"}) {
+    v1::GenerateRequest req = GenerateRequestFor(prompt, 24, model);
+    req.set_ignore_eos(true);
+    std::vector<int64_t> ids;
+    grpc::Status s = StreamTokens(*stub_, req, ids);
+    ASSERT_TRUE(s.ok()) << model << ": " << s.error_message();
+    ASSERT_EQ(ids.size(), 24u) << model;
+    out.push_back(ids);
+  }
+  EXPECT_EQ(out[0], out[1]);
 }
 
 TEST_F(ExportForms, LlamaStyleMergedDecoderMatchesTheReference) {

@@ -264,6 +264,20 @@ TEST(ModelConfig, Errors) {
   EXPECT_EQ(g->generation.eos_token_ids, (std::vector<int64_t>{2, 7}));
   EXPECT_EQ(g->generation.kv_cache_bytes, 1024);
   EXPECT_EQ(g->generation.prefill_logits, "last");  // the default
+  EXPECT_EQ(g->generation.tensors.input_ids, "input_ids");
+  auto named = ParseModelConfig(
+      "generation: {tensors: {input_ids: tokens, logits: scores, cache: {k_in: k_out}}}",
+      ModelConfig{}, "m");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->generation.tensors.input_ids, "tokens");
+  EXPECT_EQ(named->generation.tensors.attention_mask, "attention_mask");
+  EXPECT_EQ(named->generation.tensors.logits, "scores");
+  EXPECT_EQ(named->generation.tensors.cache.at("k_in"), "k_out");
+  EXPECT_NE(msg("generation: {tensors: {tokens: x}}").find("'generation.tensors.tokens'"),
+            std::string::npos);
+  EXPECT_NE(msg("generation: {tensors: {logits: ''}}").find("must name a tensor"),
+            std::string::npos);
+  EXPECT_NE(msg("generation: {tensors: [a]}").find("'generation.tensors'"), std::string::npos);
   auto all = ParseModelConfig("generation: {prefill_logits: all}", ModelConfig{}, "m");
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->generation.prefill_logits, "all");

@@ -216,5 +216,41 @@ TEST(DecoderContract, FindsTheRolesAndSaysWhatIsMissing) {
   EXPECT_EQ(PresentNameFor("cache"), "");
 }
 
+// Another exporter's names, given in generation.tensors: the same roles found; a name the
+// model lacks is refused naming it.
+TEST(DecoderContract, TakesTheRolesNamesFromTheConfig) {
+  ModelSignature sig = ToySignature();
+  sig.inputs[0].name = "tokens";
+  sig.inputs[1].name = "mask";
+  sig.inputs[2].name = "pos";
+  sig.inputs[3].name = "k_cache_0";
+  sig.outputs[0].name = "scores";
+  sig.outputs[1].name = "k_cache_out_0";
+  EXPECT_FALSE(FindDecoderContract(sig).ok());
+  DecoderTensorNames names;
+  names.input_ids = "tokens";
+  names.attention_mask = "mask";
+  names.position_ids = "pos";
+  names.logits = "scores";
+  names.cache = {{"k_cache_0", "k_cache_out_0"}};
+  auto c = FindDecoderContract(sig, names);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->input_ids, 0u);
+  EXPECT_EQ(c->attention_mask, 1u);
+  EXPECT_EQ(c->position_ids, 2u);
+  EXPECT_EQ(c->logits, 0u);
+  ASSERT_EQ(c->cache.size(), 1u);
+  EXPECT_EQ(c->cache[0].present_name, "k_cache_out_0");
+  EXPECT_EQ(c->cache[0].output, 1u);
+  DecoderTensorNames wrong = names;
+  wrong.cache = {{"v_cache_0", "v_cache_out_0"}};
+  EXPECT_NE(FindDecoderContract(sig, wrong).status().message().find("'v_cache_0'"),
+            std::string::npos);
+  wrong = names;
+  wrong.logits = "logits";
+  EXPECT_NE(FindDecoderContract(sig, wrong).status().message().find("no output 'logits'"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::server::generate
