@@ -11,36 +11,15 @@
 #include "compiler/passes/eliminate_identity.h"
 #include "compiler/shape/infer.h"
 #include "ops/interpreter.h"
+#include "tests/unit/onnx_proto_builder.h"
 
 namespace kiln {
 namespace {
 
-void AddInput(onnx::GraphProto* g, const std::string& name, int elem, std::vector<int64_t> dims) {
-  auto* v = g->add_input();
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(elem);
-  auto* s = tt->mutable_shape();
-  for (int64_t d : dims) s->add_dim()->set_dim_value(d);
-}
-
-void AddOutput(onnx::GraphProto* g, const std::string& name) { g->add_output()->set_name(name); }
-
-onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op, std::vector<std::string> in,
-                         std::vector<std::string> out) {
-  auto* n = g->add_node();
-  n->set_op_type(op);
-  for (auto& i : in) n->add_input(i);
-  for (auto& o : out) n->add_output(o);
-  return n;
-}
-
-onnx::AttributeProto* GraphAttr(onnx::NodeProto* n, const std::string& name) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::GRAPH);
-  return a;
-}
+using testing::AddInput;
+using testing::AddNode;
+using testing::AddOutput;
+using testing::GraphAttr;
 
 constexpr int kFloat = onnx::TensorProto::FLOAT, kBool = onnx::TensorProto::BOOL,
               kInt64 = onnx::TensorProto::INT64;

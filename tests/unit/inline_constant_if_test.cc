@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "compiler/onnx/importer.h"
 #include "runtime/cpu/cpu_engine.h"
+#include "tests/unit/onnx_proto_builder.h"
 #include "tests/unit/pass_test_util.h"
 
 namespace kiln::passes {
@@ -21,31 +22,9 @@ using testing::CountOps;
 
 constexpr int kFloat = onnx::TensorProto::FLOAT, kBool = onnx::TensorProto::BOOL;
 
-void AddInput(onnx::GraphProto* g, const std::string& name, int elem, std::vector<int64_t> dims) {
-  auto* v = g->add_input();
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(elem);
-  for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
-}
-
-onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& op, std::vector<std::string> in,
-                         std::vector<std::string> out) {
-  auto* n = g->add_node();
-  n->set_op_type(op);
-  n->set_name(op + "_" + out[0]);
-  for (auto& i : in) n->add_input(i);
-  for (auto& o : out) n->add_output(o);
-  return n;
-}
-
-onnx::GraphProto* Branch(onnx::NodeProto* n, const std::string& name) {
-  auto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::GRAPH);
-  a->mutable_g()->set_name(name);
-  return a->mutable_g();
-}
+using testing::AddInput;
+using testing::AddNode;
+using testing::Branch;
 
 void BoolInitializer(onnx::GraphProto* g, const std::string& name, bool v) {
   auto* t = g->add_initializer();
