@@ -11,7 +11,8 @@
 #                      its loader included, and the glibc pieces the CUDA libraries load (libdl,
 #                      librt, libpthread): the GPU machine is not Debian, so kiln runs there
 #                      through lib/ld-linux-x86-64.so.2 on these libraries
-#         models/      ONNX skeletons of resnet50, mobilenet_v2 and a BERT-base-sized encoder
+#         models/      ONNX skeletons of resnet50, mobilenet_v2, a BERT-base-sized encoder and a
+#                      GPT-2-small-sized decode step (one new position after a past of 127)
 #                      (bench/gpu_models.py: weights are filled there from a fixed seed)
 #         node/        the ONNX node conformance tests ($KILN_ONNX_TESTS_DIR/node)
 #   bench/gpu_check.sh run [OUT_DIR]
@@ -46,7 +47,7 @@
 #       GPU_CHECK_DRY=1: the rehearsal on a machine without a GPU, every stage on the CPU
 #       engine (the smoke stage runs the GPU-free tests), no PyTorch; prints each stage's time.
 #       Knobs: GPU_CHECK_SHARDS (8), GPU_CHECK_NO_COMPILE=1 (skip torch.compile),
-#       GPU_CHECK_MODELS ("resnet50 mobilenet_v2 bert_base"), GPU_CHECK_RUNS (200).
+#       GPU_CHECK_MODELS ("resnet50 mobilenet_v2 bert_base gpt2_step"), GPU_CHECK_RUNS (200).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 limit_mib=64
@@ -207,20 +208,20 @@ models() {
   until [ -f "$work/materialize.rc" ]; do sleep 1; done
   [ "$(cat "$work/materialize.rc")" = 0 ] || return 1
   local m
-  for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}; do
+  for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base gpt2_step}; do
     "$KILN" check --backend "$BACKEND" --rtol 1e-3 --atol 1e-4 --json "$work/model_$m.json" "$work/models/$m" \
       > "$work/model_$m.log" 2>&1
   done
   # NaN, +-inf, -0 and denormals planted in the inputs, against the reference on the raw
   # graph: whether cuDNN's fused ReLU and cuBLASLt's epilogues keep NaN as ONNX does.
-  for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}; do
+  for m in ${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base gpt2_step}; do
     "$KILN" check --backend "$BACKEND" --nonfinite --rtol 1e-3 --atol 1e-4 --json "$work/model_nonfinite_$m.json" \
       "$work/models/$m" > "$work/model_nonfinite_$m.log" 2>&1
   done
 }
 
 latency() {
-  local m b runs="${GPU_CHECK_RUNS:-200}" models="${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base}"
+  local m b runs="${GPU_CHECK_RUNS:-200}" models="${GPU_CHECK_MODELS:-resnet50 mobilenet_v2 bert_base gpt2_step}"
   # Kiln and PyTorch eager first (seconds each), then torch.compile (tens of seconds each,
   # resnet50 first): what the phase's limit cuts is the least needed.
   for m in $models; do

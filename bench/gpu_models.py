@@ -3,10 +3,12 @@
 
     gpu_models.py skeleton --out DIR
         (here, when the bundle is built) resnet50 and mobilenet_v2 from the real-model test set
-        (tests/models/export_models.py) and a BERT-base-sized encoder (export_models.py's
-        encoder at hidden 768, 12 layers, 12 heads, sequence 128, exported with torch) as
+        (tests/models/export_models.py), a BERT-base-sized encoder (export_models.py's
+        encoder at hidden 768, 12 layers, 12 heads, sequence 128, exported with torch) and a
+        GPT-2-small-sized decode step (tests/models/decoder_step.py at hidden 768, 12 layers,
+        12 heads, vocabulary 50257, its dims fixed at one new position after a past of 127) as
         ONNX *skeletons*: every float initializer of more than 64 values keeps its name, dtype
-        and dims but not its data, so the three models travel in a few hundred KB.
+        and dims but not its data, so the four models travel in a few hundred KB.
     gpu_models.py materialize --skeletons DIR --out DIR
         (on the GPU machine) fills the weights from a fixed seed (fan-in scaled normals;
         BatchNorm statistics and scales near 1, so 50 layers stay O(1)) and writes each model in
@@ -28,9 +30,10 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = ("resnet50", "mobilenet_v2", "bert_base")
+MODELS = ("resnet50", "mobilenet_v2", "bert_base", "gpt2_step")
 BERT = dict(vocab=30522, max_len=128, hidden=768, heads=12, ff=3072, layers=12)
 SEQ = 128
+GPT2 = dict(vocab=50257, hidden=768, heads=12, layers=12, past=127)
 STRIP_ABOVE = 64  # float initializers with more values than this travel without data
 
 
@@ -55,6 +58,25 @@ def export_bert(path):
                       output_names=["last_hidden_state", "pooled"], dynamic_axes=dyn, do_constant_folding=False)
 
 
+def export_gpt2_step(path):
+    """decoder_step.py at GPT-2-small size, its dims fixed: one new position after 127."""
+    import subprocess
+    import tempfile
+    import onnx
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, os.path.join(REPO, "tests", "models", "decoder_step.py"),
+                        "--write", tmp, "--hidden", str(GPT2["hidden"]), "--layers", str(GPT2["layers"]),
+                        "--heads", str(GPT2["heads"]), "--vocab", str(GPT2["vocab"])], check=True)
+        m = onnx.load(os.path.join(tmp, "model.onnx"))
+    past = GPT2["past"]
+    sizes = {"sequence": 1, "past_sequence_length": past, "past_sequence_length + sequence": past + 1}
+    for v in list(m.graph.input) + list(m.graph.output):
+        for d in v.type.tensor_type.shape.dim:
+            if d.dim_param in sizes:
+                d.dim_value = sizes[d.dim_param]
+    onnx.save(m, path)
+
+
 def strip(src, dst):
     import onnx
     m = onnx.load(src)
@@ -77,9 +99,9 @@ def cmd_skeleton(args):
     os.makedirs(args.out, exist_ok=True)
     for name in MODELS:
         dst = os.path.join(args.out, name + ".onnx")
-        if name == "bert_base":
+        if name in ("bert_base", "gpt2_step"):
             tmp = dst + ".full"
-            export_bert(tmp)
+            (export_bert if name == "bert_base" else export_gpt2_step)(tmp)
             strip(tmp, dst)
             os.remove(tmp)
         else:
@@ -118,11 +140,17 @@ def fill(model, rng):
 
 def inputs_for(model, rng, batch=1):
     import numpy as np
+    import onnx
     feeds = {}
     for inp in model.graph.input:
         dims = [d.dim_value if d.dim_value > 0 else batch for d in inp.type.tensor_type.shape.dim]
+        integer = inp.type.tensor_type.elem_type == onnx.TensorProto.INT64
         if inp.name == "input_ids":
             feeds[inp.name] = rng.integers(0, BERT["vocab"], dims).astype(np.int64)
+        elif inp.name == "position_ids":  # the new position after the past
+            feeds[inp.name] = np.full(dims, GPT2["past"], np.int64)
+        elif inp.name == "attention_mask" and integer:  # the decoder's: the past and itself
+            feeds[inp.name] = np.ones(dims, np.int64)
         elif inp.name == "attention_mask":
             mask = np.ones(dims, np.float32)
             mask[..., dims[-1] * 3 // 4:] = 0.0  # padded tail
@@ -237,9 +265,65 @@ def mobilenet_v2(nn):
     return nn.Sequential(*layers)
 
 
+def gpt2_step(torch):
+    """The decode step of decoder_step.py in PyTorch: pre-LayerNorm blocks, tied embeddings,
+    erf GELU, the cache concatenated per layer; past as one [layers, 2, B, heads, P, d] tensor."""
+    nn = torch.nn
+    hid, heads, layers, vocab = GPT2["hidden"], GPT2["heads"], GPT2["layers"], GPT2["vocab"]
+    dim = hid // heads
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(hid), nn.LayerNorm(hid)
+            self.q, self.k, self.v, self.o = (nn.Linear(hid, hid) for _ in range(4))
+            self.fc, self.fc2 = nn.Linear(hid, 4 * hid), nn.Linear(4 * hid, hid)
+
+        def forward(self, x, mask_add, pk, pv):
+            b, s, _ = x.shape
+            h = self.ln1(x)
+            q, k, v = (t(h).view(b, s, heads, dim).transpose(1, 2) for t in (self.q, self.k, self.v))
+            k, v = torch.cat([pk, k], 2), torch.cat([pv, v], 2)
+            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(dim) + mask_add, -1) @ v
+            x = x + self.o(a.transpose(1, 2).reshape(b, s, hid))
+            return x + self.fc2(nn.functional.gelu(self.fc(self.ln2(x)))), k, v
+
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocab, hid), nn.Embedding(1024, hid)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.lnf = nn.LayerNorm(hid)
+
+        def forward(self, ids, pos, mask, past):
+            x = self.wte(ids) + self.wpe(pos)
+            mask_add = (1.0 - mask[:, None, None, :].to(x.dtype)) * -10000.0
+            presents = []
+            for i, blk in enumerate(self.blocks):
+                x, k, v = blk(x, mask_add, past[i, 0], past[i, 1])
+                presents += [k, v]
+            return (self.lnf(x) @ self.wte.weight.t(), *presents)
+
+    return Step()
+
+
+def torch_inputs(torch, name, batch):
+    """Host inputs for `name` at `batch`, as `kiln bench` feeds the ONNX model."""
+    if name == "bert_base":
+        return [torch.randint(0, BERT["vocab"], (batch, SEQ)), torch.ones(batch, SEQ)]
+    if name == "gpt2_step":
+        p = GPT2["past"]
+        return [torch.randint(0, GPT2["vocab"], (batch, 1)), torch.full((batch, 1), p),
+                torch.ones(batch, p + 1, dtype=torch.int64),
+                torch.randn(GPT2["layers"], 2, batch, GPT2["heads"], p, GPT2["hidden"] // GPT2["heads"])]
+    return [torch.randn(batch, 3, 224, 224)]
+
+
 def torch_model(torch, name):
     if name == "bert_base":
         return encoder_class(torch)(**BERT)
+    if name == "gpt2_step":
+        return gpt2_step(torch)
     try:
         import torchvision
         return getattr(torchvision.models, name)(weights=None)
@@ -253,11 +337,7 @@ def cmd_torch_latency(args):
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
     model = torch_model(torch, args.model).eval().to(dev)
-    if args.model == "bert_base":
-        host = [torch.randint(0, BERT["vocab"], (args.batch, SEQ)), torch.ones(args.batch, SEQ)]
-    else:
-        host = [torch.randn(args.batch, 3, 224, 224)]
-    host = [h.pin_memory() for h in host]
+    host = [h.pin_memory() for h in torch_inputs(torch, args.model, args.batch)]
     t0 = time.perf_counter()
     # compile: torch.compile's default; autotune: max-autotune-no-cudagraphs (Triton GEMM and
     # convolution autotuning, no graphs); overhead: reduce-overhead (CUDA graphs, as Kiln replays).
