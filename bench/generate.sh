@@ -37,6 +37,7 @@ until curl -sf "http://127.0.0.1:$port/readyz" > /dev/null; do
 done
 echo "generate: kilnd READY in $(( $(date +%s) - start )) s"
 grep -o "prefill .*" "$work/kilnd.log" || true
+grep -o "version 1: precision .*" "$work/kilnd.log" || true
 # kilnd's CPU time while serving (user + system, clock ticks from /proc): steadier than wall
 # time on a shared host, and only Kiln's side (ONNX Runtime runs in the node process).
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' "/proc/$pid/stat"; }
