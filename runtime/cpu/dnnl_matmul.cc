@@ -218,9 +218,8 @@ bool ShapesSupported(const std::vector<int64_t>& as, const std::vector<int64_t>&
 // KILN_CPU_GEMM=own or =onednn overrides this, to measure either side.
 bool KeepOneDnnMatMul(const dnnl::matmul::primitive_desc& pd,
                       const std::vector<kiln_ops::EpilogueStep>& steps) {
-  static const char* force = std::getenv("KILN_CPU_GEMM");
-  if (force && std::string(force) == "own") return false;
-  if (force && std::string(force) == "onednn") return true;
+  if (ForcedGemm() == "own") return false;
+  if (ForcedGemm() == "onednn") return true;
   if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return false;
   return std::all_of(steps.begin(), steps.end(), [](const kiln_ops::EpilogueStep& s) {
     return s.op == "Add" || PostOpKeepsNonFinite(s);

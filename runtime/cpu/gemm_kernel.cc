@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/aligned.h"
@@ -388,9 +387,7 @@ std::unique_ptr<CpuKernel> MakeGemmKernel(BuildContext& ctx, const Node& node) {
 }
 
 std::unique_ptr<CpuKernel> MakeFewRowsKernel(BuildContext& ctx, const Node& node) {
-  // KILN_CPU_GEMM=onednn gives every product oneDNN can take to it (for comparison).
-  static const char* force = std::getenv("KILN_CPU_GEMM");
-  if (force && std::string(force) == "onednn") return nullptr;
+  if (ForcedGemm() == "onednn") return nullptr;  // every product oneDNN can take goes to it
   return BuildGemm(ctx, node, true);
 }
 

@@ -3,7 +3,9 @@
 // ai.kiln.FusedMatMul (ir/kiln_ops.h).
 #pragma once
 
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "ir/graph.h"
@@ -19,6 +21,13 @@ struct MatMulSpec {
   float alpha = 1.f, beta = 1.f;
   std::vector<kiln_ops::EpilogueStep> steps;
 };
+
+// KILN_CPU_GEMM: "own" or "onednn" sends every product that path can take to it (to measure
+// either side), "" (unset) lets each product's shape decide. Read once.
+inline std::string_view ForcedGemm() {
+  static const char* force = std::getenv("KILN_CPU_GEMM");
+  return force ? force : "";
+}
 
 // nullopt for any other node.
 inline std::optional<MatMulSpec> ReadMatMulSpec(const Node& node) {

@@ -366,8 +366,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   }
   const StepKind kind{appending, setup_.step_last && count == setup_.last_count &&
                                      (!appending || setup_.step_last_appending)};
-  // The logits' positions: the last one only, or every one the step fed.
-  const int64_t positions = kind.last ? 1 : count;
+  const int64_t positions = kind.logit_positions(count);
   StepBuffers& buffers = BuffersFor(total, count, past, kind.last ? -1 : ordinal);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
     ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers));
@@ -408,8 +407,8 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
   std::vector<Tensor> out;
   if (kind.appending) {
     RETURN_IF_ERROR(BuildAppendingStep(setup_.contract, setup_.signature, *cache_, rows, total,
-                                       count, kind.last ? 1 : count, past, buffers.in, buffers.out,
-                                       buffers.held));
+                                       count, kind.logit_positions(count), past, buffers.in,
+                                       buffers.out, buffers.held));
     const StepFn& step = kind.last ? setup_.step_last_appending : setup_.step_appending;
     absl::StatusOr<std::vector<Tensor>> ran = step(buffers.in, total, std::move(buffers.out));
     if (!ran.ok()) {

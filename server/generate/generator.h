@@ -177,6 +177,8 @@ class Generator {
   // step_last (logits of the last position only).
   struct StepKind {
     bool appending = false, last = false;
+    // The positions of a step's logits: the last one only, or every one it fed.
+    int64_t logit_positions(int64_t count) const { return last ? 1 : count; }
   };
   // Runs the step's engine over `rows` into `buffers` (`kind` as RunStep chose it), the
   // cache stored; the outputs.

@@ -23,8 +23,10 @@ runtime::TensorSpec Declared(const Value& v, std::vector<std::string>* symbols) 
 
 // Whether the config says anything about `symbol`'s sizes.
 bool Given(const ModelConfig& c, const std::string& symbol) {
+  // (input_shapes, keyed by input name, are already bound into the graph by then: a dim they
+  // fix is no symbol of the declared signature.)
   return c.dynamic_dims.count(symbol) || c.dynamic_dim_ranges.count(symbol) ||
-         c.dynamic_dim_classes.count(symbol) || c.input_shapes.count(symbol);
+         c.dynamic_dim_classes.count(symbol);
 }
 
 }  // namespace
