@@ -50,6 +50,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fold_scale_into_weights",
        [] { return std::make_unique<passes::FoldScaleIntoWeightsPass>(); }},
       {"assign_precision", [] { return std::make_unique<passes::AssignPrecisionPass>(); }},
+      {"quantize_int8", [] { return std::make_unique<passes::QuantizeInt8Pass>(nullptr); }},
   };
   return *factories;
 }
@@ -202,19 +203,29 @@ absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
     names.resize(options.prefix);
   }
   const bool lower = passes::IsLowerPrecision(options.precision);
-  if (!lower && options.precision != "float32") {
+  const bool int8 = options.precision == "int8";
+  if (!lower && !int8 && options.precision != "float32") {
     return absl::InvalidArgumentError("unknown precision '" + options.precision +
-                                      "' (float32, bf16, bf16-mixed)");
+                                      "' (float32, int8, bf16, bf16-mixed)");
   }
   // Last: it marks the products the fusions produced; a bisection's prefix runs without it
   // (the reference ignores it anyway).
   if (lower && options.prefix < 0 && options.level != OptLevel::kO0) names.push_back("assign_precision");
+  // int8: once BatchNorm and per-channel scales are folded into the weights (which are then
+  // quantized as served) and before the epilogue fusions (which would hide the Relu the
+  // quantization folds); fuse_qdq again right after, to lower what it wrote.
+  auto folded = std::find(names.begin(), names.end(), "fold_scale_into_weights");
+  if (int8 && options.prefix < 0 && folded != names.end()) {
+    names.insert(folded + 1, {"quantize_int8", "fuse_qdq"});
+  }
   std::vector<passes::PassStats> stats;
   for (const std::string& name : names) {
     if (options.disabled.count(name)) continue;
     std::unique_ptr<passes::Pass> pass;
     if (name == "assign_precision") {
       pass = std::make_unique<passes::AssignPrecisionPass>(options.precision);  // the factory's is bf16
+    } else if (name == "quantize_int8") {
+      pass = std::make_unique<passes::QuantizeInt8Pass>(options.calibration);
     } else {
       ASSIGN_OR_RETURN(pass, MakePass(name));
     }

@@ -13,6 +13,7 @@
 #include "compiler/passes/assign_precision.h"
 #include "compiler/passes/fold_cache.h"
 #include "compiler/passes/pass.h"
+#include "compiler/passes/quantize_int8.h"
 #include "ir/graph.h"
 
 namespace kiln {
@@ -35,7 +36,10 @@ struct PipelineOptions {
   // "bf16-mixed"): assign_precision then runs after
   // the level's passes and marks the weight products a backend may compute in bfloat16
   // (bf16-mixed keeps attention's score projections in float32: assign_precision.h).
+  // "int8" (precision_int8): quantize_int8 and a second fuse_qdq run after the weights are
+  // folded, quantizing the weight products with the activation ranges in `calibration`.
   std::string precision = "float32";
+  std::shared_ptr<const passes::Calibration> calibration;
 };
 
 // Passes whose output a backend has no fast kernels for, so they stay off there. "cuda" (or

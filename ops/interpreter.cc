@@ -6,6 +6,7 @@
 
 #include "base/memory_budget.h"
 #include "base/stop.h"
+#include "ops/run_observed.h"
 
 namespace kiln::ref {
 
@@ -149,7 +150,8 @@ using Env = std::unordered_map<const Value*, Tensor>;
 
 // Runs the nodes of `graph` on `env` (its inputs and captures already bound); returns the
 // graph's outputs in order. Intermediates are released after their last use.
-absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env) {
+absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env,
+                                            const ValueObserver* observe = nullptr) {
   auto last = LastUses(graph);
   const auto& nodes = graph.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -172,7 +174,9 @@ absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env) {
     RETURN_IF_ERROR(CheckStop());  // a warm-up check may be stopped between nodes
     ASSIGN_OR_RETURN(std::vector<Tensor> outs, RunNode(node, kin));
     for (size_t k = 0; k < node.outputs.size(); ++k) {
-      if (node.outputs[k]) env[node.outputs[k]] = std::move(outs[k]);
+      if (!node.outputs[k]) continue;
+      if (observe) (*observe)(*node.outputs[k], outs[k]);
+      env[node.outputs[k]] = std::move(outs[k]);
     }
     for (Value* in : node.inputs) {
       if (in && !in->constant && last[in] == i) env.erase(in);
@@ -194,6 +198,11 @@ absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env) {
 }  // namespace
 
 absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
+  return RunObserved(graph, inputs, nullptr);
+}
+
+absl::StatusOr<TensorMap> RunObserved(const Graph& graph, const TensorMap& inputs,
+                                      const ValueObserver& observe) {
   RETURN_IF_ERROR(CheckSupported(graph));
   Env env;
   for (Value* in : graph.inputs) {
@@ -202,6 +211,7 @@ absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
       return absl::InvalidArgumentError("missing input '" + in->name + "'");
     }
     RETURN_IF_ERROR(CheckInput(*in, it->second));
+    if (observe) observe(*in, it->second);
     env[in] = it->second;
   }
   for (const auto& [name, t] : inputs) {
@@ -210,7 +220,7 @@ absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
       return absl::InvalidArgumentError("unknown input '" + name + "'");
     }
   }
-  ASSIGN_OR_RETURN(std::vector<Tensor> outs, Execute(graph, env));
+  ASSIGN_OR_RETURN(std::vector<Tensor> outs, Execute(graph, env, observe ? &observe : nullptr));
   TensorMap result;
   for (size_t i = 0; i < graph.outputs.size(); ++i) result[graph.outputs[i]->name] = outs[i];
   return result;

@@ -226,6 +226,10 @@ absl::Status CpuEngine::BuildKernels() {
       ++info_.fallback_ops;
       fallback_types.insert(node.domain.empty() ? node.op_type : node.domain + "." + node.op_type);
     }
+    // The products a quantized graph computes on integers (fuse_qdq's, or the model's own).
+    if (node.domain.empty() && (node.op_type == "QLinearConv" || node.op_type == "QLinearMatMul")) {
+      ++info_.int8_ops;
+    }
     const int y = ctx_.SlotOf(node.output(0));
     const std::string label = (k->is_fallback() ? "[ref] " : "") + node.op_type + " " +
                               node.name + (y < 0 ? "" : " " + ShapeToString(ctx_.slots[y].shape));

@@ -22,6 +22,7 @@
 #include "server/metrics/kiln_metrics.h"
 #include "server/model/bucket_engines.h"
 #include "server/model/cached_bucket.h"
+#include "server/model/calibration.h"
 #include "server/model/dim_profiles.h"
 #include "server/model/engine_factory.h"
 #include "server/model/model_dims.h"
@@ -90,7 +91,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     if (!failed) return r;
     if (pipeline.precision != "float32" && !failed->nonfinite) {
       // The lowered products exceed the budget: no pass is at fault, the precision is.
-      FallBack(batch, d, pipeline, check);
+      FallBack(batch, d, config.device, pipeline, check);
       --attempt;
       continue;
     }
@@ -167,6 +168,7 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
   if (config.warmup.enabled) {
     ASSIGN_OR_RETURN(cases, CasesFor(*rows, *raw, batch, config, times));
   }
+  RETURN_IF_ERROR(EnsureCalibration(rows, config, pipeline, check, times));
   ASSIGN_OR_RETURN(BucketResult r,
                    CompileAndCheck(imported, *raw, batch, config, cases, pipeline, check, times));
   if (cache.cache) {
@@ -181,21 +183,24 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
   return r;
 }
 
-// `prefer: fastest`: the first bucket's lowered engine against float32 (precision_speed.h);
-// when float32 wins, this bucket is rebuilt (and checked) in float32 and every later one
-// compiles in float32.
+// `prefer: fastest`: the first bucket's lowered engine against its rivals (precision_speed.h:
+// float32 for bf16; bf16 and float32 for int8); when a rival wins, this bucket is rebuilt
+// (and checked) at the fastest rival's precision, which then faces its own rivals, and every
+// later bucket compiles at the winner's.
 absl::Status PreferFaster(const Graph& imported, int64_t batch, size_t position,
                           const ModelConfig& config, const CacheContext& cache,
                           PipelineOptions& pipeline, CheckSummary& check, CheckRows* rows,
                           LoadTimes& times, BucketResult& r) {
-  if (position != 0 || !ShouldCompareSpeed(config, pipeline, *r.engine)) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const bool exact_faster,
-                   Float32IsFaster(imported, batch, config, pipeline, *r.engine, check));
-  if (!exact_faster) return absl::OkStatus();
-  pipeline.precision = "float32";
-  check.max_abs_err = check.max_rel_err = check.norm_rel_err = 0;  // the lowered engine's
-  ASSIGN_OR_RETURN(
-      r, BuildBucket(imported, batch, position, config, cache, pipeline, check, rows, times));
+  while (position == 0 && ShouldCompareSpeed(config, pipeline, *r.engine)) {
+    ASSIGN_OR_RETURN(const std::string rival,
+                     FasterRival(imported, batch, config, pipeline,
+                                 RivalsOf(pipeline.precision, config.device), *r.engine, check));
+    if (rival.empty()) return absl::OkStatus();
+    pipeline.precision = rival;
+    check.max_abs_err = check.max_rel_err = check.norm_rel_err = 0;  // the lowered engine's
+    ASSIGN_OR_RETURN(
+        r, BuildBucket(imported, batch, position, config, cache, pipeline, check, rows, times));
+  }
   return absl::OkStatus();
 }
 
@@ -315,7 +320,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   pipeline.disabled = config.disabled_passes;
   for (const std::string& p : PassesOffOn(config.device)) pipeline.disabled.insert(p);
   if (config.precision.mode == "auto") {
-    const std::string lower = LowerPrecisionOn(config.device);
+    const std::string lower = LowestPrecisionOn(config.device, config.precision);
     const std::string& start = config.precision.start;
     if (lower.empty()) {
       m.check.precision_message = "no lower precision on " + config.device + " here; float32";
@@ -323,7 +328,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
       pipeline.precision = lower;
     } else {
       // A shape's engines start where the model's settled (a mix of buckets: float32).
-      pipeline.precision = passes::IsLowerPrecision(start) ? start : "float32";
+      pipeline.precision = passes::IsLowerPrecision(start) || start == "int8" ? start : "float32";
     }
   }
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
@@ -380,6 +385,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     m.signature.outputs.push_back(std::move(s));
   }
   m.check.precision = PrecisionOf(precision_by_bucket);
+  m.calibration = pipeline.calibration;
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
   if (m.signature.dynamic() && config.shape_classes == "auto") ProveClasses(model, config, m);
   return m;
@@ -396,6 +402,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
   c.instances = 1;                           // a shape's batcher runs one batch at a time
   c.shape_classes = "off";                   // proven (or refused) once, by the model's own build
   c.precision.start = base.check.precision;  // the model's check's verdict
+  c.precision.calibration = base.calibration;
   if (!check) c.warmup.enabled = false;
   c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
   if (!base.engines.empty() && !base.engines.begin()->second.empty()) {

@@ -92,6 +92,9 @@ struct BuiltModel {
   // The folds of the model's large constants, shared by every later build of its shapes so
   // their engines share one prepacked copy of each weight.
   std::shared_ptr<passes::FoldCache> fold_cache;
+  // The int8 calibration the engines were quantized with (null unless int8 was tried); a
+  // shape's engines reuse it (their own build has no warm-up rows when unchecked).
+  std::shared_ptr<const passes::Calibration> calibration;
 };
 
 // At most this many class combinations of a model's dynamic dims (each with an engine per

@@ -78,6 +78,8 @@ absl::Status ApplyPrecision(const YAML::Node& node, PrecisionConfig& p) {
     } else if (key == "prefer") {
       RETURN_IF_ERROR(Read(v, full, p.prefer));
       if (p.prefer != "fastest" && p.prefer != "lowest") return BadKey(full, "fastest or lowest");
+    } else if (key == "int8") {
+      RETURN_IF_ERROR(Read(v, full, p.int8));
     } else if (key == "max_abs_error" || key == "max_rel_error") {
       double& out = key == "max_abs_error" ? p.max_abs_error : p.max_rel_error;
       RETURN_IF_ERROR(Read(v, full, out));

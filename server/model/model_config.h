@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <utility>
@@ -37,7 +38,7 @@ struct WarmupConfig {
 // compiler lower the weight products to bfloat16 where the device multiplies bf16 natively
 // (cpu: AVX512_BF16 or AMX); the warm-up check then holds every output's relative error
 // ||engine - reference|| / ||reference|| within max_rel_error, with an element-wise guard
-// (server/model/precision.h), and over the budget steps up bf16 -> bf16-mixed -> float32,
+// (server/model/precision.h), and over the budget steps up [int8 ->] bf16 -> bf16-mixed -> float32,
 // GetModel saying why.
 struct PrecisionConfig {
   std::string mode = "float32";  // float32 | auto
@@ -45,9 +46,15 @@ struct PrecisionConfig {
   // fastest: a lowered engine within the budget is served only when it also runs faster than
   // float32 (server/model/precision_speed.h); lowest: the lowest precision within the budget.
   std::string prefer = "fastest";
-  // Not a config key: where auto starts (a shape's engines start at what the model's own
-  // build settled on); empty: the device's lowest.
+  // int8: true: auto tries int8 first (before bf16), the weight products quantized with
+  // activation ranges calibrated on the warm-up inputs (server/model/calibration.h); off by
+  // default, as a calibration is only as good as the inputs it saw (ship samples).
+  bool int8 = false;
+  // Not config keys: where auto starts (a shape's engines start at what the model's own
+  // build settled on; empty: the device's lowest), and the model's int8 calibration, which
+  // its shapes' engines reuse.
   std::string start;
+  std::shared_ptr<const passes::Calibration> calibration;
 };
 
 struct ModelConfig {

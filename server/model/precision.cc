@@ -5,16 +5,42 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/model/engine_factory.h"
 
 namespace kiln::server {
 
 std::string BucketPrecision(const runtime::Engine& engine, const std::string& compiled_at) {
+  if (compiled_at == "int8") return engine.info().int8_ops > 0 ? compiled_at : "float32";
   return engine.info().bf16_ops > 0 ? compiled_at : "float32";
+}
+
+std::string LowestPrecisionOn(const std::string& device, const PrecisionConfig& precision) {
+  if (precision.int8 && PassesOffOn(device).count("fuse_qdq") == 0) return "int8";
+  return LowerPrecisionOn(device);
+}
+
+std::string NextPrecision(const std::string& precision, const std::string& device) {
+  if (precision == "int8") {
+    const std::string lower = LowerPrecisionOn(device);
+    return lower.empty() ? "float32" : lower;
+  }
+  return precision == "bf16" ? "bf16-mixed" : "float32";
+}
+
+void StepUp(const std::string& device, const std::string& why, PipelineOptions& pipeline,
+            CheckSummary& check) {
+  const std::string next = NextPrecision(pipeline.precision, device);
+  absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ", why, "; ",
+                  next);
+  spdlog::warn("precision: {}", check.precision_message);
+  pipeline.precision = next;
 }
 
 std::string PrecisionOf(const std::map<int64_t, std::string>& by_bucket) {
   // Precision -> its batch sizes, the lowest precision first (the ladder's order).
-  auto rank = [](const std::string& p) { return p == "bf16" ? 0 : p == "bf16-mixed" ? 1 : 2; };
+  auto rank = [](const std::string& p) {
+    return p == "int8" ? 0 : p == "bf16" ? 1 : p == "bf16-mixed" ? 2 : 3;
+  };
   auto lower = [&](const std::string& a, const std::string& b) {
     return rank(a) != rank(b) ? rank(a) < rank(b) : a < b;
   };
@@ -49,16 +75,13 @@ void WithinBudget(const ModelConfig& config, const PipelineOptions& pipeline,
                               config.precision.max_rel_error);
 }
 
-void FallBack(int64_t batch, const check::Divergence& d, PipelineOptions& pipeline,
-              CheckSummary& check) {
-  const std::string next = pipeline.precision == "bf16" ? "bf16-mixed" : "float32";
-  absl::StrAppend(
-      &check.precision_message, check.precision_message.empty() ? "" : "; ",
-      absl::StrFormat("%s exceeded the budget on batch %d (relative error %.3g, "
-                      "max_abs_err %.3g: %s); %s",
-                      pipeline.precision, batch, d.norm_rel_err, d.max_abs_err, d.message, next));
-  spdlog::warn("precision: {}", check.precision_message);
-  pipeline.precision = next;
+void FallBack(int64_t batch, const check::Divergence& d, const std::string& device,
+              PipelineOptions& pipeline, CheckSummary& check) {
+  StepUp(device,
+         absl::StrFormat("%s exceeded the budget on batch %d (relative error %.3g, "
+                         "max_abs_err %.3g: %s)",
+                         pipeline.precision, batch, d.norm_rel_err, d.max_abs_err, d.message),
+         pipeline, check);
 }
 
 std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipeline) {

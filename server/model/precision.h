@@ -30,21 +30,33 @@ void WithinBudget(const ModelConfig& config, const PipelineOptions& pipeline, ch
 // budget it was verified within (a tighter budget must not take a looser one's entry).
 std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipeline);
 
-// A lowered engine failed the budget on `batch` with `d`: this and every later bucket
-// compile one step up, bf16 -> bf16-mixed (attention's score projections in float32) ->
-// float32, and `check` says why (the errors measured go to the message, not to the summary
-// of the served engines).
-void FallBack(int64_t batch, const check::Divergence& d, PipelineOptions& pipeline,
-              CheckSummary& check);
+// The first precision auto tries on `device`: int8 where the config allows it and the
+// device has integer kernels (fuse_qdq runs there), else the device's lower float precision
+// (bf16), else "" (float32 only).
+std::string LowestPrecisionOn(const std::string& device, const PrecisionConfig& precision);
+
+// The ladder's next step up from `precision`: int8 -> bf16 (float32 where `device` has no
+// bf16) -> bf16-mixed (attention's score projections in float32) -> float32.
+std::string NextPrecision(const std::string& precision, const std::string& device);
+
+// This and every later bucket compile one step up the ladder, `check` saying `why`.
+void StepUp(const std::string& device, const std::string& why, PipelineOptions& pipeline,
+            CheckSummary& check);
+
+// A lowered engine failed the budget on `batch` with `d`: StepUp, saying so (the errors
+// measured go to the message, not to the summary of the served engines).
+void FallBack(int64_t batch, const check::Divergence& d, const std::string& device,
+              PipelineOptions& pipeline, CheckSummary& check);
 
 // What one bucket's engine computes in: the precision its compile lowered to (`compiled_at`,
-// after any fallback), or "float32" when the engine has no bf16 product.
+// after any fallback), or "float32" when the engine has no product in it (no bf16 product
+// for bf16, no integer one for int8).
 std::string BucketPrecision(const runtime::Engine& engine, const std::string& compiled_at);
 
 // What the model's engines compute in, from each bucket's BucketPrecision: that precision
-// when every bucket agrees ("float32", "bf16", "bf16-mixed"), else each one with its buckets,
-// lowest first ("bf16 (batch 1, 2), bf16-mixed (batch 8)"), which a shape's engines read as
-// float32.
+// when every bucket agrees ("float32", "int8", "bf16", "bf16-mixed"), else each one with its
+// buckets, lowest first ("bf16 (batch 1, 2), bf16-mixed (batch 8)"), which a shape's engines read
+// as float32.
 std::string PrecisionOf(const std::map<int64_t, std::string>& by_bucket);
 
 }  // namespace kiln::server

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "compiler/compile.h"
 #include "server/model/bucket_engines.h"
+#include "server/model/engine_factory.h"
 
 namespace kiln::server {
 namespace {
@@ -27,11 +28,11 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-absl::StatusOr<SpeedComparison> CompareSpeed(runtime::Engine& lowered, runtime::Engine& float32,
+absl::StatusOr<SpeedComparison> CompareSpeed(runtime::Engine& lowered, runtime::Engine& rival,
                                              int runs) {
   const std::vector<Tensor> inputs = ZerosFor(lowered);
-  std::vector<Tensor> out_lowered, out_float32;
-  std::vector<double> t_lowered, t_float32;
+  std::vector<Tensor> out_lowered, out_rival;
+  std::vector<double> t_lowered, t_rival;
   auto time = [&](runtime::Engine& e, std::vector<Tensor>& outs,
                   std::vector<double>& into) -> absl::Status {
     const auto t0 = std::chrono::steady_clock::now();
@@ -43,44 +44,60 @@ absl::StatusOr<SpeedComparison> CompareSpeed(runtime::Engine& lowered, runtime::
   // One untimed run each (first-touch pages, lazily created primitives), then alternating so
   // that a drift of the machine hits both alike.
   RETURN_IF_ERROR(lowered.Run(inputs, out_lowered));
-  RETURN_IF_ERROR(float32.Run(inputs, out_float32));
+  RETURN_IF_ERROR(rival.Run(inputs, out_rival));
   for (int i = 0; i < runs; ++i) {
     RETURN_IF_ERROR(time(lowered, out_lowered, t_lowered));
-    RETURN_IF_ERROR(time(float32, out_float32, t_float32));
+    RETURN_IF_ERROR(time(rival, out_rival, t_rival));
   }
   SpeedComparison c;
   c.lowered_ms = Median(t_lowered);
-  c.float32_ms = Median(t_float32);
-  c.keep_lowered = c.lowered_ms <= (1 - kLowerPrecisionMinGain) * c.float32_ms;
+  c.rival_ms = Median(t_rival);
+  c.keep_lowered = c.lowered_ms <= (1 - kLowerPrecisionMinGain) * c.rival_ms;
   return c;
 }
 
 bool ShouldCompareSpeed(const ModelConfig& config, const PipelineOptions& pipeline,
                         const runtime::Engine& engine) {
-  return config.precision.mode == "auto" && config.precision.prefer == "fastest" &&
-         pipeline.precision != "float32" && engine.info().bf16_ops > 0;
+  if (config.precision.mode != "auto" || config.precision.prefer != "fastest") return false;
+  if (pipeline.precision == "int8") return engine.info().int8_ops > 0;
+  return pipeline.precision != "float32" && engine.info().bf16_ops > 0;
 }
 
-absl::StatusOr<bool> Float32IsFaster(const Graph& imported, int64_t batch,
-                                     const ModelConfig& config, const PipelineOptions& pipeline,
-                                     runtime::Engine& lowered, CheckSummary& check) {
-  CompileOptions options;
-  options.batch = batch;
-  options.pipeline = pipeline;
-  options.pipeline.precision = "float32";
-  options.allow_dynamic_shapes = true;
-  ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(imported, options));
-  ASSIGN_OR_RETURN(auto exact, FirstEngine(config, config.cpu_layout, compiled));
-  ASSIGN_OR_RETURN(SpeedComparison c, CompareSpeed(lowered, *exact));
-  const std::string verdict = absl::StrFormat(
-      "%s %.3g ms vs float32 %.3g ms at batch %d: %s", pipeline.precision, c.lowered_ms,
-      c.float32_ms, batch,
-      c.keep_lowered ? pipeline.precision
-                     : absl::StrFormat("float32 (the lower precision must save %.0f%%)",
-                                       100 * kLowerPrecisionMinGain));
-  absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ", verdict);
-  spdlog::info("precision: {}", verdict);
-  return !c.keep_lowered;
+std::vector<std::string> RivalsOf(const std::string& precision, const std::string& device) {
+  const std::string lower = LowerPrecisionOn(device);
+  if (precision == "int8" && !lower.empty()) return {lower, "float32"};
+  return {"float32"};
+}
+
+absl::StatusOr<std::string> FasterRival(const Graph& imported, int64_t batch,
+                                        const ModelConfig& config, const PipelineOptions& pipeline,
+                                        const std::vector<std::string>& rivals,
+                                        runtime::Engine& lowered, CheckSummary& check) {
+  std::string winner;
+  double winner_ms = 0;
+  for (const std::string& rival : rivals) {
+    CompileOptions options;
+    options.batch = batch;
+    options.pipeline = pipeline;
+    options.pipeline.precision = rival;
+    options.allow_dynamic_shapes = true;
+    ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(imported, options));
+    ASSIGN_OR_RETURN(auto engine, FirstEngine(config, config.cpu_layout, compiled));
+    ASSIGN_OR_RETURN(SpeedComparison c, CompareSpeed(lowered, *engine));
+    const std::string verdict = absl::StrFormat(
+        "%s %.3g ms vs %s %.3g ms at batch %d: %s", pipeline.precision, c.lowered_ms, rival,
+        c.rival_ms, batch,
+        c.keep_lowered ? pipeline.precision
+                       : absl::StrFormat("%s (the lower precision must save %.0f%%)", rival,
+                                         100 * kLowerPrecisionMinGain));
+    absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ", verdict);
+    spdlog::info("precision: {}", verdict);
+    if (!c.keep_lowered && (winner.empty() || c.rival_ms < winner_ms)) {
+      winner = rival;
+      winner_ms = c.rival_ms;
+    }
+  }
+  return winner;
 }
 
 }  // namespace kiln::server

@@ -1,10 +1,11 @@
 // `precision: {mode: auto, prefer: fastest}`: a lowered engine that passed its budget is
-// served only when it is also faster. The first bucket's lowered engine is timed against a
-// float32 engine of the same bucket, built here for the comparison; equal speed keeps the
-// exact arithmetic.
+// served only when it is also faster. The first bucket's lowered engine is timed against its
+// rivals' engines of the same bucket (float32; for int8 also bf16), built here for the
+// comparison; equal speed keeps the higher precision.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "compiler/pipeline.h"
@@ -16,29 +17,35 @@
 namespace kiln::server {
 
 struct SpeedComparison {
-  double lowered_ms = 0, float32_ms = 0;  // median of the interleaved runs
+  double lowered_ms = 0, rival_ms = 0;  // medians of the interleaved runs
   bool keep_lowered = true;
 };
 
-// The lower precision must save at least this share of the float32 time to be served.
+// The lower precision must save at least this share of its rival's time to be served.
 inline constexpr double kLowerPrecisionMinGain = 0.05;
 
-// Runs `lowered` and `float32` alternately `runs` times each on zeros of their inputs (same
+// Runs `lowered` and `rival` alternately `runs` times each on zeros of their inputs (same
 // specs) and compares their medians.
-absl::StatusOr<SpeedComparison> CompareSpeed(runtime::Engine& lowered, runtime::Engine& float32,
+absl::StatusOr<SpeedComparison> CompareSpeed(runtime::Engine& lowered, runtime::Engine& rival,
                                              int runs = 7);
 
 // Whether the model's build should time its first bucket: auto precision preferring the
-// fastest, a lowered compile, an engine that has bf16 products (from the cache too, so a
-// restart decides as the first load did).
+// fastest, a lowered compile, an engine with products in that precision (from the cache too,
+// so a restart decides as the first load did).
 bool ShouldCompareSpeed(const ModelConfig& config, const PipelineOptions& pipeline,
                         const runtime::Engine& engine);
 
-// Compiles and builds `imported` at `batch` in float32 (the pipeline's passes otherwise) and
-// compares it with `lowered`; says the verdict in check.precision_message. True when float32
-// should be served instead.
-absl::StatusOr<bool> Float32IsFaster(const Graph& imported, int64_t batch,
-                                     const ModelConfig& config, const PipelineOptions& pipeline,
-                                     runtime::Engine& lowered, CheckSummary& check);
+// What a lowered engine must beat to be served: float32, and for int8 also the device's
+// lower float precision (bf16).
+std::vector<std::string> RivalsOf(const std::string& precision, const std::string& device);
+
+// Compiles and builds `imported` at `batch` at each of `rivals` (the pipeline's passes
+// otherwise; unchecked, for the timing only) and compares each with `lowered`; says the
+// verdicts in check.precision_message. The fastest rival that `lowered` does not beat by
+// kLowerPrecisionMinGain, or "" when it beats them all.
+absl::StatusOr<std::string> FasterRival(const Graph& imported, int64_t batch,
+                                        const ModelConfig& config, const PipelineOptions& pipeline,
+                                        const std::vector<std::string>& rivals,
+                                        runtime::Engine& lowered, CheckSummary& check);
 
 }  // namespace kiln::server

@@ -73,8 +73,9 @@ absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bo
   rows.raw = imported.Clone();
   RETURN_IF_ERROR(shape::Specialize(*rows.raw, batch));
   // Shipped sample inputs first (warmup_samples.h), when one set fits the shapes.
-  if (std::optional<ref::TensorMap> sample = SampleFeed(samples, *rows.raw, batchable)) {
-    rows.feed = std::move(*sample);
+  rows.samples = SampleFeeds(samples, *rows.raw, batchable, kMaxCalibrationSets);
+  if (!rows.samples.empty()) {
+    rows.feed = rows.samples.front();
   } else {
     ASSIGN_OR_RETURN(rows.feed, check::RandomInputs(*rows.raw, RangesOf(config.warmup, *rows.raw)));
   }

@@ -38,12 +38,17 @@ struct CheckRows {
   std::unique_ptr<Graph> raw;  // the raw graph at `batch`
   ref::TensorMap feed, nonfinite;
   ref::TensorMap distractor;  // rows placed between the checked ones in larger buckets
-  bool tileable = false;      // batchable, and every output has the batch as dim 0
+  // Every shipped sample set that fits `raw` (at most kMaxCalibrationSets): what int8
+  // calibrates on (server/model/calibration.h); empty without samples.
+  std::vector<ref::TensorMap> samples;
+  bool tileable = false;  // batchable, and every output has the batch as dim 0
   bool ran = false;
   ref::TensorMap want, want_nonfinite;
   bool nonfinite_usable = true;  // the reference accepted the non-finite feed
   std::string nonfinite_refusal;
 };
+
+inline constexpr size_t kMaxCalibrationSets = 64;
 
 absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bool batchable,
                                         const ModelConfig& config, const WarmupSamples& samples);

@@ -113,23 +113,35 @@ bool Fits(const Tensor& t, const Value& in, bool batchable) {
 
 }  // namespace
 
-std::optional<ref::TensorMap> SampleFeed(const WarmupSamples& samples, const Graph& raw,
-                                         bool batchable) {
+std::vector<ref::TensorMap> SampleFeeds(const WarmupSamples& samples, const Graph& raw,
+                                        bool batchable, size_t limit) {
+  std::vector<ref::TensorMap> feeds;
   for (const ref::TensorMap& set : samples.sets) {
+    if (feeds.size() >= limit) break;
     bool fits = true;
     for (const Value* in : raw.inputs) {
       auto it = set.find(in->name);
       fits = fits && it != set.end() && Fits(it->second, *in, batchable);
     }
     if (!fits) continue;
-    if (!batchable) return set;
+    if (!batchable) {
+      feeds.push_back(set);
+      continue;
+    }
     ref::TensorMap only;  // the model's inputs, nothing else the set may carry
     for (const Value* in : raw.inputs) only[in->name] = set.at(in->name);
     const int64_t batch = (*raw.inputs[0]->shape)[0].value;
     absl::StatusOr<ref::TensorMap> tiled = check::TileRows({&only}, batch);
-    if (tiled.ok()) return *std::move(tiled);
+    if (tiled.ok()) feeds.push_back(*std::move(tiled));
   }
-  return std::nullopt;
+  return feeds;
+}
+
+std::optional<ref::TensorMap> SampleFeed(const WarmupSamples& samples, const Graph& raw,
+                                         bool batchable) {
+  std::vector<ref::TensorMap> feeds = SampleFeeds(samples, raw, batchable, 1);
+  if (feeds.empty()) return std::nullopt;
+  return std::move(feeds.front());
 }
 
 }  // namespace kiln::server

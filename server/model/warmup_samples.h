@@ -39,6 +39,9 @@ std::map<std::string, int64_t> SampleDims(const WarmupSamples& samples, const Gr
 // A feed for `raw` (shapes static, the batch at dim 0 when `batchable`) from the first set
 // that has every input with its dtype and its dims (past dim 0 when batchable: the set's
 // rows are cycled to the batch); nullopt when none fits.
+// Every set that fits, so (up to `limit`), in name order: int8's calibration data.
+std::vector<ref::TensorMap> SampleFeeds(const WarmupSamples& samples, const Graph& raw,
+                                        bool batchable, size_t limit);
 std::optional<ref::TensorMap> SampleFeed(const WarmupSamples& samples, const Graph& raw,
                                          bool batchable);
 

@@ -10,6 +10,7 @@
 
 #include "ir/builder.h"
 #include "runtime/cpu/isa.h"
+#include "server/model/engine_factory.h"
 #include "server/model/model_builder.h"
 #include "server/model/model_config.h"
 #include "server/model/precision.h"
@@ -31,9 +32,14 @@ TEST(PrecisionConfig, ParsesModeAndBudgetAndRefusesTheRest) {
   c = ParseModelConfig("precision: {mode: auto, prefer: lowest}\n", {}, "t");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->precision.prefer, "lowest");
-  for (const char* bad : {"precision: {mode: fast}\n", "precision: {max_abs_error: -1}\n",
-                          "precision: {prefer: smallest}\n", "precision: {max_rel_error: .nan}\n",
-                          "precision: {budget: 1}\n", "precision: auto\n"}) {
+  EXPECT_FALSE(c->precision.int8);  // int8 only when asked for
+  c = ParseModelConfig("precision: {mode: auto, int8: true}\n", {}, "t");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->precision.int8);
+  for (const char* bad :
+       {"precision: {mode: fast}\n", "precision: {max_abs_error: -1}\n",
+        "precision: {int8: sometimes}\n", "precision: {prefer: smallest}\n",
+        "precision: {max_rel_error: .nan}\n", "precision: {budget: 1}\n", "precision: auto\n"}) {
     absl::StatusOr<ModelConfig> r = ParseModelConfig(bad, {}, "t");
     EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << bad;
     if (!r.ok()) {
@@ -54,10 +60,13 @@ std::unique_ptr<Graph> TwoLayers() {
   return b.Build();
 }
 
-BuiltModel Build(double budget, const char* prefer = "lowest") {
+BuiltModel Build(double budget, const char* prefer = "lowest", bool int8 = false,
+                 bool warmup = true) {
   ModelConfig config;
   config.max_batch_size = 2;
   config.precision.mode = "auto";
+  config.precision.int8 = int8;
+  config.warmup.enabled = warmup;
   config.precision.prefer = prefer;
   config.precision.max_abs_error = config.precision.max_rel_error = budget;
   EXPECT_TRUE(FinalizeModelConfig(config).ok());
@@ -90,10 +99,57 @@ TEST(PrecisionAuto, ServesBf16WithinTheBudgetAndFloat32Beyond) {
   for (const auto& [batch, list] : tight.engines) EXPECT_EQ(list[0]->info().bf16_ops, 0) << batch;
 }
 
-// An engine that only reports how many bf16 products it has.
+bool Int8Here() { return PassesOffOn("cpu").count("fuse_qdq") == 0; }
+
+// int8: true puts int8 first on the ladder: within the budget its integer products are
+// served; beyond it the ladder climbs through bf16 (where the CPU has it) to float32, each
+// step said; without warm-up rows there is nothing to calibrate on.
+TEST(PrecisionAuto, Int8IsCalibratedAndServedWithinTheBudget) {
+  BuiltModel loose = Build(0.05, "lowest", /*int8=*/true);
+  BuiltModel tight = Build(1e-7, "lowest", /*int8=*/true);
+  ASSERT_TRUE(loose.check.ok && tight.check.ok);
+  if (!Int8Here()) {
+    EXPECT_EQ(loose.check.precision.find("int8"), std::string::npos) << loose.check.precision;
+    GTEST_SKIP() << "this CPU (at the ISA level in force) has no int8 dot product";
+  }
+  EXPECT_EQ(loose.check.precision, "int8") << loose.check.precision_message;
+  ASSERT_NE(loose.calibration, nullptr);
+  EXPECT_TRUE(loose.calibration->count("x"));
+  for (const auto& [batch, list] : loose.engines) EXPECT_GT(list[0]->info().int8_ops, 0) << batch;
+  EXPECT_GT(loose.check.norm_rel_err, 0.0);
+  EXPECT_LE(loose.check.norm_rel_err, 0.05);
+  EXPECT_NE(tight.check.precision_message.find("int8 exceeded the budget"), std::string::npos)
+      << tight.check.precision_message;
+  EXPECT_EQ(tight.check.precision, "float32") << tight.check.precision_message;
+  for (const auto& [batch, list] : tight.engines) EXPECT_EQ(list[0]->info().int8_ops, 0) << batch;
+  BuiltModel unchecked = Build(0.05, "lowest", /*int8=*/true, /*warmup=*/false);
+  EXPECT_NE(unchecked.check.precision_message.find("int8 needs the warm-up inputs"),
+            std::string::npos)
+      << unchecked.check.precision_message;
+  EXPECT_EQ(unchecked.check.precision.find("int8"), std::string::npos);
+}
+
+TEST(PrecisionAuto, TheLadderAndTheRivals) {
+  const bool bf16 = !LowerPrecisionOn("cpu").empty();
+  EXPECT_EQ(NextPrecision("int8", "cpu"), bf16 ? "bf16" : "float32");
+  EXPECT_EQ(NextPrecision("bf16", "cpu"), "bf16-mixed");
+  EXPECT_EQ(NextPrecision("bf16-mixed", "cpu"), "float32");
+  EXPECT_EQ(RivalsOf("int8", "cpu"), bf16 ? std::vector<std::string>({"bf16", "float32"})
+                                          : std::vector<std::string>({"float32"}));
+  EXPECT_EQ(RivalsOf("bf16", "cpu"), std::vector<std::string>({"float32"}));
+  PrecisionConfig p;
+  EXPECT_NE(LowestPrecisionOn("cpu", p), "int8");  // not without int8: true
+  p.int8 = true;
+  EXPECT_EQ(LowestPrecisionOn("cpu", p) == "int8", Int8Here());
+}
+
+// An engine that only reports how many bf16 (and int8) products it has.
 class InfoEngine : public runtime::Engine {
  public:
-  explicit InfoEngine(int bf16_ops) { info_.bf16_ops = bf16_ops; }
+  explicit InfoEngine(int bf16_ops, int int8_ops = 0) {
+    info_.bf16_ops = bf16_ops;
+    info_.int8_ops = int8_ops;
+  }
   const runtime::EngineInfo& info() const override { return info_; }
   const std::vector<runtime::TensorSpec>& inputs() const override { return specs_; }
   const std::vector<runtime::TensorSpec>& outputs() const override { return specs_; }
@@ -119,6 +175,10 @@ TEST(PrecisionOf, NamesEachBucketsStepWhenTheyDiffer) {
             "bf16 (batch 1, 2), bf16-mixed (batch 8)");
   EXPECT_EQ(PrecisionOf({{1, "bf16"}, {4, "float32"}, {8, "bf16-mixed"}}),
             "bf16 (batch 1), bf16-mixed (batch 8), float32 (batch 4)");
+  EXPECT_EQ(BucketPrecision(InfoEngine(0, 3), "int8"), "int8");
+  EXPECT_EQ(BucketPrecision(InfoEngine(0, 0), "int8"), "float32");
+  EXPECT_EQ(BucketPrecision(InfoEngine(0, 3), "float32"), "float32");  // a QDQ model's own
+  EXPECT_EQ(PrecisionOf({{1, "int8"}, {8, "bf16"}}), "int8 (batch 1), bf16 (batch 8)");
   // A precision outside the ladder is named too, after it.
   EXPECT_EQ(PrecisionOf({{1, "bf16"}, {2, "fp16"}}), "bf16 (batch 1), fp16 (batch 2)");
 }
@@ -148,14 +208,14 @@ TEST(PrecisionSpeed, TheLowerPrecisionIsServedOnlyWhenItIsFaster) {
   absl::StatusOr<SpeedComparison> c = CompareSpeed(fast, slow, 3);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->keep_lowered);
-  EXPECT_LT(c->lowered_ms, c->float32_ms);
+  EXPECT_LT(c->lowered_ms, c->rival_ms);
   // Negative: slower, or no faster than float32, keeps the exact arithmetic.
   c = CompareSpeed(slow, fast, 3);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->keep_lowered);
   c = CompareSpeed(same, slow, 3);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_FALSE(c->keep_lowered) << c->lowered_ms << " vs " << c->float32_ms;
+  EXPECT_FALSE(c->keep_lowered) << c->lowered_ms << " vs " << c->rival_ms;
 }
 
 // `prefer: fastest` (the default) times the first bucket and serves what it says: whichever

@@ -18,6 +18,7 @@
 #include "compiler/shape/infer.h"
 #include "compiler/shape/last_position.h"
 #include "runtime/backend.h"
+#include "runtime/check/calibrate.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "tools/kiln/commands.h"
@@ -42,7 +43,8 @@ struct BenchArgs {
   std::map<std::string, std::vector<double>> binds;  // --bind: inputs fixed before compiling
   std::string last_position;  // --last-position: that output cut to its last position
   bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
-  std::string precision = "float32";  // --precision bf16: the weight products in bfloat16
+  // --precision bf16: the weight products in bfloat16; int8: quantized (quantize_int8.h)
+  std::string precision = "float32";
 };
 
 absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& v) {
@@ -104,8 +106,9 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
   }
   if (b.model.empty()) return absl::InvalidArgumentError("no MODEL given");
-  if (b.precision != "float32" && !passes::IsLowerPrecision(b.precision)) {
-    return absl::InvalidArgumentError("--precision: float32, bf16 or bf16-mixed (got " + b.precision + ")");
+  if (b.precision != "float32" && b.precision != "int8" && !passes::IsLowerPrecision(b.precision)) {
+    return absl::InvalidArgumentError("--precision: float32, int8, bf16 or bf16-mixed (got " +
+                                      b.precision + ")");
   }
   RETURN_IF_ERROR(runtime::FindBackend(b.backend).status());
   return b;
@@ -129,6 +132,19 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildBenchEngine(const BenchArg
   return backend->Build(b.backend, compiled, o);
 }
 
+// int8's activation ranges, from the reference on one random feed of the graph as the bench
+// binds it (its O0 compile: names unchanged). A bench figure, not a served model's
+// calibration (kilnd calibrates on the warm-up rows).
+absl::StatusOr<std::shared_ptr<const passes::Calibration>> CalibrateOnRandomInputs(
+    const Graph& graph, const CompileOptions& co) {
+  CompileOptions plain = co;
+  plain.pipeline.level = OptLevel::kO0;
+  plain.pipeline.precision = "float32";
+  ASSIGN_OR_RETURN(CompiledGraph raw, CompileGraph(graph, plain));
+  ASSIGN_OR_RETURN(ref::TensorMap feed, check::RandomInputs(*raw.graph, {}));
+  return check::Calibrate(*raw.graph, {&feed});
+}
+
 absl::Status Bench(const BenchArgs& b) {
   ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, onnx_io::ImportModelFile(b.model));
   RETURN_IF_ERROR(shape::BindInputValues(*graph, b.binds));
@@ -146,6 +162,9 @@ absl::Status Bench(const BenchArgs& b) {
   co.pipeline.level = b.opt;
   co.pipeline.disabled = PassesOffHere(b.backend);
   co.pipeline.precision = b.precision;
+  if (b.precision == "int8") {
+    ASSIGN_OR_RETURN(co.pipeline.calibration, CalibrateOnRandomInputs(*graph, co));
+  }
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, BuildBenchEngine(b, compiled));
   ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));
@@ -194,6 +213,7 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("weight_bytes", info.weight_bytes);
   w.Field("precision", b.precision);
   w.Field("bf16_ops", static_cast<int64_t>(info.bf16_ops));
+  w.Field("int8_ops", static_cast<int64_t>(info.int8_ops));
   std::printf("%s}\n", w.text().c_str());
   if (!b.json_path.empty()) {
     // The file also carries every timed run, for scripts that pool runs across processes.

@@ -1,0 +1,253 @@
+#include "compiler/passes/quantize_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::passes {
+namespace {
+
+// DequantizeLinear takes a per-channel `axis` from opset 13.
+constexpr int64_t kQdqOpset = 13;
+
+bool IsOnnx(const Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
+
+bool Float32(const Value* v) { return v && v->dtype == DType::kFloat32; }
+
+bool ConstFloat32(const Value* v) { return Float32(v) && v->is_constant(); }
+
+struct ActivationParams {
+  float scale = 1;
+  uint8_t zero = 0;
+};
+
+// uint8, asymmetric, per tensor, over the observed range widened to include 0 (so zero
+// padding and a Relu's zeros are exact); nullopt without a finite range.
+std::optional<ActivationParams> ParamsFor(const Calibration& ranges, const Value* v) {
+  auto it = ranges.find(v->name);
+  if (it == ranges.end()) return std::nullopt;
+  const double lo = std::min<double>(it->second.lo, 0), hi = std::max<double>(it->second.hi, 0);
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return std::nullopt;
+  if (hi - lo <= 0) return ActivationParams{};  // only zeros seen
+  const float scale = static_cast<float>((hi - lo) / 255.0);
+  if (!(scale > 0) || !std::isfinite(scale)) return std::nullopt;
+  const double zero = std::clamp(std::nearbyint(-lo / scale), 0.0, 255.0);
+  return ActivationParams{scale, static_cast<uint8_t>(zero)};
+}
+
+// A Relu, or a Clip whose bounds are constants (or absent): a clamp fuse_qdq folds into the
+// quantization that follows it.
+bool IsConstantClamp(const Node* n) {
+  if (IsOnnx(n, "Relu")) return true;
+  if (!IsOnnx(n, "Clip")) return false;
+  for (size_t i : {1, 2}) {
+    if (n->input(i) && !n->input(i)->is_constant()) return false;
+  }
+  return true;
+}
+
+class Quantizer {
+ public:
+  Quantizer(Graph& graph, const Calibration& ranges, FoldCache* cache)
+      : g_(graph), ranges_(ranges), cache_(cache) {}
+
+  // A Conv or MatMul with constant float weights: its input, weights and result quantized.
+  bool Product(Node& n);
+  // A MaxPool reading a dequantized value: its result quantized alike.
+  bool MaxPool(Node& n);
+
+ private:
+  Value* Input(Value* x, const ActivationParams& p);
+  Value* Weights(Value* w, int64_t axis);
+  Value* ResultOf(const Node& n) const;
+  Value* AddPair(Value* x, Value* scale, Value* zero);
+  void QuantizeResult(Value* r, Value* scale, Value* zero);
+  Node* AddQdqNode(const char* op, std::vector<Value*> inputs, Value* out, int64_t axis = -1);
+
+  Graph& g_;
+  const Calibration& ranges_;
+  FoldCache* cache_;
+  std::unordered_map<const Value*, Value*> dequantized_;  // activation -> DQ(Q(activation))
+  std::unordered_map<const Value*, Value*> weights_;      // float weights -> DQ(int8 weights)
+};
+
+Node* Quantizer::AddQdqNode(const char* op, std::vector<Value*> inputs, Value* out, int64_t axis) {
+  Node* n = g_.AddNode(op, std::move(inputs), {out}, out->name);
+  n->opset = std::max(n->opset, kQdqOpset);
+  if (axis >= 0) n->attrs["axis"] = Attribute::Int(axis);
+  return n;
+}
+
+// x -> QuantizeLinear -> DequantizeLinear with the given constants; returns the dequantized
+// value (x's readers are not rewired).
+Value* Quantizer::AddPair(Value* x, Value* scale, Value* zero) {
+  Value* q = g_.NewValue(x->name + "_quantized");
+  q->dtype = DType::kUInt8;
+  q->shape = x->shape;
+  Value* dq = g_.NewValue(x->name + "_dequantized");
+  dq->dtype = DType::kFloat32;
+  dq->shape = x->shape;
+  AddQdqNode("QuantizeLinear", {x, scale, zero}, q);
+  AddQdqNode("DequantizeLinear", {q, scale, zero}, dq);
+  return dq;
+}
+
+// The activation as a quantized product reads it: a value a DequantizeLinear produced as it
+// is, else through one Q/DQ pair shared by every product that reads it.
+Value* Quantizer::Input(Value* x, const ActivationParams& p) {
+  if (IsOnnx(x->producer, "DequantizeLinear")) return x;
+  if (auto it = dequantized_.find(x); it != dequantized_.end()) return it->second;
+  Value* scale = g_.AddConstant(x->name + "_scale", Tensor::Scalar(DType::kFloat32, p.scale));
+  Value* zero = g_.AddConstant(x->name + "_zero_point", Tensor::Scalar(DType::kUInt8, p.zero));
+  Value* dq = AddPair(x, scale, zero);
+  dequantized_[x] = dq;
+  return dq;
+}
+
+// int8, symmetric, one scale per slice along `axis` of `t` ([q, scales]); empty for weights
+// that are not finite.
+std::vector<Tensor> QuantizeWeights(const Tensor& t, int64_t axis) {
+  const int64_t channels = t.dim(axis);
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= t.dim(d);
+  const int64_t outer = t.numel() / (channels * inner);
+  const float* src = t.data<float>();
+  std::vector<float> max_abs(channels, 0.0f);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* row = src + (o * channels + c) * inner;
+      float& m = max_abs[c];
+      for (int64_t i = 0; i < inner; ++i) {
+        if (!std::isfinite(row[i])) return {};
+        m = std::max(m, std::fabs(row[i]));
+      }
+    }
+  }
+  Tensor scales(DType::kFloat32, {channels});
+  float* s = scales.mutable_data<float>();
+  for (int64_t c = 0; c < channels; ++c) s[c] = max_abs[c] > 0 ? max_abs[c] / 127.0f : 1.0f;
+  Tensor q(DType::kInt8, t.shape());
+  int8_t* dst = q.mutable_data<int8_t>();
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t at = (o * channels + c) * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        const float v = std::nearbyint(src[at + i] / s[c]);
+        dst[at + i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+      }
+    }
+  }
+  return {std::move(q), std::move(scales)};
+}
+
+// The weights behind a DequantizeLinear of their int8 form (derived once per model with a
+// cache); nullptr for weights that are not finite.
+Value* Quantizer::Weights(Value* w, int64_t axis) {
+  if (auto it = weights_.find(w); it != weights_.end()) return it->second;
+  const Tensor& t = *w->constant;
+  auto make = [&] { return QuantizeWeights(t, axis); };
+  std::vector<Tensor> qs =
+      cache_ ? cache_->Derive("quantize_int8 axis " + std::to_string(axis), {&t}, make) : make();
+  if (qs.size() != 2) return nullptr;
+  Value* wq = g_.AddConstant(w->name + "_quantized", std::move(qs[0]));
+  Value* ws = g_.AddConstant(w->name + "_scale", std::move(qs[1]));
+  Value* out = g_.NewValue(w->name + "_dequantized");
+  out->dtype = DType::kFloat32;
+  out->shape = w->shape;
+  AddQdqNode("DequantizeLinear", {wq, ws}, out, axis);
+  weights_[w] = out;
+  return out;
+}
+
+// Where the product's result is quantized: after the Relu or Clip that is its only reader,
+// else the result itself; nullptr when that value is a graph output (outputs stay float).
+Value* Quantizer::ResultOf(const Node& n) const {
+  Value* y = n.output(0);
+  if (g_.IsGraphOutput(y)) return nullptr;
+  std::vector<Node*> readers = g_.Consumers(y);
+  if (readers.size() == 1 && IsConstantClamp(readers[0]) && readers[0]->input(0) == y) {
+    Value* r = readers[0]->output(0);
+    return g_.IsGraphOutput(r) ? nullptr : r;
+  }
+  return y;
+}
+
+// Every reader of `r` reads DQ(Q(r)) instead.
+void Quantizer::QuantizeResult(Value* r, Value* scale, Value* zero) {
+  std::vector<Node*> readers = g_.Consumers(r);
+  Value* dq = AddPair(r, scale, zero);
+  for (Node* reader : readers) {
+    for (Value*& in : reader->inputs) {
+      if (in == r) in = dq;
+    }
+  }
+  dequantized_[r] = dq;
+}
+
+bool Quantizer::Product(Node& n) {
+  const bool conv = IsOnnx(&n, "Conv");
+  if (!conv && !IsOnnx(&n, "MatMul")) return false;
+  Value* x = n.input(0);
+  Value* w = n.input(1);
+  if (!Float32(x) || x->is_constant() || !Float32(n.output(0)) || !ConstFloat32(w)) return false;
+  if (conv ? w->constant->rank() < 3 : w->constant->rank() != 2) return false;
+  if (conv && n.input(2) && !ConstFloat32(n.input(2))) return false;
+  if (!conv && (!x->shape || x->shape->size() < 2)) return false;
+  Value* r = ResultOf(n);
+  // An input already dequantized needs no range of its own.
+  const bool dequantized = IsOnnx(x->producer, "DequantizeLinear") || dequantized_.count(x) > 0;
+  const std::optional<ActivationParams> in =
+      dequantized ? std::optional<ActivationParams>(ActivationParams{}) : ParamsFor(ranges_, x);
+  const std::optional<ActivationParams> out = r ? ParamsFor(ranges_, r) : std::nullopt;
+  if (!in || !out) return false;
+  Value* wq = Weights(w, conv ? 0 : 1);
+  if (!wq) return false;
+  n.inputs[0] = Input(x, *in);
+  n.inputs[1] = wq;
+  QuantizeResult(r, g_.AddConstant(r->name + "_scale", Tensor::Scalar(DType::kFloat32, out->scale)),
+                 g_.AddConstant(r->name + "_zero_point", Tensor::Scalar(DType::kUInt8, out->zero)));
+  return true;
+}
+
+bool Quantizer::MaxPool(Node& n) {
+  if (!IsOnnx(&n, "MaxPool") || n.output(1) || !Float32(n.output(0))) return false;
+  const Node* dq = n.input(0) ? n.input(0)->producer : nullptr;
+  if (!IsOnnx(dq, "DequantizeLinear") || !dq->input(2)) return false;
+  const Value* scale = dq->input(1);
+  const Value* zero = dq->input(2);
+  if (!scale->is_constant() || scale->constant->numel() != 1 || !zero->is_constant() ||
+      zero->constant->numel() != 1 || zero->dtype != DType::kUInt8) {
+    return false;
+  }
+  Value* y = n.output(0);
+  if (g_.IsGraphOutput(y)) return false;
+  QuantizeResult(y, dq->input(1), dq->input(2));
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> QuantizeInt8(Graph& graph, const Calibration& ranges, FoldCache* cache) {
+  std::vector<Node*> order;
+  for (const auto& n : graph.nodes()) order.push_back(n.get());
+  Quantizer q(graph, ranges, cache);
+  bool changed = false;
+  for (Node* n : order) changed = (q.Product(*n) || q.MaxPool(*n)) || changed;
+  if (changed && !graph.TopologicalSort()) {
+    return absl::InternalError("quantize_int8: the quantized graph has a cycle");
+  }
+  return changed;
+}
+
+absl::StatusOr<bool> QuantizeInt8Pass::RunImpl(Graph& graph) {
+  if (!ranges_) {
+    return absl::FailedPreconditionError(
+        "quantize_int8: precision int8 needs a calibration (the activations' ranges)");
+  }
+  return QuantizeInt8(graph, *ranges_, cache_.get());
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,59 @@
+#include "server/model/calibration.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/elapsed.h"
+#include "base/stop.h"
+#include "runtime/check/calibrate.h"
+#include "server/model/precision.h"
+
+namespace kiln::server {
+
+absl::Status EnsureCalibration(CheckRows* rows, const ModelConfig& config,
+                               PipelineOptions& pipeline, CheckSummary& check, LoadTimes& times) {
+  if (pipeline.precision != "int8" || pipeline.calibration) return absl::OkStatus();
+  if (config.precision.calibration) {
+    pipeline.calibration = config.precision.calibration;
+    return absl::OkStatus();
+  }
+  if (!rows) {
+    StepUp(config.device, "int8 needs the warm-up inputs to calibrate on (warmup is off)", pipeline,
+           check);
+    return absl::OkStatus();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  // The shipped samples alone when there are any (a random row would widen the ranges past
+  // real data's), else the check's random rows.
+  std::vector<const ref::TensorMap*> feeds = {&rows->feed, &rows->distractor};
+  if (!rows->samples.empty()) {
+    feeds.clear();
+    for (const ref::TensorMap& s : rows->samples) feeds.push_back(&s);
+  }
+  absl::StatusOr<std::shared_ptr<const passes::Calibration>> ranges =
+      check::Calibrate(*rows->raw, feeds);
+  times.reference_ms += MsSince(t0);
+  if (!ranges.ok()) {
+    if (IsStopError(ranges.status())) return ranges.status();
+    StepUp(config.device, "int8 calibration failed: " + std::string(ranges.status().message()),
+           pipeline, check);
+    return absl::OkStatus();
+  }
+  // Ranges from random rows bound random data only: said where GetModel shows it.
+  const std::string on =
+      rows->samples.empty()
+          ? std::string("the seeded random warm-up rows (ship samples for real ranges)")
+          : absl::StrCat(rows->samples.size(), " sample set(s) shipped with the model");
+  absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ",
+                  "int8 calibrated on ", on);
+  spdlog::info("precision: int8 calibrated on {} ({} value ranges, {:.0f} ms)", on,
+               (*ranges)->size(), MsSince(t0));
+  pipeline.calibration = *std::move(ranges);
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server
