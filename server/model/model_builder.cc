@@ -69,6 +69,13 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     check::Divergence d;
     check::Tolerance failed_tol = tol;
     for (const CheckCase& c : cases) {
+      if (c.nonfinite && pipeline.precision == "int8") {
+        // Quantizing maps NaN and infinities to numbers: nothing to compare, and no pass to
+        // bisect for it.
+        check.nonfinite_ok = false;
+        check.nonfinite_message = "int8: quantization maps NaN and infinities to numbers";
+        continue;
+      }
       // An int8 model is compared within its quantization's own step, and every output
       // within its own scale (differential.h).
       const check::Tolerance case_tol = ToleranceFor(raw, c.want, tol);
@@ -198,6 +205,8 @@ absl::Status PreferFaster(const Graph& imported, int64_t batch, size_t position,
     if (rival.empty()) return absl::OkStatus();
     pipeline.precision = rival;
     check.max_abs_err = check.max_rel_err = check.norm_rel_err = 0;  // the lowered engine's
+    check.nonfinite_ok = true;  // int8's verdict; the rival's own check decides
+    check.nonfinite_message.clear();
     ASSIGN_OR_RETURN(
         r, BuildBucket(imported, batch, position, config, cache, pipeline, check, rows, times));
   }

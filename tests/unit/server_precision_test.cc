@@ -6,8 +6,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
+#include "compiler/onnx/tensor_proto.h"
 #include "ir/builder.h"
 #include "runtime/cpu/isa.h"
 #include "server/model/engine_factory.h"
@@ -61,8 +63,9 @@ std::unique_ptr<Graph> TwoLayers() {
 }
 
 BuiltModel Build(double budget, const char* prefer = "lowest", bool int8 = false,
-                 bool warmup = true) {
+                 bool warmup = true, const std::string& samples_dir = "") {
   ModelConfig config;
+  config.warmup.samples_dir = samples_dir;
   config.max_batch_size = 2;
   config.precision.mode = "auto";
   config.precision.int8 = int8;
@@ -118,6 +121,11 @@ TEST(PrecisionAuto, Int8IsCalibratedAndServedWithinTheBudget) {
   for (const auto& [batch, list] : loose.engines) EXPECT_GT(list[0]->info().int8_ops, 0) << batch;
   EXPECT_GT(loose.check.norm_rel_err, 0.0);
   EXPECT_LE(loose.check.norm_rel_err, 0.05);
+  // NaN quantizes to a number: the non-finite feed is skipped and said, not bisected.
+  EXPECT_FALSE(loose.check.nonfinite_ok);
+  EXPECT_NE(loose.check.nonfinite_message.find("int8"), std::string::npos);
+  EXPECT_TRUE(loose.check.disabled_passes.empty());
+  EXPECT_TRUE(tight.check.nonfinite_ok);  // float32 in the end, checked on it
   EXPECT_NE(tight.check.precision_message.find("int8 exceeded the budget"), std::string::npos)
       << tight.check.precision_message;
   EXPECT_EQ(tight.check.precision, "float32") << tight.check.precision_message;
@@ -127,6 +135,29 @@ TEST(PrecisionAuto, Int8IsCalibratedAndServedWithinTheBudget) {
             std::string::npos)
       << unchecked.check.precision_message;
   EXPECT_EQ(unchecked.check.precision.find("int8"), std::string::npos);
+  EXPECT_NE(loose.check.precision_message.find("int8 calibrated on the seeded random warm-up rows"),
+            std::string::npos)
+      << loose.check.precision_message;
+}
+
+// Shipped samples are the calibration set: every set, said so.
+TEST(PrecisionAuto, Int8CalibratesOnTheShippedSamples) {
+  if (!Int8Here()) GTEST_SKIP() << "no int8 dot product here";
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "kiln_int8_samples";
+  std::filesystem::remove_all(dir);
+  for (int k = 0; k < 3; ++k) {
+    const std::filesystem::path set = dir / ("test_data_set_" + std::to_string(k));
+    std::filesystem::create_directories(set);
+    ASSERT_TRUE(
+        onnx_io::WriteTensorFile(Wave({1, 64}, 0.1 * (k + 1)), "x", (set / "input_0.pb").string())
+            .ok());
+  }
+  BuiltModel m = Build(0.05, "lowest", /*int8=*/true, /*warmup=*/true, dir.string());
+  ASSERT_TRUE(m.check.ok);
+  EXPECT_NE(m.check.precision_message.find("int8 calibrated on 3 sample set(s)"), std::string::npos)
+      << m.check.precision_message;
+  EXPECT_EQ(m.check.precision, "int8") << m.check.precision_message;
 }
 
 TEST(PrecisionAuto, TheLadderAndTheRivals) {

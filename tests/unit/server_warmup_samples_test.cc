@@ -88,5 +88,32 @@ TEST(WarmupSamples, ASampleSetsTheTypicalSizeAndIsChecked) {
   EXPECT_EQ(plain->signature.default_dims.at("sequence"), 128);
 }
 
+// int8's calibration feed: every set that fits, in name order, up to the limit; a set of
+// another length is left out.
+TEST(WarmupSamples, EverySetThatFitsIsACalibrationFeed) {
+  auto g = Embed();
+  const fs::path dir = fs::path(::testing::TempDir()) / "kiln_samples_many";
+  fs::remove_all(dir);
+  const int64_t lengths[] = {24, 24, 8, 24};
+  for (int k = 0; k < 4; ++k) {
+    const fs::path set = dir / ("test_data_set_" + std::to_string(k));
+    fs::create_directories(set);
+    Tensor ids = Ids(1, lengths[k]);
+    ids.mutable_data<int64_t>()[0] = k;  // tells the sets apart
+    ASSERT_TRUE(onnx_io::WriteTensorFile(ids, "ids", (set / "input_0.pb").string()).ok());
+  }
+  auto s = ReadWarmupSamples(dir.string(), *g);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto raw = g->Clone();
+  ASSERT_TRUE(shape::Specialize(*raw, 1, {{"sequence", 24}}).ok());
+  std::vector<ref::TensorMap> feeds = SampleFeeds(*s, *raw, /*batchable=*/true, 10);
+  ASSERT_EQ(feeds.size(), 3u);
+  EXPECT_EQ(feeds[0].at("ids").data<int64_t>()[0], 0);
+  EXPECT_EQ(feeds[1].at("ids").data<int64_t>()[0], 1);
+  EXPECT_EQ(feeds[2].at("ids").data<int64_t>()[0], 3);
+  EXPECT_EQ(SampleFeeds(*s, *raw, true, 2).size(), 2u);
+  EXPECT_EQ(SampleFeed(*s, *raw, true)->at("ids").data<int64_t>()[0], 0);  // the check's: first
+}
+
 }  // namespace
 }  // namespace kiln::server
