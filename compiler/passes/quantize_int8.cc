@@ -56,10 +56,14 @@ class Quantizer {
 
   // A Conv or MatMul with constant float weights: its input, weights and result quantized.
   bool Product(Node& n);
+  // A Gemm with constant weights rewritten as the MatMul [+ Add] it is, then quantized.
+  bool Gemm(Node& n);
   // A MaxPool reading a dequantized value: its result quantized alike.
   bool MaxPool(Node& n);
 
  private:
+  std::optional<ActivationParams> Params(const Value* v) const;
+  bool InputReady(const Value* x) const;
   Value* Input(Value* x, const ActivationParams& p);
   Value* Weights(Value* w, int64_t axis);
   Value* ResultOf(const Node& n) const;
@@ -72,7 +76,18 @@ class Quantizer {
   FoldCache* cache_;
   std::unordered_map<const Value*, Value*> dequantized_;  // activation -> DQ(Q(activation))
   std::unordered_map<const Value*, Value*> weights_;      // float weights -> DQ(int8 weights)
+  Calibration derived_;  // ranges bounded here (a Gemm's product before its bias)
 };
+
+std::optional<ActivationParams> Quantizer::Params(const Value* v) const {
+  return derived_.count(v->name) ? ParamsFor(derived_, v) : ParamsFor(ranges_, v);
+}
+
+// Whether x can be read quantized: already dequantized, or with a range.
+bool Quantizer::InputReady(const Value* x) const {
+  return IsOnnx(x->producer, "DequantizeLinear") || dequantized_.count(x) > 0 ||
+         Params(x).has_value();
+}
 
 Node* Quantizer::AddQdqNode(const char* op, std::vector<Value*> inputs, Value* out, int64_t axis) {
   Node* n = g_.AddNode(op, std::move(inputs), {out}, out->name);
@@ -197,18 +212,76 @@ bool Quantizer::Product(Node& n) {
   if (conv && n.input(2) && !ConstFloat32(n.input(2))) return false;
   if (!conv && (!x->shape || x->shape->size() < 2)) return false;
   Value* r = ResultOf(n);
-  // An input already dequantized needs no range of its own.
-  const bool dequantized = IsOnnx(x->producer, "DequantizeLinear") || dequantized_.count(x) > 0;
-  const std::optional<ActivationParams> in =
-      dequantized ? std::optional<ActivationParams>(ActivationParams{}) : ParamsFor(ranges_, x);
-  const std::optional<ActivationParams> out = r ? ParamsFor(ranges_, r) : std::nullopt;
-  if (!in || !out) return false;
+  const std::optional<ActivationParams> out = r ? Params(r) : std::nullopt;
+  if (!InputReady(x) || !out) return false;
   Value* wq = Weights(w, conv ? 0 : 1);
   if (!wq) return false;
-  n.inputs[0] = Input(x, *in);
+  // An input already dequantized needs no range of its own (Input returns it as it is).
+  n.inputs[0] = Input(x, Params(x).value_or(ActivationParams{}));
   n.inputs[1] = wq;
   QuantizeResult(r, g_.AddConstant(r->name + "_scale", Tensor::Scalar(DType::kFloat32, out->scale)),
                  g_.AddConstant(r->name + "_zero_point", Tensor::Scalar(DType::kUInt8, out->zero)));
+  return true;
+}
+
+// [K, N] weights from a Gemm's B ([N, K] when transB).
+Tensor Transposed(const Tensor& b) {
+  const int64_t rows = b.dim(0), cols = b.dim(1);
+  Tensor t(DType::kFloat32, {cols, rows});
+  const float* src = b.data<float>();
+  float* dst = t.mutable_data<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+  }
+  return t;
+}
+
+// A Gemm computing a * B + C (transA 0, alpha and beta 1, constant B and C): MatMul(a, B as
+// [K, N]) and, with C, an Add of it. The result quantizes before the bias (fuse_qdq needs the
+// Q right after the product), over a range bounded from the calibrated result's: y - C.
+bool Quantizer::Gemm(Node& n) {
+  if (!IsOnnx(&n, "Gemm")) return false;
+  Value* a = n.input(0);
+  Value* b = n.input(1);
+  Value* c = n.input(2);
+  Value* y = n.output(0);
+  if (n.GetInt("transA", 0) != 0 || n.GetFloat("alpha", 1) != 1 || n.GetFloat("beta", 1) != 1 ||
+      !Float32(a) || a->is_constant() || !ConstFloat32(b) || b->constant->rank() != 2 ||
+      !Float32(y) || !y->shape || (c && !ConstFloat32(c)) || (!c && g_.IsGraphOutput(y))) {
+    return false;
+  }
+  auto result = ranges_.find(y->name);
+  if (result == ranges_.end() || !InputReady(a)) return false;
+  float c_lo = 0, c_hi = 0;
+  for (int64_t i = 0; c && i < c->constant->numel(); ++i) {
+    const float v = c->constant->data<float>()[i];
+    if (!std::isfinite(v)) return false;
+    c_lo = i ? std::min(c_lo, v) : v;
+    c_hi = i ? std::max(c_hi, v) : v;
+  }
+  Value* w = b;
+  if (n.GetInt("transB", 0) != 0) {
+    const Tensor& t = *b->constant;
+    auto make = [&] { return std::vector<Tensor>{Transposed(t)}; };
+    std::vector<Tensor> kn =
+        cache_ ? cache_->Derive("quantize_int8 gemm transB", {&t}, make) : make();
+    w = g_.AddConstant(b->name + "_kn", std::move(kn[0]));
+  }
+  Value* product = y;
+  if (c) {
+    product = g_.NewValue(y->name + "_product");
+    product->dtype = DType::kFloat32;
+    product->shape = y->shape;
+    derived_[product->name] = {result->second.lo - c_hi, result->second.hi - c_lo};
+    Node* add = g_.AddNode("Add", {product, c}, {y}, product->name + "_bias");
+    add->opset = n.opset;
+  }
+  n.op_type = "MatMul";
+  n.attrs.clear();
+  n.inputs = {a, w};
+  n.outputs = {product};
+  product->producer = &n;
+  Product(n);  // the preconditions it needs were checked above
   return true;
 }
 
@@ -235,7 +308,7 @@ absl::StatusOr<bool> QuantizeInt8(Graph& graph, const Calibration& ranges, FoldC
   for (const auto& n : graph.nodes()) order.push_back(n.get());
   Quantizer q(graph, ranges, cache);
   bool changed = false;
-  for (Node* n : order) changed = (q.Product(*n) || q.MaxPool(*n)) || changed;
+  for (Node* n : order) changed = (q.Gemm(*n) || q.Product(*n) || q.MaxPool(*n)) || changed;
   if (changed && !graph.TopologicalSort()) {
     return absl::InternalError("quantize_int8: the quantized graph has a cycle");
   }

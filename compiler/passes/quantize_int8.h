@@ -6,7 +6,9 @@
 // value's min and max over the warm-up inputs, by value name).
 //
 // For every Conv whose weights are a constant float32 tensor and every MatMul whose second
-// operand is a constant float32 [K, N] matrix (a linear layer), in graph order:
+// operand is a constant float32 [K, N] matrix (a linear layer; a Gemm computing a * B + C with
+// constant B and C is rewritten as that MatMul and an Add, its product's range bounded from
+// the result's as y - C), in graph order:
 //  - the activation input is read through QuantizeLinear -> DequantizeLinear (uint8,
 //    asymmetric, per tensor: scale = (max - min) / 255 over a range widened to include 0,
 //    zero point = round(-min / scale)); an input already produced by a DequantizeLinear (an

@@ -114,6 +114,39 @@ TEST(QuantizeInt8, LinearLayersBecomeQLinearMatMul) {
   EXPECT_GT(err, 1e-5);
 }
 
+// A classifier's Gemm (transB, bias) becomes MatMul -> Q -> DQ -> Add: an integer product even
+// though its result is the graph's output; a scaled Gemm stays.
+TEST(QuantizeInt8, AGemmWithConstantWeightsBecomesAQuantizedLinearLayer) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {3, 16});
+  b.Output(b.Op("Gemm", {x, b.Constant("w", Random({8, 16}, 21)), b.Constant("c", Random({8}, 22))},
+                {{"transB", Attribute::Int(1)}}));
+  std::unique_ptr<Graph> g = b.Build();
+  const ref::TensorMap calibrate = {{"x", Random({3, 16}, 23)}};
+  const ref::TensorMap other = {{"x", Random({3, 16}, 24, -0.8f, 0.8f)}};
+  const double err = QuantizeAndCompare(*g, calibrate, other);
+  EXPECT_EQ(CountOps(*g, "QLinearMatMul"), 1);
+  EXPECT_EQ(CountOps(*g, "Gemm"), 0);
+  EXPECT_EQ(CountOps(*g, "Add"), 1);
+  EXPECT_LT(err, 0.03);
+  EXPECT_GT(err, 1e-5);
+
+  GraphBuilder s;
+  Value* xs = s.Input("x", DType::kFloat32, {3, 16});
+  s.Output(s.Op("Gemm",
+                {xs, s.Constant("w", Random({16, 8}, 21)), s.Constant("c", Random({8}, 22))},
+                {{"alpha", Attribute::Float(0.5f)}}));
+  std::unique_ptr<Graph> scaled = s.Build();
+  ASSERT_TRUE(shape::InferShapes(*scaled).ok());
+  absl::StatusOr<std::shared_ptr<const Calibration>> ranges =
+      check::Calibrate(*scaled, {&calibrate});
+  ASSERT_TRUE(ranges.ok());
+  absl::StatusOr<bool> changed = QuantizeInt8(*scaled, **ranges);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_FALSE(*changed);
+  EXPECT_EQ(CountOps(*scaled, "Gemm"), 1);
+}
+
 TEST(QuantizeInt8, WeightsArePerChannelSymmetricAndAZeroChannelKeepsAScale) {
   Tensor w = Random({4, 2, 1, 1}, 11);
   for (int64_t i = 2; i < 4; ++i) w.mutable_data<float>()[i] = 0;     // channel 1: zeros
