@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace kiln::passes {
@@ -49,10 +50,39 @@ bool IsConstantClamp(const Node* n) {
   return true;
 }
 
+bool IsProductOp(const Node* n) {
+  return IsOnnx(n, "Conv") || IsOnnx(n, "MatMul") || IsOnnx(n, "Gemm");
+}
+
+// The products whose result reaches a graph output through no other product (a classifier's
+// Gemm, a transformer's last projection): their result would be quantized right before the
+// output, one more rounding of the answer (a percent of a logits tensor's range) that no later
+// layer averages out, so they stay float, as quantization tools leave the logits.
+std::unordered_set<const Node*> HeadProducts(const Graph& graph) {
+  std::unordered_set<const Node*> heads, seen;
+  std::vector<const Node*> stack;
+  for (const Value* out : graph.outputs) {
+    if (out->producer) stack.push_back(out->producer);
+  }
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (IsProductOp(n)) {
+      heads.insert(n);
+      continue;
+    }
+    for (const Value* in : n->inputs) {
+      if (in && in->producer) stack.push_back(in->producer);
+    }
+  }
+  return heads;
+}
+
 class Quantizer {
  public:
   Quantizer(Graph& graph, const Calibration& ranges, FoldCache* cache)
-      : g_(graph), ranges_(ranges), cache_(cache) {}
+      : g_(graph), ranges_(ranges), cache_(cache), heads_(HeadProducts(graph)) {}
 
   // A Conv or MatMul with constant float weights: its input, weights and result quantized.
   bool Product(Node& n);
@@ -74,6 +104,7 @@ class Quantizer {
   Graph& g_;
   const Calibration& ranges_;
   FoldCache* cache_;
+  const std::unordered_set<const Node*> heads_;           // products that stay float (HeadProducts)
   std::unordered_map<const Value*, Value*> dequantized_;  // activation -> DQ(Q(activation))
   std::unordered_map<const Value*, Value*> weights_;      // float weights -> DQ(int8 weights)
   Calibration derived_;  // ranges bounded here (a Gemm's product before its bias)
@@ -204,7 +235,7 @@ void Quantizer::QuantizeResult(Value* r, Value* scale, Value* zero) {
 
 bool Quantizer::Product(Node& n) {
   const bool conv = IsOnnx(&n, "Conv");
-  if (!conv && !IsOnnx(&n, "MatMul")) return false;
+  if ((!conv && !IsOnnx(&n, "MatMul")) || heads_.count(&n)) return false;
   Value* x = n.input(0);
   Value* w = n.input(1);
   if (!Float32(x) || x->is_constant() || !Float32(n.output(0)) || !ConstFloat32(w)) return false;
@@ -240,7 +271,7 @@ Tensor Transposed(const Tensor& b) {
 // [K, N]) and, with C, an Add of it. The result quantizes before the bias (fuse_qdq needs the
 // Q right after the product), over a range bounded from the calibrated result's: y - C.
 bool Quantizer::Gemm(Node& n) {
-  if (!IsOnnx(&n, "Gemm")) return false;
+  if (!IsOnnx(&n, "Gemm") || heads_.count(&n)) return false;
   Value* a = n.input(0);
   Value* b = n.input(1);
   Value* c = n.input(2);

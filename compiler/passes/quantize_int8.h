@@ -21,8 +21,10 @@
 //    after the product, and every reader of it reads the dequantized value.
 // A MaxPool reading a dequantized value gets its output quantized with the same scale and zero
 // point (exact: the max of dequantized values is one of them), so it runs on the bytes.
-// Leaves in float: products whose activation or result has no finite range in the
-// calibration, a result that is a graph output, products with non-float32 operands, biases
+// Leaves in float: the products whose result reaches a graph output through no other product
+// (a classifier head, a last projection: its quantization would round the answer itself, by a
+// percent of the logits' range), products whose activation or result has no finite range in
+// the calibration, a result that is a graph output, products with non-float32 operands, biases
 // that are not constant, and every other op (the Adds of a residual, Softmax, LayerNorm...).
 // Not exact by design: the warm-up check bounds the error against the float reference within
 // the model's precision budget, and the server falls back to bf16 or float32 beyond it.
