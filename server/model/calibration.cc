@@ -48,8 +48,7 @@ absl::Status EnsureCalibration(CheckRows* rows, const ModelConfig& config,
       rows->samples.empty()
           ? std::string("the seeded random warm-up rows (ship samples for real ranges)")
           : absl::StrCat(rows->samples.size(), " sample set(s) shipped with the model");
-  absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ",
-                  "int8 calibrated on ", on);
+  AddPrecisionNote(check, "int8 calibrated on " + on);
   spdlog::info("precision: int8 calibrated on {} ({} value ranges, {:.0f} ms)", on,
                (*ranges)->size(), MsSince(t0));
   pipeline.calibration = *std::move(ranges);

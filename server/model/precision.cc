@@ -27,11 +27,14 @@ std::string NextPrecision(const std::string& precision, const std::string& devic
   return precision == "bf16" ? "bf16-mixed" : "float32";
 }
 
+void AddPrecisionNote(CheckSummary& check, const std::string& note) {
+  absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ", note);
+}
+
 void StepUp(const std::string& device, const std::string& why, PipelineOptions& pipeline,
             CheckSummary& check) {
   const std::string next = NextPrecision(pipeline.precision, device);
-  absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ", why, "; ",
-                  next);
+  AddPrecisionNote(check, absl::StrCat(why, "; ", next));
   spdlog::warn("precision: {}", check.precision_message);
   pipeline.precision = next;
 }

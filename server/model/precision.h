@@ -39,6 +39,10 @@ std::string LowestPrecisionOn(const std::string& device, const PrecisionConfig& 
 // bf16) -> bf16-mixed (attention's score projections in float32) -> float32.
 std::string NextPrecision(const std::string& precision, const std::string& device);
 
+// Appends `note` to check.precision_message ("; " between notes): the ladder's steps, the
+// calibration's source, the speed verdicts.
+void AddPrecisionNote(CheckSummary& check, const std::string& note);
+
 // This and every later bucket compile one step up the ladder, `check` saying `why`.
 void StepUp(const std::string& device, const std::string& why, PipelineOptions& pipeline,
             CheckSummary& check);

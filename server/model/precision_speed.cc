@@ -11,6 +11,7 @@
 #include "compiler/compile.h"
 #include "server/model/bucket_engines.h"
 #include "server/model/engine_factory.h"
+#include "server/model/precision.h"
 
 namespace kiln::server {
 namespace {
@@ -90,7 +91,7 @@ absl::StatusOr<std::string> FasterRival(const Graph& imported, int64_t batch,
         c.keep_lowered ? pipeline.precision
                        : absl::StrFormat("%s (the lower precision must save %.0f%%)", rival,
                                          100 * kLowerPrecisionMinGain));
-    absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ", verdict);
+    AddPrecisionNote(check, verdict);
     spdlog::info("precision: {}", verdict);
     if (!c.keep_lowered && (winner.empty() || c.rival_ms < winner_ms)) {
       winner = rival;
