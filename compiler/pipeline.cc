@@ -203,10 +203,10 @@ absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
     names.resize(options.prefix);
   }
   const bool lower = passes::IsLowerPrecision(options.precision);
-  const bool int8 = options.precision == "int8";
+  const bool int8 = passes::IsInt8Precision(options.precision);
   if (!lower && !int8 && options.precision != "float32") {
     return absl::InvalidArgumentError("unknown precision '" + options.precision +
-                                      "' (float32, int8, bf16, bf16-mixed)");
+                                      "' (float32, int8, int8-mixed, bf16, bf16-mixed)");
   }
   // Last: it marks the products the fusions produced; a bisection's prefix runs without it
   // (the reference ignores it anyway).
@@ -225,7 +225,8 @@ absl::StatusOr<std::vector<passes::PassStats>> RunPipeline(Graph& graph,
     if (name == "assign_precision") {
       pass = std::make_unique<passes::AssignPrecisionPass>(options.precision);  // the factory's is bf16
     } else if (name == "quantize_int8") {
-      pass = std::make_unique<passes::QuantizeInt8Pass>(options.calibration);
+      const double kept = options.precision == "int8-mixed" ? options.int8_noise_kept : 1.0;
+      pass = std::make_unique<passes::QuantizeInt8Pass>(options.calibration, kept);
     } else {
       ASSIGN_OR_RETURN(pass, MakePass(name));
     }

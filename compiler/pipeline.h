@@ -37,9 +37,12 @@ struct PipelineOptions {
   // the level's passes and marks the weight products a backend may compute in bfloat16
   // (bf16-mixed keeps attention's score projections in float32: assign_precision.h).
   // "int8" (precision_int8): quantize_int8 and a second fuse_qdq run after the weights are
-  // folded, quantizing the weight products with the activation ranges in `calibration`.
+  // folded, quantizing the weight products with the activation ranges in `calibration`;
+  // "int8-mixed" the same with the noisiest products left float, those quantized carrying
+  // at most `int8_noise_kept` of the estimated quantization noise (quantize_int8.h).
   std::string precision = "float32";
   std::shared_ptr<const passes::Calibration> calibration;
+  double int8_noise_kept = 1.0;
 };
 
 // Passes whose output a backend has no fast kernels for, so they stay off there. "cuda" (or

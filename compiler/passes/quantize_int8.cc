@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include "compiler/passes/quantization_noise.h"
 
 namespace kiln::passes {
 namespace {
@@ -82,7 +85,11 @@ std::unordered_set<const Node*> HeadProducts(const Graph& graph) {
 class Quantizer {
  public:
   Quantizer(Graph& graph, const Calibration& ranges, FoldCache* cache)
-      : g_(graph), ranges_(ranges), cache_(cache), heads_(HeadProducts(graph)) {}
+      : g_(graph), ranges_(ranges), cache_(cache), float_(HeadProducts(graph)) {}
+
+  // int8-mixed: the noisiest candidates stay float until those quantized carry at most
+  // `noise_kept` of the estimated noise. Before any rewrite (it reads the float graph).
+  void KeepNoisiestFloat(double noise_kept);
 
   // A Conv or MatMul with constant float weights: its input, weights and result quantized.
   bool Product(Node& n);
@@ -93,6 +100,7 @@ class Quantizer {
 
  private:
   std::optional<ActivationParams> Params(const Value* v) const;
+  double NoiseOf(const Value* v) const;
   bool InputReady(const Value* x) const;
   Value* Input(Value* x, const ActivationParams& p);
   Value* Weights(Value* w, int64_t axis);
@@ -104,7 +112,7 @@ class Quantizer {
   Graph& g_;
   const Calibration& ranges_;
   FoldCache* cache_;
-  const std::unordered_set<const Node*> heads_;           // products that stay float (HeadProducts)
+  std::unordered_set<const Node*> float_;  // products that stay float (HeadProducts, the noisiest)
   std::unordered_map<const Value*, Value*> dequantized_;  // activation -> DQ(Q(activation))
   std::unordered_map<const Value*, Value*> weights_;      // float weights -> DQ(int8 weights)
   Calibration derived_;  // ranges bounded here (a Gemm's product before its bias)
@@ -112,6 +120,48 @@ class Quantizer {
 
 std::optional<ActivationParams> Quantizer::Params(const Value* v) const {
   return derived_.count(v->name) ? ParamsFor(derived_, v) : ParamsFor(ranges_, v);
+}
+
+// The noise quantizing `v` adds, relative to its power: a uniform quantizer's step^2 / 12
+// over the mean square observed (0 for a value already dequantized: no new rounding;
+// infinite without a finite range or a mean square, which leaves its product float anyway).
+double Quantizer::NoiseOf(const Value* v) const {
+  if (IsOnnx(v->producer, "DequantizeLinear")) return 0;
+  const std::optional<ActivationParams> p = Params(v);
+  auto it = ranges_.find(v->name);
+  if (!p || it == ranges_.end() || !(it->second.mean_sq > 0)) {
+    return std::numeric_limits<double>::infinity();
+  }
+  return double{p->scale} * p->scale / 12.0 / it->second.mean_sq;
+}
+
+void Quantizer::KeepNoisiestFloat(double noise_kept) {
+  if (!(noise_kept < 1)) return;
+  const std::unordered_map<const Value*, double> sensitivity = NoiseSensitivity(g_, ranges_);
+  std::vector<std::pair<double, const Node*>> scored;  // (the outputs' noise from it, product)
+  double total = 0;
+  for (const auto& node : g_.nodes()) {
+    const Node& n = *node;
+    if (!IsProductOp(&n) || float_.count(&n) || !ConstFloat32(n.input(1))) continue;
+    // The result as Product quantizes it (a Gemm's before its bias: its own range bounds it).
+    const Value* r = IsOnnx(&n, "Gemm") ? n.output(0) : ResultOf(n);
+    if (!n.input(0) || !r) continue;
+    // Both roundings, as power at the result (the product keeps relative noise).
+    auto s = sensitivity.find(r);
+    const double noise = (NoiseOf(n.input(0)) + NoiseOf(r)) * MeanSquareOf(ranges_, r) *
+                         (s == sensitivity.end() ? 0.0 : s->second);
+    if (!std::isfinite(noise)) continue;
+    scored.emplace_back(noise, &n);
+    total += noise;
+  }
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  double quantized = total;
+  for (const auto& [noise, n] : scored) {
+    if (quantized <= noise_kept * total) break;
+    float_.insert(n);
+    quantized -= noise;
+  }
 }
 
 // Whether x can be read quantized: already dequantized, or with a range.
@@ -235,7 +285,7 @@ void Quantizer::QuantizeResult(Value* r, Value* scale, Value* zero) {
 
 bool Quantizer::Product(Node& n) {
   const bool conv = IsOnnx(&n, "Conv");
-  if ((!conv && !IsOnnx(&n, "MatMul")) || heads_.count(&n)) return false;
+  if ((!conv && !IsOnnx(&n, "MatMul")) || float_.count(&n)) return false;
   Value* x = n.input(0);
   Value* w = n.input(1);
   if (!Float32(x) || x->is_constant() || !Float32(n.output(0)) || !ConstFloat32(w)) return false;
@@ -271,7 +321,7 @@ Tensor Transposed(const Tensor& b) {
 // [K, N]) and, with C, an Add of it. The result quantizes before the bias (fuse_qdq needs the
 // Q right after the product), over a range bounded from the calibrated result's: y - C.
 bool Quantizer::Gemm(Node& n) {
-  if (!IsOnnx(&n, "Gemm") || heads_.count(&n)) return false;
+  if (!IsOnnx(&n, "Gemm") || float_.count(&n)) return false;
   Value* a = n.input(0);
   Value* b = n.input(1);
   Value* c = n.input(2);
@@ -334,10 +384,12 @@ bool Quantizer::MaxPool(Node& n) {
 
 }  // namespace
 
-absl::StatusOr<bool> QuantizeInt8(Graph& graph, const Calibration& ranges, FoldCache* cache) {
+absl::StatusOr<bool> QuantizeInt8(Graph& graph, const Calibration& ranges, FoldCache* cache,
+                                  double noise_kept) {
   std::vector<Node*> order;
   for (const auto& n : graph.nodes()) order.push_back(n.get());
   Quantizer q(graph, ranges, cache);
+  q.KeepNoisiestFloat(noise_kept);
   bool changed = false;
   for (Node* n : order) changed = (q.Gemm(*n) || q.Product(*n) || q.MaxPool(*n)) || changed;
   if (changed && !graph.TopologicalSort()) {
@@ -351,7 +403,7 @@ absl::StatusOr<bool> QuantizeInt8Pass::RunImpl(Graph& graph) {
     return absl::FailedPreconditionError(
         "quantize_int8: precision int8 needs a calibration (the activations' ranges)");
   }
-  return QuantizeInt8(graph, *ranges_, cache_.get());
+  return QuantizeInt8(graph, *ranges_, cache_.get(), noise_kept_);
 }
 
 }  // namespace kiln::passes

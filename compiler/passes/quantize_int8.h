@@ -40,19 +40,31 @@ namespace kiln::passes {
 
 struct ValueRange {
   float lo = 0, hi = 0;
+  // The mean of the squared values seen (the signal power a quantization step's noise is
+  // measured against); 0: not observed.
+  double mean_sq = 0;
 };
 // A float value's observed range, by value name.
 using Calibration = std::map<std::string, ValueRange>;
 
+// "int8" quantizes every product it can; "int8-mixed" keeps the noisiest ones in float
+// (`noise_kept` below), for a model that int8 takes over its precision budget.
+inline bool IsInt8Precision(const std::string& p) { return p == "int8" || p == "int8-mixed"; }
+
 // `cache` (optional): the quantized weights derived once per model and shared by its
 // buckets' compiles (fold_cache.h), so their engines also share one prepacked copy.
+// `noise_kept` < 1 ("int8-mixed"): each candidate product's quantization noise is estimated
+// from the calibration (a uniform quantizer's step^2 / 12 against the mean square of its
+// activation, and of its result), and the noisiest products stay float until those that are
+// quantized carry at most `noise_kept` of the total: per-layer precision, the sensitive
+// layers in float.
 absl::StatusOr<bool> QuantizeInt8(Graph& graph, const Calibration& ranges,
-                                  FoldCache* cache = nullptr);
+                                  FoldCache* cache = nullptr, double noise_kept = 1.0);
 
 class QuantizeInt8Pass : public Pass {
  public:
-  explicit QuantizeInt8Pass(std::shared_ptr<const Calibration> ranges)
-      : ranges_(std::move(ranges)) {}
+  explicit QuantizeInt8Pass(std::shared_ptr<const Calibration> ranges, double noise_kept = 1.0)
+      : ranges_(std::move(ranges)), noise_kept_(noise_kept) {}
   std::string name() const override { return "quantize_int8"; }
   void ShareFolds(std::shared_ptr<FoldCache> cache) override { cache_ = std::move(cache); }
 
@@ -61,6 +73,7 @@ class QuantizeInt8Pass : public Pass {
 
  private:
   std::shared_ptr<const Calibration> ranges_;
+  double noise_kept_;
   std::shared_ptr<FoldCache> cache_;
 };
 

@@ -2,13 +2,17 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "ops/run_observed.h"
 
 namespace kiln::check {
 namespace {
 
-void Widen(const Tensor& t, passes::ValueRange& r) {
+// Widens r by t's values and adds their squares to `sum_sq` (the mean square over every feed).
+void Widen(const Tensor& t, passes::ValueRange& r, double& sum_sq) {
   const float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) {
     if (!std::isfinite(p[i])) {
@@ -18,6 +22,7 @@ void Widen(const Tensor& t, passes::ValueRange& r) {
     }
     r.lo = std::min(r.lo, p[i]);
     r.hi = std::max(r.hi, p[i]);
+    sum_sq += double{p[i]} * p[i];
   }
 }
 
@@ -26,6 +31,7 @@ void Widen(const Tensor& t, passes::ValueRange& r) {
 absl::StatusOr<std::shared_ptr<const passes::Calibration>> Calibrate(
     const Graph& graph, const std::vector<const ref::TensorMap*>& feeds) {
   auto ranges = std::make_shared<passes::Calibration>();
+  std::map<std::string, std::pair<double, int64_t>> squares;  // name -> (sum of squares, count)
   for (const ref::TensorMap* feed : feeds) {
     if (!feed || feed->empty()) continue;
     auto observe = [&](const Value& v, const Tensor& t) {
@@ -35,9 +41,15 @@ absl::StatusOr<std::shared_ptr<const passes::Calibration>> Calibrate(
         it->second.lo = std::numeric_limits<float>::max();
         it->second.hi = std::numeric_limits<float>::lowest();
       }
-      Widen(t, it->second);
+      auto& [sum_sq, count] = squares[v.name];
+      Widen(t, it->second, sum_sq);
+      count += t.numel();
     };
     RETURN_IF_ERROR(ref::RunObserved(graph, *feed, observe).status());
+  }
+  for (auto& [name, range] : *ranges) {
+    const auto& [sum_sq, count] = squares[name];
+    if (count > 0 && std::isfinite(range.hi - range.lo)) range.mean_sq = sum_sq / count;
   }
   if (ranges->empty()) return absl::FailedPreconditionError("no float32 values to calibrate");
   return std::shared_ptr<const passes::Calibration>(std::move(ranges));

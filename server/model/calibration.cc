@@ -16,7 +16,7 @@ namespace kiln::server {
 
 absl::Status EnsureCalibration(CheckRows* rows, const ModelConfig& config,
                                PipelineOptions& pipeline, CheckSummary& check, LoadTimes& times) {
-  if (pipeline.precision != "int8" || pipeline.calibration) return absl::OkStatus();
+  if (!passes::IsInt8Precision(pipeline.precision) || pipeline.calibration) return absl::OkStatus();
   if (config.precision.calibration) {
     pipeline.calibration = config.precision.calibration;
     return absl::OkStatus();

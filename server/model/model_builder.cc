@@ -69,7 +69,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     check::Divergence d;
     check::Tolerance failed_tol = tol;
     for (const CheckCase& c : cases) {
-      if (c.nonfinite && pipeline.precision == "int8") {
+      if (c.nonfinite && passes::IsInt8Precision(pipeline.precision)) {
         // Quantizing maps NaN and infinities to numbers: nothing to compare, and no pass to
         // bisect for it.
         check.nonfinite_ok = false;
@@ -98,7 +98,7 @@ absl::StatusOr<BucketResult> CompileAndCheck(const Graph& imported, const Graph&
     if (!failed) return r;
     if (pipeline.precision != "float32" && !failed->nonfinite) {
       // The lowered products exceed the budget: no pass is at fault, the precision is.
-      FallBack(batch, d, config.device, pipeline, check);
+      FallBack(batch, d, config, pipeline, check);
       --attempt;
       continue;
     }
@@ -337,7 +337,9 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
       pipeline.precision = lower;
     } else {
       // A shape's engines start where the model's settled (a mix of buckets: float32).
-      pipeline.precision = passes::IsLowerPrecision(start) || start == "int8" ? start : "float32";
+      const bool lowered = passes::IsLowerPrecision(start) || passes::IsInt8Precision(start);
+      pipeline.precision = lowered ? start : "float32";
+      pipeline.int8_noise_kept = config.precision.int8_noise_kept;
     }
   }
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
@@ -395,6 +397,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   }
   m.check.precision = PrecisionOf(precision_by_bucket);
   m.calibration = pipeline.calibration;
+  m.int8_noise_kept = pipeline.int8_noise_kept;
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
   if (m.signature.dynamic() && config.shape_classes == "auto") ProveClasses(model, config, m);
   return m;
@@ -412,6 +415,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
   c.shape_classes = "off";                   // proven (or refused) once, by the model's own build
   c.precision.start = base.check.precision;  // the model's check's verdict
   c.precision.calibration = base.calibration;
+  c.precision.int8_noise_kept = base.int8_noise_kept;
   if (!check) c.warmup.enabled = false;
   c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
   if (!base.engines.empty() && !base.engines.begin()->second.empty()) {

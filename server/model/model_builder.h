@@ -95,6 +95,7 @@ struct BuiltModel {
   // The int8 calibration the engines were quantized with (null unless int8 was tried); a
   // shape's engines reuse it (their own build has no warm-up rows when unchecked).
   std::shared_ptr<const passes::Calibration> calibration;
+  double int8_noise_kept = 1.0;  // int8-mixed's share (PipelineOptions::int8_noise_kept)
 };
 
 // At most this many class combinations of a model's dynamic dims (each with an engine per

@@ -55,6 +55,7 @@ struct PrecisionConfig {
   // its shapes' engines reuse.
   std::string start;
   std::shared_ptr<const passes::Calibration> calibration;
+  double int8_noise_kept = 1.0;  // with start int8-mixed: the share the model's build settled on
 };
 
 struct ModelConfig {

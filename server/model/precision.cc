@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -10,7 +13,9 @@
 namespace kiln::server {
 
 std::string BucketPrecision(const runtime::Engine& engine, const std::string& compiled_at) {
-  if (compiled_at == "int8") return engine.info().int8_ops > 0 ? compiled_at : "float32";
+  if (passes::IsInt8Precision(compiled_at)) {
+    return engine.info().int8_ops > 0 ? compiled_at : "float32";
+  }
   return engine.info().bf16_ops > 0 ? compiled_at : "float32";
 }
 
@@ -20,7 +25,7 @@ std::string LowestPrecisionOn(const std::string& device, const PrecisionConfig& 
 }
 
 std::string NextPrecision(const std::string& precision, const std::string& device) {
-  if (precision == "int8") {
+  if (passes::IsInt8Precision(precision)) {
     const std::string lower = LowerPrecisionOn(device);
     return lower.empty() ? "float32" : lower;
   }
@@ -42,7 +47,7 @@ void StepUp(const std::string& device, const std::string& why, PipelineOptions& 
 std::string PrecisionOf(const std::map<int64_t, std::string>& by_bucket) {
   // Precision -> its batch sizes, the lowest precision first (the ladder's order).
   auto rank = [](const std::string& p) {
-    return p == "int8" ? 0 : p == "bf16" ? 1 : p == "bf16-mixed" ? 2 : 3;
+    return p == "int8" ? 0 : p == "int8-mixed" ? 1 : p == "bf16" ? 2 : p == "bf16-mixed" ? 3 : 4;
   };
   auto lower = [&](const std::string& a, const std::string& b) {
     return rank(a) != rank(b) ? rank(a) < rank(b) : a < b;
@@ -78,19 +83,38 @@ void WithinBudget(const ModelConfig& config, const PipelineOptions& pipeline,
                               config.precision.max_rel_error);
 }
 
-void FallBack(int64_t batch, const check::Divergence& d, const std::string& device,
+double Int8NoiseToKeep(double measured, double budget) {
+  if (!(measured > 0) || !std::isfinite(measured)) return 0;
+  const double kept = std::pow(kInt8MixedMargin * budget / measured, 2);
+  return kept >= kMinInt8NoiseKept ? std::min(kept, 0.5) : 0;
+}
+
+void FallBack(int64_t batch, const check::Divergence& d, const ModelConfig& config,
               PipelineOptions& pipeline, CheckSummary& check) {
-  StepUp(device,
-         absl::StrFormat("%s exceeded the budget on batch %d (relative error %.3g, "
-                         "max_abs_err %.3g: %s)",
-                         pipeline.precision, batch, d.norm_rel_err, d.max_abs_err, d.message),
-         pipeline, check);
+  const std::string what = absl::StrFormat(
+      "%s exceeded the budget on batch %d (relative error %.3g, "
+      "max_abs_err %.3g: %s)",
+      pipeline.precision, batch, d.norm_rel_err, d.max_abs_err, d.message);
+  const double kept = Int8NoiseToKeep(d.norm_rel_err, config.precision.max_rel_error);
+  if (pipeline.precision != "int8" || kept <= 0) {
+    StepUp(config.device, what, pipeline, check);
+    return;
+  }
+  pipeline.precision = "int8-mixed";
+  pipeline.int8_noise_kept = kept;
+  AddPrecisionNote(check, absl::StrFormat("%s; int8-mixed: the products whose rounding the "
+                                          "outputs feel most in float, %.3g of the estimated "
+                                          "noise kept",
+                                          what, kept));
+  spdlog::warn("precision: {}", check.precision_message);
 }
 
 std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipeline) {
   if (pipeline.precision == "float32") return "float32";
-  return absl::StrCat(pipeline.precision, ",", config.precision.max_abs_error, ",",
-                      config.precision.max_rel_error);
+  return absl::StrCat(
+      pipeline.precision, ",", config.precision.max_abs_error, ",", config.precision.max_rel_error,
+      pipeline.precision == "int8-mixed" ? absl::StrCat(",", pipeline.int8_noise_kept)
+                                         : std::string());
 }
 
 }  // namespace kiln::server

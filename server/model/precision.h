@@ -35,8 +35,9 @@ std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipel
 // (bf16), else "" (float32 only).
 std::string LowestPrecisionOn(const std::string& device, const PrecisionConfig& precision);
 
-// The ladder's next step up from `precision`: int8 -> bf16 (float32 where `device` has no
-// bf16) -> bf16-mixed (attention's score projections in float32) -> float32.
+// The ladder's next step up from `precision`: int8 or int8-mixed -> bf16 (float32 where
+// `device` has no bf16) -> bf16-mixed (attention's score projections in float32) -> float32
+// (int8 -> int8-mixed is FallBack's, from a measured error).
 std::string NextPrecision(const std::string& precision, const std::string& device);
 
 // Appends `note` to check.precision_message ("; " between notes): the ladder's steps, the
@@ -47,9 +48,18 @@ void AddPrecisionNote(CheckSummary& check, const std::string& note);
 void StepUp(const std::string& device, const std::string& why, PipelineOptions& pipeline,
             CheckSummary& check);
 
-// A lowered engine failed the budget on `batch` with `d`: StepUp, saying so (the errors
-// measured go to the message, not to the summary of the served engines).
-void FallBack(int64_t batch, const check::Divergence& d, const std::string& device,
+// int8-mixed's share of the estimated quantization noise to keep quantized after int8
+// measured `measured` against `budget`: noise powers add, so the error falls about as the
+// square root of the share; the margin allows for the estimate (quantization_noise.h). 0:
+// int8-mixed would keep too little quantized to be worth a compile.
+inline constexpr double kInt8MixedMargin = 0.4, kMinInt8NoiseKept = 1e-3;
+double Int8NoiseToKeep(double measured, double budget);
+
+// A lowered engine failed the budget on `batch` with `d`: int8 tries int8-mixed once (the
+// products whose rounding the outputs feel most left float, Int8NoiseToKeep), every other
+// precision StepUps, saying so (the errors measured go to the message, not to the summary of
+// the served engines).
+void FallBack(int64_t batch, const check::Divergence& d, const ModelConfig& config,
               PipelineOptions& pipeline, CheckSummary& check);
 
 // What one bucket's engine computes in: the precision its compile lowered to (`compiled_at`,

@@ -60,13 +60,13 @@ absl::StatusOr<SpeedComparison> CompareSpeed(runtime::Engine& lowered, runtime::
 bool ShouldCompareSpeed(const ModelConfig& config, const PipelineOptions& pipeline,
                         const runtime::Engine& engine) {
   if (config.precision.mode != "auto" || config.precision.prefer != "fastest") return false;
-  if (pipeline.precision == "int8") return engine.info().int8_ops > 0;
+  if (passes::IsInt8Precision(pipeline.precision)) return engine.info().int8_ops > 0;
   return pipeline.precision != "float32" && engine.info().bf16_ops > 0;
 }
 
 std::vector<std::string> RivalsOf(const std::string& precision, const std::string& device) {
   const std::string lower = LowerPrecisionOn(device);
-  if (precision == "int8" && !lower.empty()) return {lower, "float32"};
+  if (passes::IsInt8Precision(precision) && !lower.empty()) return {lower, "float32"};
   return {"float32"};
 }
 

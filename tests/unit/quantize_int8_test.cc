@@ -263,6 +263,9 @@ TEST(QuantizeInt8, CalibrationTakesEachValuesRangeAndMarksNonFiniteOnes) {
   EXPECT_FLOAT_EQ((*r)->at(y->name).lo, 0);
   EXPECT_FLOAT_EQ((*r)->at(y->name).hi, 4);
   EXPECT_TRUE(std::isinf((*r)->at(z->name).lo));
+  // The mean square over both feeds; none for a value with no finite range.
+  EXPECT_DOUBLE_EQ((*r)->at("x").mean_sq, (9 + 0.25 + 4 + 1 + 1 + 16 + 4 + 1) / 8.0);
+  EXPECT_EQ((*r)->at(z->name).mean_sq, 0.0);
   EXPECT_FALSE(check::Calibrate(*g, {}).ok());
 }
 
@@ -272,12 +275,14 @@ TEST(QuantizeInt8, RunsInThePipelineOnlyAtInt8WithACalibration) {
   ASSERT_TRUE(shape::InferShapes(*probe).ok());
   absl::StatusOr<std::shared_ptr<const Calibration>> ranges = check::Calibrate(*probe, {&feed});
   ASSERT_TRUE(ranges.ok());
-  for (const std::string precision : {"float32", "int8"}) {
+  // int8-mixed with a share that small keeps every product float.
+  for (const std::string precision : {"float32", "int8", "int8-mixed"}) {
     std::unique_ptr<Graph> g = ConvNet();
     ASSERT_TRUE(shape::InferShapes(*g).ok());
     PipelineOptions o;
     o.precision = precision;
     o.calibration = *ranges;
+    o.int8_noise_kept = 1e-12;  // read by int8-mixed only
     ASSERT_TRUE(RunPipeline(*g, o).ok()) << precision;
     EXPECT_EQ(CountOps(*g, "QLinearConv"), precision == "int8" ? 2 : 0) << precision;
   }

@@ -62,8 +62,26 @@ std::unique_ptr<Graph> TwoLayers() {
   return b.Build();
 }
 
+// x -> MatMul -> Relu -> { MatMul (an outlier column) -> Mul 1e-4 (a layer scale), MatMul }
+// -> Add -> MatMul (the head) -> out: the scaled branch's rounding is locally the largest,
+// the other branch's is what the output feels.
+std::unique_ptr<Graph> Branches() {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {Dim::Symbol("batch"), Dim(64)});
+  Value* h = b.Op("Relu", {b.Op("MatMul", {x, b.Constant("wa", Wave({64, 64}, 0.41))})});
+  Tensor wq = Wave({64, 64}, 0.43);
+  for (int64_t i = 0; i < 64; ++i) wq.mutable_data<float>()[i * 64] *= 50;
+  Value* quiet = b.Op("MatMul", {h, b.Constant("wq", wq)});
+  Value* scaled = b.Op("Mul", {quiet, b.Constant("scale", Tensor::Scalar(DType::kFloat32, 1e-4f))});
+  Value* loud = b.Op("MatMul", {h, b.Constant("wl", Wave({64, 64}, 0.47))});
+  Value* sum = b.Op("Add", {scaled, loud});
+  b.Output(b.Op("MatMul", {sum, b.Constant("head", Wave({64, 16}, 0.53))}));
+  return b.Build();
+}
+
 BuiltModel Build(double budget, const char* prefer = "lowest", bool int8 = false,
-                 bool warmup = true, const std::string& samples_dir = "") {
+                 bool warmup = true, const std::string& samples_dir = "",
+                 std::unique_ptr<Graph> (*model)() = TwoLayers) {
   ModelConfig config;
   config.warmup.samples_dir = samples_dir;
   config.max_batch_size = 2;
@@ -73,7 +91,7 @@ BuiltModel Build(double budget, const char* prefer = "lowest", bool int8 = false
   config.precision.prefer = prefer;
   config.precision.max_abs_error = config.precision.max_rel_error = budget;
   EXPECT_TRUE(FinalizeModelConfig(config).ok());
-  absl::StatusOr<BuiltModel> built = BuildModel(*TwoLayers(), config, nullptr);
+  absl::StatusOr<BuiltModel> built = BuildModel(*model(), config, nullptr);
   EXPECT_TRUE(built.ok()) << built.status();
   return built.ok() ? std::move(*built) : BuiltModel{};
 }
@@ -140,6 +158,34 @@ TEST(PrecisionAuto, Int8IsCalibratedAndServedWithinTheBudget) {
       << loose.check.precision_message;
 }
 
+// Over the budget, int8 tries int8-mixed once before bf16: the products whose rounding the
+// output feels stay float (the loud branch and the first layer), the scaled branch's stays
+// integer, and the result is within the budget.
+TEST(PrecisionAuto, Int8OverTheBudgetKeepsTheProductsTheOutputFeelsInFloat) {
+  if (!Int8Here()) GTEST_SKIP() << "no int8 dot product here";
+  BuiltModel all = Build(0.05, "lowest", /*int8=*/true, true, "", Branches);
+  ASSERT_EQ(all.check.precision, "int8") << all.check.precision_message;
+  const double full = all.check.norm_rel_err;
+  ASSERT_GT(full, 1e-4);
+  BuiltModel mixed = Build(full / 2, "lowest", /*int8=*/true, true, "", Branches);
+  ASSERT_TRUE(mixed.check.ok);
+  EXPECT_EQ(mixed.check.precision, "int8-mixed") << mixed.check.precision_message;
+  EXPECT_NE(mixed.check.precision_message.find("int8 exceeded the budget"), std::string::npos)
+      << mixed.check.precision_message;
+  EXPECT_NE(mixed.check.precision_message.find("of the estimated noise kept"), std::string::npos)
+      << mixed.check.precision_message;
+  EXPECT_LE(mixed.check.norm_rel_err, full / 2);
+  for (const auto& [batch, list] : mixed.engines) {
+    EXPECT_GT(list[0]->info().int8_ops, 0) << batch;
+    EXPECT_LT(list[0]->info().int8_ops, all.engines.at(batch)[0]->info().int8_ops) << batch;
+  }
+  EXPECT_LT(mixed.int8_noise_kept, 1.0);
+  // The share follows the measured error (noise powers add) and gives up when tiny.
+  EXPECT_NEAR(Int8NoiseToKeep(0.02, 0.01), std::pow(kInt8MixedMargin / 2, 2), 1e-12);
+  EXPECT_EQ(Int8NoiseToKeep(1.0, 1e-7), 0.0);
+  EXPECT_EQ(Int8NoiseToKeep(std::nan(""), 0.01), 0.0);
+}
+
 // Shipped samples are the calibration set: every set, said so.
 TEST(PrecisionAuto, Int8CalibratesOnTheShippedSamples) {
   if (!Int8Here()) GTEST_SKIP() << "no int8 dot product here";
@@ -163,6 +209,9 @@ TEST(PrecisionAuto, Int8CalibratesOnTheShippedSamples) {
 TEST(PrecisionAuto, TheLadderAndTheRivals) {
   const bool bf16 = !LowerPrecisionOn("cpu").empty();
   EXPECT_EQ(NextPrecision("int8", "cpu"), bf16 ? "bf16" : "float32");
+  EXPECT_EQ(NextPrecision("int8-mixed", "cpu"), bf16 ? "bf16" : "float32");
+  EXPECT_EQ(PrecisionOf({{1, "int8"}, {2, "int8-mixed"}, {4, "bf16"}}),
+            "int8 (batch 1), int8-mixed (batch 2), bf16 (batch 4)");
   EXPECT_EQ(NextPrecision("bf16", "cpu"), "bf16-mixed");
   EXPECT_EQ(NextPrecision("bf16-mixed", "cpu"), "float32");
   EXPECT_EQ(RivalsOf("int8", "cpu"), bf16 ? std::vector<std::string>({"bf16", "float32"})

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,8 +18,10 @@
 #include "compiler/shape/bind_values.h"
 #include "compiler/shape/infer.h"
 #include "compiler/shape/last_position.h"
+#include "ops/interpreter.h"
 #include "runtime/backend.h"
 #include "runtime/check/calibrate.h"
+#include "runtime/check/compare.h"
 #include "runtime/check/differential.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "tools/kiln/commands.h"
@@ -45,6 +48,7 @@ struct BenchArgs {
   bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
   // --precision bf16: the weight products in bfloat16; int8: quantized (quantize_int8.h)
   std::string precision = "float32";
+  double int8_noise_kept = 1.0;  // --int8-noise F: int8-mixed's noise fraction (quantize_int8.h)
 };
 
 absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& v) {
@@ -65,7 +69,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
         a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" && a != "--opt" &&
         a != "--dim" && a != "--gap-ms" && a != "--precision" && a != "--bind" &&
-        a != "--last-position") {
+        a != "--last-position" && a != "--int8-noise") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -96,6 +100,12 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     if (a == "--dim") RETURN_IF_ERROR(AddDimFlag(v, b.dims));
     if (a == "--bind") RETURN_IF_ERROR(AddBindFlag(v, b.binds));
     if (a == "--last-position") b.last_position = v;
+    if (a == "--int8-noise") {
+      b.int8_noise_kept = std::strtod(v.c_str(), nullptr);
+      if (!(b.int8_noise_kept > 0 && b.int8_noise_kept <= 1)) {
+        return absl::InvalidArgumentError("--int8-noise: a fraction in (0, 1] (got " + v + ")");
+      }
+    }
     if (a == "--layout") {
       auto l = cpu::ParseActivationLayout(v);
       if (!l) return absl::InvalidArgumentError("--layout: primitive, blocked or tune (got " + v + ")");
@@ -106,9 +116,10 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     }
   }
   if (b.model.empty()) return absl::InvalidArgumentError("no MODEL given");
-  if (b.precision != "float32" && b.precision != "int8" && !passes::IsLowerPrecision(b.precision)) {
-    return absl::InvalidArgumentError("--precision: float32, int8, bf16 or bf16-mixed (got " +
-                                      b.precision + ")");
+  if (b.precision != "float32" && !passes::IsInt8Precision(b.precision) &&
+      !passes::IsLowerPrecision(b.precision)) {
+    return absl::InvalidArgumentError(
+        "--precision: float32, int8, int8-mixed, bf16 or bf16-mixed (got " + b.precision + ")");
   }
   RETURN_IF_ERROR(runtime::FindBackend(b.backend).status());
   return b;
@@ -132,17 +143,36 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildBenchEngine(const BenchArg
   return backend->Build(b.backend, compiled, o);
 }
 
-// int8's activation ranges, from the reference on one random feed of the graph as the bench
-// binds it (its O0 compile: names unchanged). A bench figure, not a served model's
-// calibration (kilnd calibrates on the warm-up rows).
-absl::StatusOr<std::shared_ptr<const passes::Calibration>> CalibrateOnRandomInputs(
-    const Graph& graph, const CompileOptions& co) {
+// The graph as the bench binds it, unoptimized (its O0 compile: names unchanged), which the
+// reference runs.
+absl::StatusOr<CompiledGraph> RawGraph(const Graph& graph, const CompileOptions& co) {
   CompileOptions plain = co;
   plain.pipeline.level = OptLevel::kO0;
   plain.pipeline.precision = "float32";
-  ASSIGN_OR_RETURN(CompiledGraph raw, CompileGraph(graph, plain));
-  ASSIGN_OR_RETURN(ref::TensorMap feed, check::RandomInputs(*raw.graph, {}));
-  return check::Calibrate(*raw.graph, {&feed});
+  return CompileGraph(graph, plain);
+}
+
+// int8's activation ranges, from the reference on one random feed. A bench figure, not a
+// served model's calibration (kilnd calibrates on the warm-up rows).
+absl::StatusOr<std::shared_ptr<const passes::Calibration>> CalibrateOnRandomInputs(
+    const Graph& raw) {
+  ASSIGN_OR_RETURN(ref::TensorMap feed, check::RandomInputs(raw, {}));
+  return check::Calibrate(raw, {&feed});
+}
+
+// A lowered precision's error on the timed feed against the float reference: the largest
+// relative error ||engine - reference|| / ||reference|| over the outputs (what the server's
+// precision budget bounds).
+absl::StatusOr<double> LoweredError(const Graph& raw, const runtime::Engine& engine,
+                                    const ref::TensorMap& feeds, const std::vector<Tensor>& outs) {
+  ASSIGN_OR_RETURN(ref::TensorMap expected, ref::Run(raw, feeds));
+  double worst = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    auto it = expected.find(engine.outputs()[i].name);
+    if (it == expected.end()) continue;
+    worst = std::max(worst, check::CompareTensors(outs[i], it->second, {}).norm_rel_err);
+  }
+  return worst;
 }
 
 absl::Status Bench(const BenchArgs& b) {
@@ -162,8 +192,13 @@ absl::Status Bench(const BenchArgs& b) {
   co.pipeline.level = b.opt;
   co.pipeline.disabled = PassesOffHere(b.backend);
   co.pipeline.precision = b.precision;
-  if (b.precision == "int8") {
-    ASSIGN_OR_RETURN(co.pipeline.calibration, CalibrateOnRandomInputs(*graph, co));
+  co.pipeline.int8_noise_kept = b.int8_noise_kept;
+  std::optional<CompiledGraph> raw;
+  if (b.precision != "float32") {
+    ASSIGN_OR_RETURN(raw, RawGraph(*graph, co));
+  }
+  if (passes::IsInt8Precision(b.precision)) {
+    ASSIGN_OR_RETURN(co.pipeline.calibration, CalibrateOnRandomInputs(*raw->graph));
   }
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, BuildBenchEngine(b, compiled));
@@ -214,6 +249,10 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("precision", b.precision);
   w.Field("bf16_ops", static_cast<int64_t>(info.bf16_ops));
   w.Field("int8_ops", static_cast<int64_t>(info.int8_ops));
+  if (raw) {
+    ASSIGN_OR_RETURN(const double err, LoweredError(*raw->graph, *engine, feeds, outs));
+    w.Field("rel_err", err);
+  }
   std::printf("%s}\n", w.text().c_str());
   if (!b.json_path.empty()) {
     // The file also carries every timed run, for scripts that pool runs across processes.
