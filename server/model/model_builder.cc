@@ -28,6 +28,7 @@
 #include "server/model/model_dims.h"
 #include "server/model/precision.h"
 #include "server/model/precision_speed.h"
+#include "server/model/precision_verdict.h"
 #include "server/model/warmup_check.h"
 #include "server/model/warmup_samples.h"
 
@@ -213,6 +214,19 @@ absl::Status PreferFaster(const Graph& imported, int64_t batch, size_t position,
   return absl::OkStatus();
 }
 
+// Starts `pipeline` where the cached verdict under `key` says the ladder settled; false
+// without one.
+bool StartAtVerdict(const CacheContext& cache, const EngineCacheKey& key, PipelineOptions& pipeline,
+                    CheckSummary& check) {
+  std::optional<PrecisionVerdict> v = LookupVerdict(cache, key);
+  if (!v) return false;
+  pipeline.precision = v->precision;
+  pipeline.int8_noise_kept = v->int8_noise_kept;
+  check.precision_message = v->message;
+  AddPrecisionNote(check, "the ladder's verdict, from the engine cache");
+  return true;
+}
+
 // The model's declared shape of output `name` (-1 for a dim not known before a run); empty
 // when it declares none. For an output whose rank the engine learns only per run (a
 // detector's boxes, computed under If).
@@ -342,6 +356,14 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
       pipeline.int8_noise_kept = config.precision.int8_noise_kept;
     }
   }
+  // A reload or warm restart starts where the ladder settled before (precision_verdict.h).
+  std::optional<EngineCacheKey> verdict_key;
+  bool from_verdict = false;
+  if (config.precision.mode == "auto" && config.precision.start.empty() &&
+      pipeline.precision != "float32" && cache.cache) {
+    verdict_key = VerdictKeyFor(cache, config, pipeline, m.buckets.front());
+    from_verdict = StartAtVerdict(cache, *verdict_key, pipeline, m.check);
+  }
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
   // weights per bucket before), and so their engines share one prepacked copy of it.
   m.fold_cache = fold_cache ? std::move(fold_cache) : std::make_shared<passes::FoldCache>();
@@ -354,6 +376,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   }
   const std::vector<int64_t> order = BuildOrder(m.buckets);
   std::map<int64_t, std::string> precision_by_bucket;
+  PrecisionVerdict settled;
   for (size_t position = 0; position < order.size(); ++position) {
     const int64_t batch = order[position];
     RETURN_IF_ERROR(CheckStop());
@@ -362,8 +385,14 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     ASSIGN_OR_RETURN(BucketResult r,
                      BuildBucket(imported, batch, position, bucket_config, cache, pipeline, m.check,
                                  rows ? &*rows : nullptr, m.times));
-    RETURN_IF_ERROR(PreferFaster(imported, batch, position, bucket_config, cache, pipeline, m.check,
-                                 rows ? &*rows : nullptr, m.times, r));
+    if (!from_verdict) {  // a verdict has timed the rivals already
+      RETURN_IF_ERROR(PreferFaster(imported, batch, position, bucket_config, cache, pipeline,
+                                   m.check, rows ? &*rows : nullptr, m.times, r));
+    }
+    // The ladder's verdict: where the first bucket settled, which every later one starts at.
+    if (position == 0) {
+      settled = {pipeline.precision, pipeline.int8_noise_kept, m.check.precision_message};
+    }
     precision_by_bucket[batch] = BucketPrecision(*r.engine, pipeline.precision);
     auto& instances = m.engines[batch];
     // Further instances take the layout and thread count the first one settled on (tuned
@@ -396,6 +425,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     m.signature.outputs.push_back(std::move(s));
   }
   m.check.precision = PrecisionOf(precision_by_bucket);
+  if (verdict_key && !from_verdict) StoreVerdict(cache, *verdict_key, settled);
   m.calibration = pipeline.calibration;
   m.int8_noise_kept = pipeline.int8_noise_kept;
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);

@@ -12,6 +12,7 @@
 #include "compiler/onnx/tensor_proto.h"
 #include "ir/builder.h"
 #include "runtime/cpu/isa.h"
+#include "server/model/engine_cache.h"
 #include "server/model/engine_factory.h"
 #include "server/model/model_builder.h"
 #include "server/model/model_config.h"
@@ -81,7 +82,7 @@ std::unique_ptr<Graph> Branches() {
 
 BuiltModel Build(double budget, const char* prefer = "lowest", bool int8 = false,
                  bool warmup = true, const std::string& samples_dir = "",
-                 std::unique_ptr<Graph> (*model)() = TwoLayers) {
+                 std::unique_ptr<Graph> (*model)() = TwoLayers, EngineCache* cache = nullptr) {
   ModelConfig config;
   config.warmup.samples_dir = samples_dir;
   config.max_batch_size = 2;
@@ -91,7 +92,8 @@ BuiltModel Build(double budget, const char* prefer = "lowest", bool int8 = false
   config.precision.prefer = prefer;
   config.precision.max_abs_error = config.precision.max_rel_error = budget;
   EXPECT_TRUE(FinalizeModelConfig(config).ok());
-  absl::StatusOr<BuiltModel> built = BuildModel(*model(), config, nullptr);
+  absl::StatusOr<BuiltModel> built =
+      BuildModel(*model(), config, nullptr, CacheContext{cache, "precision-test-model"});
   EXPECT_TRUE(built.ok()) << built.status();
   return built.ok() ? std::move(*built) : BuiltModel{};
 }
@@ -184,6 +186,31 @@ TEST(PrecisionAuto, Int8OverTheBudgetKeepsTheProductsTheOutputFeelsInFloat) {
   EXPECT_NEAR(Int8NoiseToKeep(0.02, 0.01), std::pow(kInt8MixedMargin / 2, 2), 1e-12);
   EXPECT_EQ(Int8NoiseToKeep(1.0, 1e-7), 0.0);
   EXPECT_EQ(Int8NoiseToKeep(std::nan(""), 0.01), 0.0);
+}
+
+// The ladder's verdict is kept in the engine cache: a reload starts where the first build
+// settled (int8-mixed here), takes every bucket from the cache, calibrates nothing and says
+// so; a changed budget climbs the ladder afresh.
+TEST(PrecisionAuto, AReloadStartsWhereTheLadderSettled) {
+  if (!Int8Here()) GTEST_SKIP() << "no int8 dot product here";
+  const double full = Build(0.05, "lowest", /*int8=*/true, true, "", Branches).check.norm_rel_err;
+  ASSERT_GT(full, 1e-4);
+  EngineCache cache("");
+  BuiltModel first = Build(full / 2, "lowest", /*int8=*/true, true, "", Branches, &cache);
+  ASSERT_EQ(first.check.precision, "int8-mixed") << first.check.precision_message;
+  EXPECT_EQ(first.times.cache_hits, 0);
+  EXPECT_NE(first.calibration, nullptr);
+  BuiltModel again = Build(full / 2, "lowest", /*int8=*/true, true, "", Branches, &cache);
+  EXPECT_EQ(again.check.precision, "int8-mixed") << again.check.precision_message;
+  EXPECT_EQ(again.times.cache_hits, static_cast<int>(again.buckets.size()));
+  EXPECT_EQ(again.calibration, nullptr);  // no int8 compile: nothing calibrated
+  EXPECT_EQ(again.int8_noise_kept, first.int8_noise_kept);
+  EXPECT_EQ(again.check.precision_message,
+            first.check.precision_message + "; the ladder's verdict, from the engine cache");
+  BuiltModel other = Build(full / 3, "lowest", /*int8=*/true, true, "", Branches, &cache);
+  EXPECT_EQ(other.check.precision_message.find("verdict"), std::string::npos)
+      << other.check.precision_message;
+  EXPECT_NE(other.check.precision_message.find("int8 exceeded the budget"), std::string::npos);
 }
 
 // Shipped samples are the calibration set: every set, said so.

@@ -1,0 +1,60 @@
+#include "server/model/precision_verdict.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "base/json.h"
+#include "compiler/passes/assign_precision.h"
+#include "compiler/passes/quantize_int8.h"
+
+namespace kiln::server {
+
+EngineCacheKey VerdictKeyFor(const CacheContext& cache, const ModelConfig& config,
+                             const PipelineOptions& start, int64_t batch) {
+  EngineCacheKey key = CacheKeyFor(cache, config, start, batch);
+  // Not an engine's key: the record answers what the ladder from `start` settled on.
+  absl::StrAppend(&key.options, ";verdict=ladder from ", start.precision,
+                  ",prefer:", config.precision.prefer);
+  return key;
+}
+
+std::optional<PrecisionVerdict> LookupVerdict(const CacheContext& cache,
+                                              const EngineCacheKey& key) {
+  if (!cache.cache) return std::nullopt;
+  std::shared_ptr<const EngineCacheEntry> e = cache.cache->Lookup(key);
+  if (!e) return std::nullopt;
+  absl::StatusOr<json::Value> doc = json::Parse(e->report_json);
+  const json::Value* p = doc.ok() ? doc->Find("precision") : nullptr;
+  const json::Value* kept = doc.ok() ? doc->Find("int8_noise_kept") : nullptr;
+  PrecisionVerdict v;
+  v.precision = p ? p->text() : "";
+  v.int8_noise_kept = kept ? std::strtod(kept->text().c_str(), nullptr) : 0;
+  v.message = e->check_message;
+  const bool known = v.precision == "float32" || passes::IsLowerPrecision(v.precision) ||
+                     passes::IsInt8Precision(v.precision);
+  if (!known || !(v.int8_noise_kept > 0 && v.int8_noise_kept <= 1)) {
+    spdlog::warn("engine cache: a precision verdict that does not parse; climbing the ladder");
+    cache.cache->Invalidate(key);
+    return std::nullopt;
+  }
+  return v;
+}
+
+void StoreVerdict(const CacheContext& cache, const EngineCacheKey& key, const PrecisionVerdict& v) {
+  if (!cache.cache) return;
+  EngineCacheEntry e;
+  json::Writer w;
+  w.BeginObject();
+  w.Field("precision", v.precision);
+  w.Field("int8_noise_kept", v.int8_noise_kept);
+  w.EndObject();
+  e.report_json = w.Take();
+  e.check_message = v.message;
+  absl::Status s = cache.cache->Store(key, std::move(e));
+  if (!s.ok()) spdlog::warn("{}", std::string(s.message()));
+}
+
+}  // namespace kiln::server
