@@ -6,25 +6,20 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "compiler/passes/fuse_qdq.h"
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
 #include "runtime/check/calibrate.h"
 #include "tests/unit/pass_test_util.h"
+#include "tests/unit/test_tensors.h"
 
 namespace kiln::passes {
 namespace {
 
 using ::kiln::testing::CountOps;
 
-Tensor Random(std::vector<int64_t> shape, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t(DType::kFloat32, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
-  return t;
+Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
+  return testing::SeededUniform(std::move(shape), seed);
 }
 
 struct Branches {
