@@ -222,6 +222,7 @@ bool StartAtVerdict(const CacheContext& cache, const EngineCacheKey& key, Pipeli
   if (!v) return false;
   pipeline.precision = v->precision;
   pipeline.int8_noise_kept = v->int8_noise_kept;
+  pipeline.calibration = v->calibration;
   check.precision_message = v->message;
   AddPrecisionNote(check, "the ladder's verdict, from the engine cache");
   return true;
@@ -391,7 +392,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     }
     // The ladder's verdict: where the first bucket settled, which every later one starts at.
     if (position == 0) {
-      settled = {pipeline.precision, pipeline.int8_noise_kept, m.check.precision_message};
+      settled = {pipeline.precision, pipeline.int8_noise_kept, m.check.precision_message,
+                 pipeline.calibration};
     }
     precision_by_bucket[batch] = BucketPrecision(*r.engine, pipeline.precision);
     auto& instances = m.engines[batch];

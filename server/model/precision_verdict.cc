@@ -21,6 +21,36 @@ EngineCacheKey VerdictKeyFor(const CacheContext& cache, const ModelConfig& confi
   return key;
 }
 
+namespace {
+
+void WriteCalibration(const passes::Calibration& ranges, json::Writer& w) {
+  w.Key("calibration").BeginObject();
+  for (const auto& [name, r] : ranges) {
+    w.Key(name).BeginArray().Float(r.lo).Float(r.hi).Double(r.mean_sq).EndArray();
+  }
+  w.EndObject();
+}
+
+// null when absent; an error when present but not [lo, hi, mean_sq] numbers.
+absl::StatusOr<std::shared_ptr<const passes::Calibration>> ReadCalibration(const json::Value* v) {
+  if (!v) return nullptr;
+  auto ranges = std::make_shared<passes::Calibration>();
+  for (const auto& [name, item] : v->members()) {
+    if (!item.is_array() || item.items().size() != 3) {
+      return absl::DataLossError("a calibration range is not [lo, hi, mean_sq]");
+    }
+    passes::ValueRange& r = (*ranges)[name];
+    ASSIGN_OR_RETURN(const double lo, json::AsDouble(item.items()[0], "lo"));
+    ASSIGN_OR_RETURN(const double hi, json::AsDouble(item.items()[1], "hi"));
+    ASSIGN_OR_RETURN(r.mean_sq, json::AsDouble(item.items()[2], "mean_sq"));
+    r.lo = static_cast<float>(lo);
+    r.hi = static_cast<float>(hi);
+  }
+  return std::shared_ptr<const passes::Calibration>(std::move(ranges));
+}
+
+}  // namespace
+
 std::optional<PrecisionVerdict> LookupVerdict(const CacheContext& cache,
                                               const EngineCacheKey& key) {
   if (!cache.cache) return std::nullopt;
@@ -33,9 +63,12 @@ std::optional<PrecisionVerdict> LookupVerdict(const CacheContext& cache,
   v.precision = p ? p->text() : "";
   v.int8_noise_kept = kept ? std::strtod(kept->text().c_str(), nullptr) : 0;
   v.message = e->check_message;
+  absl::StatusOr<std::shared_ptr<const passes::Calibration>> calibration =
+      ReadCalibration(doc.ok() ? doc->Find("calibration") : nullptr);
+  if (calibration.ok()) v.calibration = *std::move(calibration);
   const bool known = v.precision == "float32" || passes::IsLowerPrecision(v.precision) ||
                      passes::IsInt8Precision(v.precision);
-  if (!known || !(v.int8_noise_kept > 0 && v.int8_noise_kept <= 1)) {
+  if (!known || !(v.int8_noise_kept > 0 && v.int8_noise_kept <= 1) || !calibration.ok()) {
     spdlog::warn("engine cache: a precision verdict that does not parse; climbing the ladder");
     cache.cache->Invalidate(key);
     return std::nullopt;
@@ -50,6 +83,7 @@ void StoreVerdict(const CacheContext& cache, const EngineCacheKey& key, const Pr
   w.BeginObject();
   w.Field("precision", v.precision);
   w.Field("int8_noise_kept", v.int8_noise_kept);
+  if (v.calibration) WriteCalibration(*v.calibration, w);
   w.EndObject();
   e.report_json = w.Take();
   e.check_message = v.message;

@@ -7,6 +7,7 @@
 // the budget, `prefer`): a changed budget, config or model climbs the ladder afresh.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,9 @@ struct PrecisionVerdict {
   std::string precision;         // what the later buckets compiled at
   double int8_noise_kept = 1.0;  // int8-mixed's share (PipelineOptions::int8_noise_kept)
   std::string message;           // the ladder's precision_message
+  // int8's calibration (null unless the ladder calibrated): a warm start builds no int8
+  // engine itself, but a shape's engines compiled later (dynamic dims) need the ranges.
+  std::shared_ptr<const passes::Calibration> calibration;
 };
 
 // `start`: the pipeline at the ladder's first step, before any bucket is built.

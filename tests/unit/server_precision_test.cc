@@ -203,7 +203,31 @@ TEST(PrecisionAuto, AReloadStartsWhereTheLadderSettled) {
   BuiltModel again = Build(full / 2, "lowest", /*int8=*/true, true, "", Branches, &cache);
   EXPECT_EQ(again.check.precision, "int8-mixed") << again.check.precision_message;
   EXPECT_EQ(again.times.cache_hits, static_cast<int>(again.buckets.size()));
-  EXPECT_EQ(again.calibration, nullptr);  // no int8 compile: nothing calibrated
+  // Nothing calibrated again (no int8 compile ran), but the ranges came back with the
+  // verdict, for the engines of shapes compiled later.
+  ASSERT_NE(again.calibration, nullptr);
+  ASSERT_EQ(again.calibration->size(), first.calibration->size());
+  for (const auto& [name, r] : *first.calibration) {
+    const passes::ValueRange& back = again.calibration->at(name);
+    EXPECT_EQ(back.lo, r.lo) << name;
+    EXPECT_EQ(back.hi, r.hi) << name;
+    EXPECT_DOUBLE_EQ(back.mean_sq, r.mean_sq) << name;
+  }
+  EXPECT_EQ(
+      again.check.precision_message.find("int8 calibrated", first.check.precision_message.size()),
+      std::string::npos);
+  // An unchecked engine compiled later (a shape class) quantizes with those ranges.
+  ModelConfig config;
+  config.max_batch_size = 2;
+  config.precision.mode = "auto";
+  config.precision.int8 = true;
+  config.precision.prefer = "lowest";
+  config.precision.max_abs_error = config.precision.max_rel_error = full / 2;
+  ASSERT_TRUE(FinalizeModelConfig(config).ok());
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> later =
+      BuildShapeEngine(*Branches(), config, again, {}, 2, /*check=*/false);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_GT((*later)->info().int8_ops, 0);
   EXPECT_EQ(again.int8_noise_kept, first.int8_noise_kept);
   EXPECT_EQ(again.check.precision_message,
             first.check.precision_message + "; the ladder's verdict, from the engine cache");
