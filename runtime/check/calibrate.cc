@@ -29,10 +29,13 @@ void Widen(const Tensor& t, passes::ValueRange& r, double& sum_sq) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const passes::Calibration>> Calibrate(
-    const Graph& graph, const std::vector<const ref::TensorMap*>& feeds) {
+    const Graph& graph, const std::vector<const ref::TensorMap*>& feeds,
+    std::vector<ref::TensorMap>* outputs) {
+  if (outputs) outputs->assign(feeds.size(), {});
   auto ranges = std::make_shared<passes::Calibration>();
   std::map<std::string, std::pair<double, int64_t>> squares;  // name -> (sum of squares, count)
-  for (const ref::TensorMap* feed : feeds) {
+  for (size_t f = 0; f < feeds.size(); ++f) {
+    const ref::TensorMap* feed = feeds[f];
     if (!feed || feed->empty()) continue;
     auto observe = [&](const Value& v, const Tensor& t) {
       if (t.dtype() != DType::kFloat32 || t.numel() == 0) return;
@@ -45,7 +48,8 @@ absl::StatusOr<std::shared_ptr<const passes::Calibration>> Calibrate(
       Widen(t, it->second, sum_sq);
       count += t.numel();
     };
-    RETURN_IF_ERROR(ref::RunObserved(graph, *feed, observe).status());
+    ASSIGN_OR_RETURN(ref::TensorMap answer, ref::RunObserved(graph, *feed, observe));
+    if (outputs) (*outputs)[f] = std::move(answer);
   }
   for (auto& [name, range] : *ranges) {
     const auto& [sum_sq, count] = squares[name];

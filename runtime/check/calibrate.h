@@ -14,10 +14,13 @@
 
 namespace kiln::check {
 
-// Min and max of each float32 value over `feeds` (graph inputs included; empty feeds are
-// skipped); a value that held NaN or an infinity gets an infinite range, which quantize_int8
-// leaves in float. FAILED_PRECONDITION when nothing was observed.
+// Min, max and mean square of each float32 value over `feeds` (graph inputs included; empty
+// feeds are skipped); a value that held NaN or an infinity gets an infinite range, which
+// quantize_int8 leaves in float. FAILED_PRECONDITION when nothing was observed. `outputs`
+// (optional): the reference's answer to each feed (empty for a skipped one), so a caller that
+// also needs it runs the reference once.
 absl::StatusOr<std::shared_ptr<const passes::Calibration>> Calibrate(
-    const Graph& graph, const std::vector<const ref::TensorMap*>& feeds);
+    const Graph& graph, const std::vector<const ref::TensorMap*>& feeds,
+    std::vector<ref::TensorMap>* outputs = nullptr);
 
 }  // namespace kiln::check

@@ -172,11 +172,12 @@ absl::StatusOr<BucketResult> BuildBucket(const Graph& imported, int64_t batch, s
   }
   // A miss (no entry, or one that failed its re-verification) is counted once per bucket.
   if (cache.cache) metrics::EngineCacheResult(/*hit=*/false);
+  // Calibration first: on the check's rows it also gives the reference's answer to the first.
+  RETURN_IF_ERROR(EnsureCalibration(rows, config, pipeline, check, times));
   std::vector<CheckCase> cases;
   if (config.warmup.enabled) {
     ASSIGN_OR_RETURN(cases, CasesFor(*rows, *raw, batch, config, times));
   }
-  RETURN_IF_ERROR(EnsureCalibration(rows, config, pipeline, check, times));
   ASSIGN_OR_RETURN(BucketResult r,
                    CompileAndCheck(imported, *raw, batch, config, cases, pipeline, check, times));
   if (cache.cache) {
