@@ -5,21 +5,15 @@
 # `kiln bench` reports as rel_err, on its random feed), and ORT's int8 where the model has a
 # QDQ export (<model>_qdq from tests/models/export_models.py: ORT running it is ORT's int8).
 # A benchmark, not a test.
-#   bench/precision.sh [--only m1,m2] [--batches 1,8] [--rounds 3] [--runs 8] [OUT]
+#   bench/precision.sh [OUT]
 # OUT (default bench/results/precision): float.json, qdq.json and table.md.
+# Env: MODELS (default resnet18,mobilenet_v2: folders of ~/.cache/kiln/models), BATCHES (1,8),
+# ROUNDS (3), RUNS (8), BUILD (default build).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 kiln="${BUILD:-$root/build}/tools/kiln"
-only="resnet18,mobilenet_v2" batches="1,8" rounds=3 runs=8 out="$root/bench/results/precision"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --only) only="$2"; shift 2 ;;
-    --batches) batches="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    --runs) runs="$2"; shift 2 ;;
-    *) out="$1"; shift ;;
-  esac
-done
+only="${MODELS:-resnet18,mobilenet_v2}" batches="${BATCHES:-1,8}"
+rounds="${ROUNDS:-3}" runs="${RUNS:-8}" out="${1:-$root/bench/results/precision}"
 mkdir -p "$out"
 models="${KILN_CACHE_DIR:-$HOME/.cache/kiln}/models"
 qdq=""
