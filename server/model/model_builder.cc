@@ -229,6 +229,39 @@ bool StartAtVerdict(const CacheContext& cache, const EngineCacheKey& key, Pipeli
   return true;
 }
 
+// Where the precision ladder starts: float32 (mode float32, or no lower precision here,
+// said), a shape's model's verdict (config.precision.start), a verdict an earlier load left in
+// the engine cache, else the device's lowest precision; with the key to leave this load's
+// verdict under.
+struct LadderStart {
+  std::optional<EngineCacheKey> verdict_key;
+  bool from_verdict = false;
+};
+LadderStart StartLadder(const ModelConfig& config, const CacheContext& cache, int64_t first_bucket,
+                        PipelineOptions& pipeline, CheckSummary& check) {
+  LadderStart out;
+  if (config.precision.mode != "auto") return out;
+  const std::string lower = LowestPrecisionOn(config.device, config.precision);
+  const std::string& start = config.precision.start;
+  if (lower.empty()) {
+    check.precision_message = "no lower precision on " + config.device + " here; float32";
+    return out;
+  }
+  if (!start.empty()) {
+    // A shape's engines start where the model's settled (a mix of buckets: float32).
+    const bool lowered = passes::IsLowerPrecision(start) || passes::IsInt8Precision(start);
+    pipeline.precision = lowered ? start : "float32";
+    pipeline.int8_noise_kept = config.precision.int8_noise_kept;
+    return out;
+  }
+  pipeline.precision = lower;
+  if (!cache.cache) return out;
+  // A reload or warm restart starts where the ladder settled before (precision_verdict.h).
+  out.verdict_key = VerdictKeyFor(cache, config, pipeline, first_bucket);
+  out.from_verdict = StartAtVerdict(cache, *out.verdict_key, pipeline, check);
+  return out;
+}
+
 // The model's declared shape of output `name` (-1 for a dim not known before a run); empty
 // when it declares none. For an output whose rank the engine learns only per run (a
 // detector's boxes, computed under If).
@@ -344,28 +377,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   pipeline.level = config.opt_level;
   pipeline.disabled = config.disabled_passes;
   for (const std::string& p : PassesOffOn(config.device)) pipeline.disabled.insert(p);
-  if (config.precision.mode == "auto") {
-    const std::string lower = LowestPrecisionOn(config.device, config.precision);
-    const std::string& start = config.precision.start;
-    if (lower.empty()) {
-      m.check.precision_message = "no lower precision on " + config.device + " here; float32";
-    } else if (start.empty()) {
-      pipeline.precision = lower;
-    } else {
-      // A shape's engines start where the model's settled (a mix of buckets: float32).
-      const bool lowered = passes::IsLowerPrecision(start) || passes::IsInt8Precision(start);
-      pipeline.precision = lowered ? start : "float32";
-      pipeline.int8_noise_kept = config.precision.int8_noise_kept;
-    }
-  }
-  // A reload or warm restart starts where the ladder settled before (precision_verdict.h).
-  std::optional<EngineCacheKey> verdict_key;
-  bool from_verdict = false;
-  if (config.precision.mode == "auto" && config.precision.start.empty() &&
-      pipeline.precision != "float32" && cache.cache) {
-    verdict_key = VerdictKeyFor(cache, config, pipeline, m.buckets.front());
-    from_verdict = StartAtVerdict(cache, *verdict_key, pipeline, m.check);
-  }
+  const LadderStart ladder = StartLadder(config, cache, m.buckets.front(), pipeline, m.check);
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
   // weights per bucket before), and so their engines share one prepacked copy of it.
   m.fold_cache = fold_cache ? std::move(fold_cache) : std::make_shared<passes::FoldCache>();
@@ -387,7 +399,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     ASSIGN_OR_RETURN(BucketResult r,
                      BuildBucket(imported, batch, position, bucket_config, cache, pipeline, m.check,
                                  rows ? &*rows : nullptr, m.times));
-    if (!from_verdict) {  // a verdict has timed the rivals already
+    if (!ladder.from_verdict) {  // a verdict has timed the rivals already
       RETURN_IF_ERROR(PreferFaster(imported, batch, position, bucket_config, cache, pipeline,
                                    m.check, rows ? &*rows : nullptr, m.times, r));
     }
@@ -428,7 +440,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     m.signature.outputs.push_back(std::move(s));
   }
   m.check.precision = PrecisionOf(precision_by_bucket);
-  if (verdict_key && !from_verdict) StoreVerdict(cache, *verdict_key, settled);
+  if (ladder.verdict_key && !ladder.from_verdict) StoreVerdict(cache, *ladder.verdict_key, settled);
   m.calibration = pipeline.calibration;
   m.int8_noise_kept = pipeline.int8_noise_kept;
   MarkDynamicDims(model, config, std::move(dynamic), m.signature);
