@@ -36,12 +36,23 @@ void AddPrecisionNote(CheckSummary& check, const std::string& note) {
   absl::StrAppend(&check.precision_message, check.precision_message.empty() ? "" : "; ", note);
 }
 
+namespace {
+
+// This and every later bucket compile at `next`, the message saying `why` and then `step`
+// (what `next` is).
+void StepTo(const std::string& next, const std::string& why, const std::string& step,
+            PipelineOptions& pipeline, CheckSummary& check) {
+  AddPrecisionNote(check, absl::StrCat(why, "; ", step));
+  spdlog::warn("precision: {}", check.precision_message);
+  pipeline.precision = next;
+}
+
+}  // namespace
+
 void StepUp(const std::string& device, const std::string& why, PipelineOptions& pipeline,
             CheckSummary& check) {
   const std::string next = NextPrecision(pipeline.precision, device);
-  AddPrecisionNote(check, absl::StrCat(why, "; ", next));
-  spdlog::warn("precision: {}", check.precision_message);
-  pipeline.precision = next;
+  StepTo(next, why, next, pipeline, check);
 }
 
 std::string PrecisionOf(const std::map<int64_t, std::string>& by_bucket) {
@@ -100,13 +111,12 @@ void FallBack(int64_t batch, const check::Divergence& d, const ModelConfig& conf
     StepUp(config.device, what, pipeline, check);
     return;
   }
-  pipeline.precision = "int8-mixed";
   pipeline.int8_noise_kept = kept;
-  AddPrecisionNote(check, absl::StrFormat("%s; int8-mixed: the products whose rounding the "
-                                          "outputs feel most in float, %.3g of the estimated "
-                                          "noise kept",
-                                          what, kept));
-  spdlog::warn("precision: {}", check.precision_message);
+  StepTo("int8-mixed", what,
+         absl::StrFormat("int8-mixed: the products whose rounding the outputs feel most in "
+                         "float, %.3g of the estimated noise kept",
+                         kept),
+         pipeline, check);
 }
 
 std::string PrecisionKey(const ModelConfig& config, const PipelineOptions& pipeline) {

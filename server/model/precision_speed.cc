@@ -60,8 +60,9 @@ absl::StatusOr<SpeedComparison> CompareSpeed(runtime::Engine& lowered, runtime::
 bool ShouldCompareSpeed(const ModelConfig& config, const PipelineOptions& pipeline,
                         const runtime::Engine& engine) {
   if (config.precision.mode != "auto" || config.precision.prefer != "fastest") return false;
-  if (passes::IsInt8Precision(pipeline.precision)) return engine.info().int8_ops > 0;
-  return pipeline.precision != "float32" && engine.info().bf16_ops > 0;
+  // Only an engine with products in its lowered precision (BucketPrecision says float32
+  // for one without, and for a float32 compile).
+  return BucketPrecision(engine, pipeline.precision) != "float32";
 }
 
 std::vector<std::string> RivalsOf(const std::string& precision, const std::string& device) {

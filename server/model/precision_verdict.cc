@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "base/json.h"
@@ -59,9 +58,11 @@ std::optional<PrecisionVerdict> LookupVerdict(const CacheContext& cache,
   absl::StatusOr<json::Value> doc = json::Parse(e->report_json);
   const json::Value* p = doc.ok() ? doc->Find("precision") : nullptr;
   const json::Value* kept = doc.ok() ? doc->Find("int8_noise_kept") : nullptr;
+  const absl::StatusOr<double> share =
+      kept ? json::AsDouble(*kept, "int8_noise_kept") : absl::StatusOr<double>(0.0);
   PrecisionVerdict v;
   v.precision = p ? p->text() : "";
-  v.int8_noise_kept = kept ? std::strtod(kept->text().c_str(), nullptr) : 0;
+  v.int8_noise_kept = share.value_or(0);
   v.message = e->check_message;
   absl::StatusOr<std::shared_ptr<const passes::Calibration>> calibration =
       ReadCalibration(doc.ok() ? doc->Find("calibration") : nullptr);

@@ -152,20 +152,33 @@ absl::StatusOr<CompiledGraph> RawGraph(const Graph& graph, const CompileOptions&
   return CompileGraph(graph, plain);
 }
 
-// int8's activation ranges, from the reference on one random feed. A bench figure, not a
-// served model's calibration (kilnd calibrates on the warm-up rows).
-absl::StatusOr<std::shared_ptr<const passes::Calibration>> CalibrateOnRandomInputs(
-    const Graph& raw) {
-  ASSIGN_OR_RETURN(ref::TensorMap feed, check::RandomInputs(raw, {}));
-  return check::Calibrate(raw, {&feed});
+// A lowered precision's float reference: the feed the bench times and the raw graph's answer
+// to it; int8 calibrates on that feed, and its run gives the answer (a bench figure, not a
+// served model's calibration: kilnd calibrates on the warm-up rows).
+struct LoweredReference {
+  ref::TensorMap feed, expected;
+  std::shared_ptr<const passes::Calibration> calibration;
+};
+
+absl::StatusOr<LoweredReference> ReferenceFor(const Graph& graph, const CompileOptions& co,
+                                              bool int8) {
+  ASSIGN_OR_RETURN(CompiledGraph raw, RawGraph(graph, co));
+  LoweredReference r;
+  ASSIGN_OR_RETURN(r.feed, check::RandomInputs(*raw.graph, {}));
+  if (!int8) {
+    ASSIGN_OR_RETURN(r.expected, ref::Run(*raw.graph, r.feed));
+    return r;
+  }
+  std::vector<ref::TensorMap> answers;
+  ASSIGN_OR_RETURN(r.calibration, check::Calibrate(*raw.graph, {&r.feed}, &answers));
+  r.expected = std::move(answers[0]);
+  return r;
 }
 
-// A lowered precision's error on the timed feed against the float reference: the largest
-// relative error ||engine - reference|| / ||reference|| over the outputs (what the server's
-// precision budget bounds).
-absl::StatusOr<double> LoweredError(const Graph& raw, const runtime::Engine& engine,
-                                    const ref::TensorMap& feeds, const std::vector<Tensor>& outs) {
-  ASSIGN_OR_RETURN(ref::TensorMap expected, ref::Run(raw, feeds));
+// The largest relative error ||engine - reference|| / ||reference|| over the outputs (what the
+// server's precision budget bounds).
+double LoweredError(const runtime::Engine& engine, const ref::TensorMap& expected,
+                    const std::vector<Tensor>& outs) {
   double worst = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
     auto it = expected.find(engine.outputs()[i].name);
@@ -193,16 +206,19 @@ absl::Status Bench(const BenchArgs& b) {
   co.pipeline.disabled = PassesOffHere(b.backend);
   co.pipeline.precision = b.precision;
   co.pipeline.int8_noise_kept = b.int8_noise_kept;
-  std::optional<CompiledGraph> raw;
+  std::optional<LoweredReference> reference;
   if (b.precision != "float32") {
-    ASSIGN_OR_RETURN(raw, RawGraph(*graph, co));
-  }
-  if (passes::IsInt8Precision(b.precision)) {
-    ASSIGN_OR_RETURN(co.pipeline.calibration, CalibrateOnRandomInputs(*raw->graph));
+    ASSIGN_OR_RETURN(reference, ReferenceFor(*graph, co, passes::IsInt8Precision(b.precision)));
+    co.pipeline.calibration = reference->calibration;
   }
   ASSIGN_OR_RETURN(CompiledGraph compiled, CompileGraph(*graph, co));
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, BuildBenchEngine(b, compiled));
-  ASSIGN_OR_RETURN(ref::TensorMap feeds, check::RandomInputs(*compiled.graph, {}));
+  ref::TensorMap feeds;
+  if (reference) {
+    feeds = reference->feed;
+  } else {
+    ASSIGN_OR_RETURN(feeds, check::RandomInputs(*compiled.graph, {}));
+  }
   std::vector<Tensor> ins, outs;
   for (const auto& spec : engine->inputs()) ins.push_back(feeds.at(spec.name));
   for (int i = 0; i < b.warmup; ++i) RETURN_IF_ERROR(engine->Run(ins, outs));
@@ -249,10 +265,7 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("precision", b.precision);
   w.Field("bf16_ops", static_cast<int64_t>(info.bf16_ops));
   w.Field("int8_ops", static_cast<int64_t>(info.int8_ops));
-  if (raw) {
-    ASSIGN_OR_RETURN(const double err, LoweredError(*raw->graph, *engine, feeds, outs));
-    w.Field("rel_err", err);
-  }
+  if (reference) w.Field("rel_err", LoweredError(*engine, reference->expected, outs));
   std::printf("%s}\n", w.text().c_str());
   if (!b.json_path.empty()) {
     // The file also carries every timed run, for scripts that pool runs across processes.
