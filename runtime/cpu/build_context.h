@@ -71,6 +71,9 @@ struct BuildContext {
   std::vector<plan::BufferRequest> requests;      // blocked arena
   // kPrimitive or kBlocked (never kTune: the tuner builds one engine per concrete choice).
   ActivationLayout layout = ActivationLayout::kPrimitive;
+  // 3x3 convolutions may run oneDNN's Winograd kernel where its heuristic picks it
+  // (dnnl_conv.cc); off: direct convolution only.
+  bool winograd = true;
   int scratch_slot = -1;
   int64_t scratchpad_bytes = 0;
   int64_t weight_bytes = 0;
@@ -86,6 +89,7 @@ struct BuildContext {
   // in EngineInfo like fallback ops. "Type (impl)" per op.
   std::vector<std::string> slow_ops;
   int bf16_ops = 0;  // products built with bfloat16 operands
+  int winograd_ops = 0;  // convolutions on oneDNN's Winograd kernel
   // Slots of graph inputs that one node reads and no output repeats (in_place_append.h): a
   // Concat whose first input is one of them and whose output is the caller's tensor can take
   // that input as already in place. The (input slot, output slot) pairs it took are `appends`.

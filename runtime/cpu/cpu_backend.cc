@@ -1,6 +1,8 @@
 #include "runtime/cpu/cpu_backend.h"
 
+#include <cstdlib>
 #include <fstream>
+#include <string>
 
 #include "base/content_hash.h"
 #include "compiler/pipeline.h"
@@ -10,6 +12,13 @@
 
 namespace kiln::cpu {
 namespace {
+
+// KILN_CPU_WINOGRAD=off (or 0): direct convolutions only, for an A/B of the Winograd kernels
+// (CpuEngineOptions::winograd).
+bool WinogradAllowed() {
+  const char* v = std::getenv("KILN_CPU_WINOGRAD");
+  return !v || (std::string(v) != "off" && std::string(v) != "0");
+}
 
 // The first 64 bits of the hash of /proc/cpuinfo's flags line, in hex; "unknown" without one.
 std::string FlagsHash() {
@@ -54,6 +63,7 @@ class Cpu final : public runtime::Backend {
     const std::optional<ActivationLayout> layout = ParseActivationLayout(options.layout);
     if (!layout) return absl::InvalidArgumentError("unknown cpu layout '" + options.layout + "'");
     o.layout = *layout;
+    o.winograd = WinogradAllowed();
     return BuildCpuEngine(compiled, o);
   }
 };

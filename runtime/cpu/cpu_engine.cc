@@ -112,6 +112,7 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
   omp_set_num_threads(threads_);
   info_.threads = threads_;
   ctx_.layout = options.layout;
+  ctx_.winograd = options.winograd;
   info_.layout = ActivationLayoutName(options.layout);
   graph_ = compiled.graph->Clone();
   stream_ = dnnl::stream(ctx_.engine);
@@ -243,6 +244,7 @@ absl::Status CpuEngine::BuildKernels() {
   info_.fallback_op_types.assign(fallback_types.begin(), fallback_types.end());
   info_.slow_ops = ctx_.slow_ops;
   info_.bf16_ops = ctx_.bf16_ops;
+  info_.winograd_ops = ctx_.winograd_ops;
   info_.isa = std::string(IsaName(ActiveIsa())) + " (oneDNN " + CpuIsa().onednn + ")";
   return absl::OkStatus();
 }

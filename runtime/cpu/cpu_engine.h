@@ -41,6 +41,10 @@ struct CpuEngineOptions {
   // that faults the arena and weights in. Tuning warms what it times either way.
   bool warm_up = true;
   ActivationLayout layout = ActivationLayout::kTune;
+  // 3x3 stride-1 convolutions may run Winograd's algorithm where oneDNN's heuristic picks
+  // it (a relative error of a few 1e-7, like the direct kernel's; guarded against
+  // non-finite inputs). Off: direct convolution only.
+  bool winograd = true;
   // A graph with data-dependent shapes builds as a static region plus a dynamic region on
   // the reference (dynamic_engine.h), its outputs' sizes known only per run. Off: such a
   // graph is refused ("no static shape"). kilnd turns it on and refuses such a model only

@@ -46,6 +46,7 @@ struct BenchArgs {
   std::map<std::string, std::vector<double>> binds;  // --bind: inputs fixed before compiling
   std::string last_position;  // --last-position: that output cut to its last position
   bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
+  bool error = false;  // --error: rel_err against the reference at float32 too
   // --precision bf16: the weight products in bfloat16; int8: quantized (quantize_int8.h)
   std::string precision = "float32";
   double int8_noise_kept = 1.0;  // --int8-noise F: int8-mixed's noise fraction (quantize_int8.h)
@@ -62,8 +63,8 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
   BenchArgs b;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--tf32") {
-      b.tf32 = true;
+    if (a == "--tf32" || a == "--error") {
+      (a == "--tf32" ? b.tf32 : b.error) = true;
       continue;
     }
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
@@ -207,7 +208,7 @@ absl::Status Bench(const BenchArgs& b) {
   co.pipeline.precision = b.precision;
   co.pipeline.int8_noise_kept = b.int8_noise_kept;
   std::optional<LoweredReference> reference;
-  if (b.precision != "float32") {
+  if (b.precision != "float32" || b.error) {
     ASSIGN_OR_RETURN(reference, ReferenceFor(*graph, co, passes::IsInt8Precision(b.precision)));
     co.pipeline.calibration = reference->calibration;
   }
@@ -264,6 +265,7 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("weight_bytes", info.weight_bytes);
   w.Field("precision", b.precision);
   w.Field("bf16_ops", static_cast<int64_t>(info.bf16_ops));
+  w.Field("winograd_ops", static_cast<int64_t>(info.winograd_ops));
   w.Field("int8_ops", static_cast<int64_t>(info.int8_ops));
   if (reference) w.Field("rel_err", LoweredError(*engine, reference->expected, outs));
   std::printf("%s}\n", w.text().c_str());

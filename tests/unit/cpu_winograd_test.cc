@@ -1,0 +1,130 @@
+// 3x3 convolutions on oneDNN's Winograd kernel (CpuEngineOptions::winograd, dnnl_conv.cc):
+// chosen where oneDNN's heuristic takes it (AVX-512, a batch of 4 or more), within the
+// check's tolerance of the reference, and guarded: a non-finite input runs the direct exact
+// path, so a NaN marks exactly the outputs whose window holds it, not a whole transformed
+// tile. Below AVX-512 (or capped there) oneDNN has no float Winograd kernel: the tests that
+// need one skip and say so.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "compiler/compile.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
+#include "runtime/check/compare.h"
+#include "runtime/cpu/cpu_engine.h"
+#include "runtime/cpu/isa.h"
+
+namespace kiln {
+namespace {
+
+Tensor Random(const std::vector<int64_t>& shape, int seed) {
+  Tensor t(DType::kFloat32, shape);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+  return t;
+}
+
+const std::vector<int64_t> kInput = {4, 32, 14, 14};
+
+// x -> Conv 3x3 (pads 1) + bias [-> Relu] -> y.
+std::unique_ptr<Graph> Conv3x3(bool relu) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {4, 32, 14, 14});
+  Value* y = b.Op("Conv",
+                  {x, b.Constant("w", Random({32, 32, 3, 3}, 1)), b.Constant("b", Random({32}, 2))},
+                  {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  if (relu) y = b.Op("Relu", {y});
+  b.Output(y);
+  return b.Build();
+}
+
+std::unique_ptr<runtime::Engine> Build(const Graph& g, bool winograd) {
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO2;
+  auto compiled = CompileGraph(g, co);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  cpu::CpuEngineOptions eo;
+  eo.layout = cpu::ActivationLayout::kBlocked;
+  eo.threads = 2;
+  eo.winograd = winograd;
+  auto engine = cpu::BuildCpuEngine(*compiled, eo);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+check::Divergence AgainstReference(const Graph& g, runtime::Engine& engine, const Tensor& x) {
+  auto want = ref::Run(g, {{"x", x}});
+  EXPECT_TRUE(want.ok()) << want.status();
+  std::vector<Tensor> out;
+  EXPECT_TRUE(engine.Run({x}, out).ok());
+  return check::CompareTensors(out[0], want->at(engine.outputs()[0].name), {1e-3, 1e-4});
+}
+
+bool HasFloatWinograd() { return cpu::ActiveIsa() == cpu::Isa::kAvx512; }
+
+TEST(CpuWinograd, ChosenAtABatchOfFourAndWithinTheReferenceTolerance) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  for (bool relu : {false, true}) {
+    SCOPED_TRACE(relu ? "with Relu" : "plain");
+    auto g = Conv3x3(relu);
+    auto wino = Build(*g, true);
+    auto direct = Build(*g, false);
+    ASSERT_TRUE(wino && direct);
+    EXPECT_EQ(wino->info().winograd_ops, 1);
+    EXPECT_EQ(direct->info().winograd_ops, 0);
+    const Tensor x = Random(kInput, 3);
+    const check::Divergence d = AgainstReference(*g, *wino, x);
+    EXPECT_TRUE(d.ok) << d.message;
+    EXPECT_LT(d.norm_rel_err, 1e-5);
+  }
+}
+
+TEST(CpuWinograd, NeverForAStridedOrGroupedWindow) {
+  for (const bool grouped : {false, true}) {
+    SCOPED_TRACE(grouped ? "grouped" : "strided");
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {4, 32, 14, 14});
+    std::map<std::string, Attribute> attrs = {{"pads", Attribute::Ints({1, 1, 1, 1})}};
+    if (grouped) {
+      attrs["group"] = Attribute::Int(2);
+    } else {
+      attrs["strides"] = Attribute::Ints({2, 2});
+    }
+    b.Output(b.Op("Conv", {x, b.Constant("w", Random({32, grouped ? 16 : 32, 3, 3}, 4))}, attrs));
+    auto g = b.Build();
+    auto engine = Build(*g, true);
+    ASSERT_TRUE(engine);
+    EXPECT_EQ(engine->info().winograd_ops, 0);
+    const check::Divergence d = AgainstReference(*g, *engine, Random(kInput, 5));
+    EXPECT_TRUE(d.ok) << d.message;
+  }
+}
+
+// One NaN and one infinity in the input: the direct convolution makes NaN of the 3x3
+// windows holding them; an unguarded Winograd kernel would make NaN of whole 4x4 output
+// tiles around them (outputs the reference keeps finite).
+TEST(CpuWinograd, NonFiniteInputsTakeTheDirectPath) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  for (bool relu : {false, true}) {
+    SCOPED_TRACE(relu ? "with Relu" : "plain");
+    auto g = Conv3x3(relu);
+    auto wino = Build(*g, true);
+    ASSERT_TRUE(wino);
+    ASSERT_EQ(wino->info().winograd_ops, 1);
+    Tensor x = Random(kInput, 6);
+    x.mutable_data<float>()[5 * 14 + 6] = std::numeric_limits<float>::quiet_NaN();
+    x.mutable_data<float>()[2 * 32 * 196 + 9 * 14 + 9] = std::numeric_limits<float>::infinity();
+    const check::Divergence d = AgainstReference(*g, *wino, x);
+    EXPECT_TRUE(d.ok) << d.message;
+    // Then finite again: the fast path serves the next run.
+    const check::Divergence after = AgainstReference(*g, *wino, Random(kInput, 7));
+    EXPECT_TRUE(after.ok) << after.message;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
