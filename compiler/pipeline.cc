@@ -14,6 +14,7 @@
 #include "compiler/passes/fold_repeat_into_matmul.h"
 #include "compiler/passes/fold_scale_into_weights.h"
 #include "compiler/passes/fold_transpose_into_matmul.h"
+#include "compiler/passes/fuse_concat_elementwise.h"
 #include "compiler/passes/fuse_conv_epilogue.h"
 #include "compiler/passes/fuse_elementwise.h"
 #include "compiler/passes/fuse_matmul_epilogue.h"
@@ -41,6 +42,8 @@ const std::map<std::string, PassFactory>& Factories() {
       {"fold_repeat_into_matmul",
        [] { return std::make_unique<passes::FoldRepeatIntoMatMulPass>(); }},
       {"fuse_elementwise", [] { return std::make_unique<passes::FuseElementwisePass>(); }},
+      {"fuse_concat_elementwise",
+       [] { return std::make_unique<passes::FuseConcatElementwisePass>(); }},
       {"fuse_qdq", [] { return std::make_unique<passes::FuseQdqPass>(); }},
       {"lower_einsum", [] { return std::make_unique<passes::LowerEinsumPass>(); }},
       {"inline_constant_if", [] { return std::make_unique<passes::InlineConstantIfPass>(); }},
@@ -94,7 +97,8 @@ absl::Status RegisterTestPass(const std::string& name, PassFactory factory,
 }
 
 std::set<std::string> PassesOffFor(const std::string& backend, bool int8_dot_product) {
-  if (backend.rfind("cuda", 0) == 0) return {"fuse_qdq", "fold_pad"};
+  // fuse_concat_elementwise: the generated element-wise kernels read one tensor per operand.
+  if (backend.rfind("cuda", 0) == 0) return {"fuse_qdq", "fold_pad", "fuse_concat_elementwise"};
   if (backend == "cpu" && !int8_dot_product) return {"fuse_qdq"};
   return {};
 }
@@ -150,9 +154,9 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   // (a MatMul it turns into a FusedMatMul first would lose its bias and activation).
   // fold_repeat_into_matmul after it: the key's Transpose sits on the repeated operand's
   // Reshape until then.
-  o2.insert(o2.end() - 1,
-            {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue",
-             "fold_transpose_into_matmul", "fold_repeat_into_matmul", "fuse_elementwise"});
+  o2.insert(o2.end() - 1, {"fold_batchnorm", "fuse_conv_epilogue", "fuse_matmul_epilogue",
+                           "fold_transpose_into_matmul", "fold_repeat_into_matmul",
+                           "fuse_elementwise", "fuse_concat_elementwise"});
   // recognize_patterns after the first fold_constants/eliminate_identity (in-graph constants
   // such as sqrt(2) are literals by then, no Identity sits inside a chain) and before CSE
   // (two LayerNorms of one x would share their normalization chain, whose values then have

@@ -61,7 +61,10 @@ absl::StatusOr<Program> ReadProgram(const Node& node) {
   if (arity.size() != ops->strings.size()) {
     return absl::InvalidArgumentError(node.Describe() + ": 'arity' does not match 'ops'");
   }
-  const int64_t n_inputs = static_cast<int64_t>(node.inputs.size());
+  const int64_t n_inputs = ProgramOperands(node);
+  if (n_inputs < 1 || ConcatInputs(node) == 1) {
+    return absl::InvalidArgumentError(node.Describe() + ": bad 'concat_inputs'");
+  }
   size_t pos = 0;
   for (size_t i = 0; i < ops->strings.size(); ++i) {
     Instruction ins;
@@ -86,6 +89,13 @@ absl::StatusOr<Program> ReadProgram(const Node& node) {
   }
   p.dtype = static_cast<DType>(node.GetInt("dtype", 0));
   return p;
+}
+
+int64_t ConcatInputs(const Node& node) { return node.GetInt(kConcatInputs, 0); }
+
+int64_t ProgramOperands(const Node& node) {
+  const int64_t k = ConcatInputs(node), n = static_cast<int64_t>(node.inputs.size());
+  return k >= 2 && k <= n ? n - k + 1 : k == 0 ? n : -1;
 }
 
 void WriteProgram(Node& node, const Program& program) {

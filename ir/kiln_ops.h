@@ -23,6 +23,11 @@
 //                                 instruction k - #inputs;
 //   attributes of instruction i are stored as "i<i>.<name>" (e.g. "i2.alpha");
 //   `dtype` (int): the output dtype. The output is the last instruction's result.
+//   `concat_inputs` (int K, optional, >= 2; written by fuse_concat_elementwise): the first K
+//                   inputs are one operand, their concatenation along axis 1 (the channels;
+//                   same rank, equal other dims). The program's operands are then that
+//                   concatenation (operand 0) and inputs K.. (operands 1..); #inputs above
+//                   counts operands.
 #pragma once
 
 #include <string>
@@ -37,6 +42,7 @@ inline constexpr char kFusedConv[] = "FusedConv";
 inline constexpr char kFusedMatMul[] = "FusedMatMul";
 inline constexpr char kFusedElementwise[] = "FusedElementwise";
 inline constexpr char kPrecisionAttr[] = "kiln_precision";
+inline constexpr char kConcatInputs[] = "concat_inputs";
 
 struct EpilogueStep {
   std::string op;  // Relu LeakyRelu Clip Sigmoid HardSigmoid HardSwish Tanh Gelu GeluTanh SiLU Add
@@ -64,6 +70,10 @@ struct Program {
 };
 
 absl::StatusOr<Program> ReadProgram(const Node& node);
+// A FusedElementwise's `concat_inputs` (0 when absent: every input is an operand).
+int64_t ConcatInputs(const Node& node);
+// The program's operand count: the inputs, with the concatenated ones counted once.
+int64_t ProgramOperands(const Node& node);
 void WriteProgram(Node& node, const Program& program);
 
 }  // namespace kiln::kiln_ops

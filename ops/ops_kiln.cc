@@ -126,8 +126,21 @@ absl::StatusOr<std::vector<Tensor>> FusedMatMul(const Node& node, const KernelIn
   return std::vector<Tensor>{std::move(y)};
 }
 
-absl::StatusOr<std::vector<Tensor>> FusedElementwise(const Node& node, const KernelInputs& in) {
+absl::StatusOr<std::vector<Tensor>> FusedElementwise(const Node& node, const KernelInputs& all) {
   ASSIGN_OR_RETURN(kiln_ops::Program program, kiln_ops::ReadProgram(node));
+  // `concat_inputs`: the first K inputs are operand 0, their concatenation along the channels.
+  const size_t concat = static_cast<size_t>(kiln_ops::ConcatInputs(node));
+  KernelInputs in = all;
+  Tensor joined;
+  if (concat >= 2) {
+    KernelInputs pieces(all.begin(), all.begin() + concat);
+    for (const Tensor* t : pieces) {
+      if (!t) return InvalidInput(node, "missing a concatenated input");
+    }
+    ASSIGN_OR_RETURN(joined, RunStep(node, "Concat", pieces, {{"axis", Attribute::Int(1)}}));
+    in.assign(all.begin() + concat - 1, all.end());
+    in[0] = &joined;
+  }
   std::vector<Tensor> results;
   for (const auto& ins : program.instructions) {
     KernelInputs operands;

@@ -150,6 +150,9 @@ absl::StatusOr<EwProgram> ProgramOf(const Node& node) {
     return p;
   }
   ASSIGN_OR_RETURN(kiln_ops::Program prog, kiln_ops::ReadProgram(node));
+  if (kiln_ops::ConcatInputs(node) != 0) {  // fuse_concat_elementwise is off for CUDA
+    return absl::UnimplementedError(node.Describe() + ": concatenated program inputs");
+  }
   for (const kiln_ops::Instruction& ins : prog.instructions) {
     EwProgram::Step st{ins.op, {}, ins.attrs};
     for (int64_t a : ins.operands) st.args.push_back(static_cast<int>(a));

@@ -291,7 +291,10 @@ bool IsInPlaceElementwise(const Node& node) {
                                               "BitwiseNot",
                                               "Where",
                                               "Clip"};
-  if (node.domain == kKilnDomain) return node.op_type == "FusedElementwise";
+  // A program over concatenated inputs reads each piece at its own offsets, not the output's.
+  if (node.domain == kKilnDomain) {
+    return node.op_type == "FusedElementwise" && !node.attrs.count("concat_inputs");
+  }
   return node.domain == kOnnxDomain && kOnnx.count(node.op_type) > 0;
 }
 

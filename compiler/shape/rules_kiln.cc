@@ -27,6 +27,35 @@ absl::Status DelegateRule(InferContext& ctx, Graph& graph, const std::string& op
   return (*rule)(sub);
 }
 
+// A FusedElementwise's output shape: its operands broadcast, operand 0 being the
+// concatenation of the first `concat_inputs` inputs along the channels (kiln_ops.h) when it
+// has that attribute; nullopt while an operand's shape is unknown.
+absl::StatusOr<std::optional<Shape>> ProgramShape(const InferContext& ctx) {
+  const int64_t k = kiln_ops::ConcatInputs(ctx.node());
+  if (k < 2) return BroadcastInputs(ctx);
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    std::optional<Shape> s = ctx.input_shape(i);
+    if (!s) return std::optional<Shape>();
+    shapes.push_back(std::move(*s));
+  }
+  Shape& joined = shapes[0];
+  for (int64_t i = 1; i < k; ++i) {
+    const Shape& s = shapes[static_cast<size_t>(i)];
+    if (s.size() != joined.size() || s.size() < 2)
+      return ctx.Invalid("concatenated inputs differ in rank");
+    for (size_t d = 0; d < s.size(); ++d) {
+      if (d != 1 && s[d].known() && joined[d].known() && !(s[d] == joined[d])) {
+        return ctx.Invalid("concatenated inputs differ outside the channels");
+      }
+    }
+    joined[1] = joined[1].known() && s[1].known() ? Dim(joined[1].value + s[1].value) : Dim();
+  }
+  shapes.erase(shapes.begin() + 1, shapes.begin() + k);
+  ASSIGN_OR_RETURN(Shape out, BroadcastShapes(ctx, shapes));
+  return std::optional<Shape>(std::move(out));
+}
+
 std::vector<Value*> FirstInputs(const Node& n, size_t count) {
   std::vector<Value*> v;
   for (size_t i = 0; i < count && i < n.inputs.size(); ++i) v.push_back(n.inputs[i]);
@@ -56,7 +85,7 @@ void RegisterKilnRules(RuleRegistry& r) {
   });
   r.Register(kKilnDomain, kiln_ops::kFusedElementwise, [](InferContext& ctx) -> absl::Status {
     ASSIGN_OR_RETURN(kiln_ops::Program p, kiln_ops::ReadProgram(ctx.node()));
-    ASSIGN_OR_RETURN(std::optional<Shape> shape, BroadcastInputs(ctx));
+    ASSIGN_OR_RETURN(std::optional<Shape> shape, ProgramShape(ctx));
     DType dtype = p.dtype != DType::kUndefined ? p.dtype : ctx.input_dtype(0);
     ctx.set_output(0, dtype, shape);
     return absl::OkStatus();

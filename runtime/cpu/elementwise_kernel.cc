@@ -35,15 +35,21 @@ struct Cursor {
   std::vector<const float*> ptrs;
   std::vector<int64_t> index, offsets;
   std::vector<int64_t> filled;  // per periodic operand: the offset its register holds, or -1
+  int64_t out_offset = 0;       // a strided output's (OutputView) current row
 };
 
 class ElementwiseKernel : public CpuKernel {
  public:
   // `out_dtype`: float32, or the integer type a final kQuantize instruction stores.
   ElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog, int out,
-                    std::vector<int64_t> shape, int threads, DType out_dtype = DType::kFloat32)
-      : in_(std::move(in)), prog_(std::move(prog)), out_(out), shape_(std::move(shape)),
-        out_dtype_(out_dtype), out_size_(static_cast<int64_t>(DTypeSize(out_dtype))) {
+                    std::vector<int64_t> shape, int threads, DType out_dtype, OutputView view)
+      : in_(std::move(in)),
+        prog_(std::move(prog)),
+        out_(out),
+        shape_(std::move(shape)),
+        out_dtype_(out_dtype),
+        out_size_(static_cast<int64_t>(DTypeSize(out_dtype))),
+        view_(std::move(view)) {
     if (shape_.empty()) shape_ = {1};
     Coalesce();
     inner_ = shape_.back();
@@ -72,7 +78,8 @@ class ElementwiseKernel : public CpuKernel {
     if (total == 0) return absl::OkStatus();
     char* y = static_cast<char*>(ctx.ptrs[out_]);
     const int64_t rows = total / inner_;
-    if (inner_ <= tile_ / 4) {
+    const bool strided = !view_.strides.empty();  // rows apart in the output: never packed
+    if (inner_ <= tile_ / 4 && !strided) {
       // Short rows (attention scores, [.., 16]): a tile spans whole rows, so the program
       // is dispatched once per tile, not once per row.
       const int64_t per = tile_ / inner_;
@@ -98,7 +105,8 @@ class ElementwiseKernel : public CpuKernel {
                    for (int64_t u = u0; u < u1; ++u) {
                      const int64_t t0 = tile * tile_, n = std::min(tile_, inner_ - t0);
                      LoadInputs(ctx, c, t0, n);
-                     Compute(c, y + (row * inner_ + t0) * out_size_, n);
+                     const int64_t at = strided ? c.out_offset + t0 : row * inner_ + t0;
+                     Compute(c, y + at * out_size_, n);
                      if (++tile == tiles && u + 1 < u1) {
                        tile = 0;
                        ++row;
@@ -121,15 +129,18 @@ class ElementwiseKernel : public CpuKernel {
     for (const Operand& o : in_) {
       if (o.period > 0 || o.strides.size() != shape_.size()) return;
     }
+    std::vector<std::vector<int64_t>*> all;
+    for (Operand& o : in_) all.push_back(&o.strides);
+    if (!view_.strides.empty()) all.push_back(&view_.strides);
     for (int64_t d = static_cast<int64_t>(shape_.size()) - 2; d >= 0; --d) {
       bool joint = true;
-      for (const Operand& o : in_) joint = joint && o.strides[d] == o.strides[d + 1] * shape_[d + 1];
+      for (const auto* s : all) joint = joint && (*s)[d] == (*s)[d + 1] * shape_[d + 1];
       if (!joint) continue;
       shape_[d] *= shape_[d + 1];
       shape_.erase(shape_.begin() + d + 1);
-      for (Operand& o : in_) {
-        o.strides[d] = o.strides[d + 1];
-        o.strides.erase(o.strides.begin() + d + 1);
+      for (auto* s : all) {
+        (*s)[d] = (*s)[d + 1];
+        s->erase(s->begin() + d + 1);
       }
     }
   }
@@ -194,7 +205,7 @@ class ElementwiseKernel : public CpuKernel {
         c.ptrs[k] = Reg(c, k);
         continue;
       }
-      const float* base = static_cast<const float*>(ctx.ptrs[in_[k].slot]);
+      const float* base = static_cast<const float*>(ctx.ptrs[in_[k].slot]) + in_[k].base;
       c.ptrs[k] = in_[k].dense ? base + r0 * inner_ : Reg(c, k);
     }
     for (int64_t r = 0; r < count && row_loads_; ++r) {
@@ -243,21 +254,26 @@ class ElementwiseKernel : public CpuKernel {
 
   // Puts the outer index (all dims but the innermost) at row `row`, with every input's offset.
   void Seek(Cursor& c, int64_t row) {
-    std::fill(c.offsets.begin(), c.offsets.end(), 0);
+    for (size_t k = 0; k < in_.size(); ++k) c.offsets[k] = in_[k].base;
+    c.out_offset = view_.base;
     for (int64_t d = static_cast<int64_t>(shape_.size()) - 2; d >= 0; --d) {
       c.index[d] = row % shape_[d];
       row /= shape_[d];
       for (size_t k = 0; k < in_.size(); ++k) c.offsets[k] += c.index[d] * in_[k].strides[d];
+      if (!view_.strides.empty()) c.out_offset += c.index[d] * view_.strides[d];
     }
   }
 
   // Steps the outer index and each input's offset by one row.
   void Advance(Cursor& c) {
+    const bool strided = !view_.strides.empty();
     for (int64_t d = static_cast<int64_t>(shape_.size()) - 2; d >= 0; --d) {
       ++c.index[d];
       for (size_t k = 0; k < in_.size(); ++k) c.offsets[k] += in_[k].strides[d];
+      if (strided) c.out_offset += view_.strides[d];
       if (c.index[d] < shape_[d]) return;
       for (size_t k = 0; k < in_.size(); ++k) c.offsets[k] -= in_[k].strides[d] * shape_[d];
+      if (strided) c.out_offset -= view_.strides[d] * shape_[d];
       c.index[d] = 0;
     }
   }
@@ -272,15 +288,16 @@ class ElementwiseKernel : public CpuKernel {
   bool row_loads_ = false;  // some input is read row by row (not laid out like the output)
   int64_t tile_ = kTile;    // elements per tile (kQuantTile for QDQ programs)
   std::vector<Cursor> cursors_;  // one per thread of the team the engine was built for
+  OutputView view_;              // strided output; empty strides: dense
 };
 
 }  // namespace
 
 std::unique_ptr<CpuKernel> NewElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog,
                                                 int out, std::vector<int64_t> shape,
-                                                DType out_dtype) {
+                                                DType out_dtype, OutputView view) {
   return std::make_unique<ElementwiseKernel>(std::move(in), std::move(prog), out, std::move(shape),
-                                             omp_get_max_threads(), out_dtype);
+                                             omp_get_max_threads(), out_dtype, std::move(view));
 }
 
 std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>& in,
@@ -300,6 +317,8 @@ std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>&
 }
 
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node) {
+  // Operand 0 spans several inputs: the factories below map input k to operand k.
+  if (kiln_ops::ConcatInputs(node) != 0) return MakeConcatProgram(ctx, node);
   std::optional<std::vector<Instr>> prog = ReadInstrs(node);
   const int out = ctx.SlotOf(node.output(0));
   if (!prog || prog->empty() || out < 0) return nullptr;

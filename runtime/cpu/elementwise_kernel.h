@@ -33,6 +33,17 @@ struct Operand {
   // once the spatial dims are merged into the row, MergeSpatialIntoRows); its tile is the
   // period's values repeated, filled once per row. The tile length is a multiple of it.
   int64_t period = 0;
+  // Element offset of the operand's first element read (a per-channel operand's slice, read
+  // by the program over one piece of a concatenation).
+  int64_t base = 0;
+};
+
+// Where the kernel writes when the output is not the dense tensor of its iteration shape:
+// element strides per iteration dim and the offset of the first (a piece's channel slice of
+// a concatenation's output). Empty strides: dense.
+struct OutputView {
+  std::vector<int64_t> strides;
+  int64_t base = 0;
 };
 
 // The kernel over `in`, writing slot `out` of `shape` (float32, or the integer type a final
@@ -40,7 +51,8 @@ struct Operand {
 std::unique_ptr<CpuKernel> NewElementwiseKernel(std::vector<Operand> in,
                                                 std::vector<ew::Instr> prog, int out,
                                                 std::vector<int64_t> shape,
-                                                DType out_dtype = DType::kFloat32);
+                                                DType out_dtype = DType::kFloat32,
+                                                OutputView view = {});
 
 // The instructions of a FusedElementwise node, or of a single element-wise node; nullopt
 // when the kernel cannot run it (the reference then does).
@@ -54,6 +66,9 @@ bool ReadsOperand(const std::vector<ew::Instr>& prog, int k);
 // null when the node's operands are not that layout's shapes.
 std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& node,
                                                  const std::vector<ew::Instr>& prog, int out);
+// A program whose operand 0 concatenates its first inputs (`concat_inputs`,
+// elementwise_concat.cc): a kernel per piece writing the output's channel slices.
+std::unique_ptr<CpuKernel> MakeConcatProgram(BuildContext& ctx, const Node& node);
 // The QDQ program on the flat buffers of one shared unpadded layout; null when its inputs are
 // not in one.
 std::unique_ptr<CpuKernel> MakeSameLayoutQuantized(BuildContext& ctx, const Node& node,

@@ -226,6 +226,10 @@ bool QuantizedLayoutInput(const Node& node, const std::vector<Instr>& prog, size
 }  // namespace
 
 bool LayoutElementwiseInput(const Node& node, size_t i) {
+  // A program over a concatenation reads each piece in channel blocks (elementwise_concat.cc).
+  if (const int64_t k = kiln_ops::ConcatInputs(node); k != 0) {
+    return static_cast<int64_t>(i) < k && FloatValue(node.inputs[i]) && FloatValue(node.output(0));
+  }
   std::optional<std::vector<Instr>> prog = ReadInstrs(node);
   if (prog && QuantizedLayoutInput(node, *prog, i)) return true;
   if (!prog || !node.output(0) || !FloatValue(node.output(0))) return false;

@@ -81,6 +81,11 @@ std::optional<std::vector<Instr>> ReadInstrs(const Node& node) {
     }
     for (size_t j = 0; j < p->instructions.size(); ++j) {
       const kiln_ops::Instruction& in = p->instructions[j];
+      // Their scale, zero point and converted operand are looked up as inputs, which a
+      // concatenation shifts (fuse_concat_elementwise never fuses such programs).
+      const bool converts =
+          in.op == "QuantizeLinear" || in.op == "DequantizeLinear" || in.op == "Cast";
+      if (converts && kiln_ops::ConcatInputs(node) != 0) return std::nullopt;
       if (in.op == "QuantizeLinear" || in.op == "DequantizeLinear") {
         std::optional<Instr> q = QuantInstr(node, in, j + 1 == p->instructions.size(), p->dtype);
         if (!q) return std::nullopt;

@@ -49,7 +49,8 @@ TEST(FindBackend, FingerprintsPassesAndPrecisionFollowTheMachine) {
   EXPECT_EQ(cpu.LowerPrecision(), cpu::HasBf16DotProduct() ? "bf16" : "");
   EXPECT_EQ(cpu.PassesOff().count("fuse_qdq"), cpu::HasInt8DotProduct() ? 0u : 1u);
   const Backend& cuda = **FindBackend("cuda:0");
-  EXPECT_EQ(cuda.PassesOff(), (std::set<std::string>{"fold_pad", "fuse_qdq"}));
+  EXPECT_EQ(cuda.PassesOff(),
+            (std::set<std::string>{"fold_pad", "fuse_concat_elementwise", "fuse_qdq"}));
   EXPECT_EQ(cuda.LowerPrecision(), "");
   EXPECT_EQ((*FindBackend("reference"))->Fingerprint("reference"), "reference");
 }

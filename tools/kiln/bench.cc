@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "base/json.h"
 #include "compiler/compile.h"
 #include "compiler/onnx/importer.h"
@@ -46,7 +47,8 @@ struct BenchArgs {
   std::map<std::string, std::vector<double>> binds;  // --bind: inputs fixed before compiling
   std::string last_position;  // --last-position: that output cut to its last position
   bool tf32 = false;  // cuda: TF32 tensor cores (--tf32)
-  bool error = false;  // --error: rel_err against the reference at float32 too
+  bool error = false;                 // --error: rel_err against the reference at float32 too
+  std::vector<std::string> disabled;  // --disable PASS,...: passes left out (an A/B of one)
   // --precision bf16: the weight products in bfloat16; int8: quantized (quantize_int8.h)
   std::string precision = "float32";
   double int8_noise_kept = 1.0;  // --int8-noise F: int8-mixed's noise fraction (quantize_int8.h)
@@ -70,7 +72,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     if (a.rfind("--", 0) == 0 && a != "--backend" && a != "--json" && a != "--batch" &&
         a != "--threads" && a != "--runs" && a != "--warmup" && a != "--layout" && a != "--opt" &&
         a != "--dim" && a != "--gap-ms" && a != "--precision" && a != "--bind" &&
-        a != "--last-position" && a != "--int8-noise") {
+        a != "--last-position" && a != "--int8-noise" && a != "--disable") {
       return absl::InvalidArgumentError("unknown option " + a);
     }
     if (a.rfind("--", 0) != 0) {
@@ -101,6 +103,7 @@ absl::StatusOr<BenchArgs> ParseBenchArgs(const std::vector<std::string>& args) {
     if (a == "--dim") RETURN_IF_ERROR(AddDimFlag(v, b.dims));
     if (a == "--bind") RETURN_IF_ERROR(AddBindFlag(v, b.binds));
     if (a == "--last-position") b.last_position = v;
+    if (a == "--disable") b.disabled = absl::StrSplit(v, ',', absl::SkipEmpty());
     if (a == "--int8-noise") {
       b.int8_noise_kept = std::strtod(v.c_str(), nullptr);
       if (!(b.int8_noise_kept > 0 && b.int8_noise_kept <= 1)) {
@@ -205,6 +208,7 @@ absl::Status Bench(const BenchArgs& b) {
   co.dims = b.dims;
   co.pipeline.level = b.opt;
   co.pipeline.disabled = PassesOffHere(b.backend);
+  co.pipeline.disabled.insert(b.disabled.begin(), b.disabled.end());
   co.pipeline.precision = b.precision;
   co.pipeline.int8_noise_kept = b.int8_noise_kept;
   std::optional<LoweredReference> reference;

@@ -37,7 +37,7 @@ void Usage() {
       "FILE]\n"
       "        [--layout primitive|blocked|tune] [--opt O0|O1|O2] [--dim NAME=N ...] [--gap-ms G]\n"
       "        [--precision float32|int8|int8-mixed|bf16|bf16-mixed] [--int8-noise F]\n"
-      "        [--bind NAME=V[,V...] ...] [--last-position OUTPUT] [--error]\n"
+      "        [--bind NAME=V[,V...] ...] [--last-position OUTPUT] [--error] [--disable PASS,...]\n"
       "      time an engine on random inputs; prints p50/p99 latency (--gap-ms: idle\n"
       "      G ms before each timed run, as a server between requests; --precision\n"
       "      bf16: the weight products in bfloat16 where the CPU has native bf16;\n"
