@@ -106,11 +106,13 @@ absl::StatusOr<TuneResult> TuneLayout(const Graph& graph, const EngineBuilder& b
   r.engine = std::move(*primitive);
   // Building the second candidate costs about what the first did, and then each needs runs.
   const double first_ms = MsSince(t0);
-  if (first_ms * 2.5 > policy.budget_ms) {
+  const double budget_ms = std::clamp(first_ms * policy.budget_per_build, policy.budget_ms,
+                                      std::max(policy.budget_ms, policy.max_budget_ms));
+  if (first_ms * 2.5 > budget_ms) {
     r.tune_ms = MsSince(t0);
     return r;
   }
-  const auto deadline = t0 + std::chrono::microseconds(static_cast<int64_t>(policy.budget_ms * 1e3));
+  const auto deadline = t0 + std::chrono::microseconds(static_cast<int64_t>(budget_ms * 1e3));
   StopScope stop({deadline, nullptr, "layout tuning"});
   auto blocked = build(ActivationLayout::kBlocked);
   if (!blocked.ok() || !CheckStop().ok()) {
@@ -128,7 +130,7 @@ absl::StatusOr<TuneResult> TuneLayout(const Graph& graph, const EngineBuilder& b
   }
   double best_a = std::numeric_limits<double>::infinity(), best_b = best_a;
   for (int round = 0; round < policy.max_rounds; ++round) {
-    if (round >= policy.min_rounds && MsSince(t0) > policy.budget_ms) break;
+    if (round >= policy.min_rounds && MsSince(t0) > budget_ms) break;
     best_a = std::min(best_a, TimeRun(*r.engine, in, out_a));
     best_b = std::min(best_b, TimeRun(**blocked, in, out_b));
     if (best_b > best_a * policy.abandon || best_a > best_b * policy.abandon) break;

@@ -33,6 +33,13 @@ struct TunePolicy {
   // The whole tune (building the second candidate included) never runs past this: a
   // candidate still building or running at the deadline is stopped between kernels and loses.
   double budget_ms = 2000;
+  // A large engine's budget grows with its first build (which ends with a warm-up run):
+  // building the second candidate, warming both and two rounds cost about 2 builds and 6
+  // runs, which 2 s does not hold at densenet121 b8 (a 460 ms build, 300 ms runs: the blocked
+  // candidate, 30 % faster there, was stopped mid-run and lost every time). The budget is
+  // this many first builds, within [budget_ms, max_budget_ms].
+  double budget_per_build = 8.0;
+  double max_budget_ms = 8000;
   double margin = 0.03;      // blocked must be this much faster to be chosen
   double abandon = 2.0;      // a candidate this much slower than the other after a round is dropped
 };

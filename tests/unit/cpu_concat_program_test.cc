@@ -26,9 +26,9 @@ Tensor Random(const std::vector<int64_t>& shape, int seed) {
   return t;
 }
 
-// x [n, 16, 6, 6]; Concat(conv3x3(x) -> `grown` channels, conv1x1(x) -> 16, x) -> scale ->
-// shift -> Relu -> conv1x1 -> 16 channels.
-std::unique_ptr<Graph> DenseLayer(int64_t n, int64_t grown) {
+// x [n, 16, 6, 6]; Concat(conv3x3(x) -> `grown` channels, conv1x1(x) -> 16, x) -> scale
+// (per channel, or per image and channel) -> shift -> Relu -> conv1x1 -> 16 channels.
+std::unique_ptr<Graph> DenseLayer(int64_t n, int64_t grown, bool per_image) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {n, 16, 6, 6});
   Value* a = b.Op("Conv", {x, b.Constant("wa", Random({grown, 16, 3, 3}, 1))},
@@ -36,7 +36,7 @@ std::unique_ptr<Graph> DenseLayer(int64_t n, int64_t grown) {
   Value* c = b.Op("Conv", {x, b.Constant("wc", Random({16, 16, 1, 1}, 2))});
   Value* cat = b.Op("Concat", {a, c, x}, {{"axis", Attribute::Int(1)}});
   const int64_t ch = grown + 32;
-  Value* m = b.Op("Mul", {cat, b.Constant("scale", Random({1, ch, 1, 1}, 3))});
+  Value* m = b.Op("Mul", {cat, b.Constant("scale", Random({per_image ? n : 1, ch, 1, 1}, 3))});
   Value* r = b.Op("Relu", {b.Op("Add", {m, b.Constant("shift", Random({ch, 1, 1}, 4))})});
   b.Output(b.Op("Conv", {r, b.Constant("wo", Random({16, ch, 1, 1}, 5))}));
   return b.Build();
@@ -45,7 +45,7 @@ std::unique_ptr<Graph> DenseLayer(int64_t n, int64_t grown) {
 TEST(CpuConcatProgram, PiecesWriteTheirSlicesInEveryLayout) {
   for (int64_t n : {1, 3}) {
     for (int64_t grown : {32, 24}) {  // 24: not whole 16-channel blocks, read plain
-      auto g = DenseLayer(n, grown);
+      auto g = DenseLayer(n, grown, /*per_image=*/n == 3);
       CompileOptions co;
       co.pipeline.level = OptLevel::kO2;
       auto compiled = CompileGraph(*g, co);

@@ -41,6 +41,7 @@ struct Candidate {
   microseconds run_time{1000};
   bool build_fails = false;
   bool run_fails = false;
+  microseconds build_time{0};
 };
 
 // A builder over two fake candidates; counts builds per layout.
@@ -51,6 +52,7 @@ struct FakeBuilder {
     return [this](ActivationLayout l) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
       ++builds;
       const Candidate& c = l == ActivationLayout::kBlocked ? blocked : primitive;
+      std::this_thread::sleep_for(c.build_time);
       if (c.build_fails) return absl::UnimplementedError("no primitive");
       return std::unique_ptr<runtime::Engine>(new FakeEngine(c.run_time, c.run_fails));
     };
@@ -109,9 +111,31 @@ TEST(TuneLayout, NoSecondCandidateWhenTheFirstBuildFillsTheBudget) {
   FakeBuilder b{{microseconds(100)}, {microseconds(100)}};
   TunePolicy p;
   p.budget_ms = 0;  // any first build fills it
+  p.max_budget_ms = 0;
   auto r = TuneLayout(*g, b.Fn(), p);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(b.builds, 1);
+  EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
+}
+
+// A large engine: builds of 60 ms and runs of 40 ms do not fit a 200 ms floor (2 builds and 6
+// runs are 360 ms), but the budget grows to 8 builds (480 ms) and the faster candidate wins;
+// with the growth capped at the floor the second candidate never runs.
+TEST(TuneLayout, TheBudgetGrowsWithTheFirstBuild) {
+  auto g = ConvGraph();
+  FakeBuilder b{{microseconds(80000), false, false, microseconds(60000)},
+                {microseconds(40000), false, false, microseconds(60000)}};
+  TunePolicy p;
+  p.budget_ms = 200;
+  p.max_budget_ms = 2000;
+  auto r = TuneLayout(*g, b.Fn(), p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->layout, ActivationLayout::kBlocked);
+  FakeBuilder capped = b;
+  capped.builds = 0;
+  p.max_budget_ms = 0;  // the floor alone
+  r = TuneLayout(*g, capped.Fn(), p);
+  ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->layout, ActivationLayout::kPrimitive);
 }
 
