@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 
 #include "compiler/compile.h"
 #include "ir/builder.h"
@@ -14,16 +13,13 @@
 #include "ops/interpreter.h"
 #include "runtime/check/compare.h"
 #include "runtime/cpu/cpu_engine.h"
+#include "tests/unit/test_tensors.h"
 
 namespace kiln {
 namespace {
 
 Tensor Random(const std::vector<int64_t>& shape, int seed) {
-  Tensor t(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
-  return t;
+  return testing::SeededUniform(shape, static_cast<uint64_t>(seed));
 }
 
 // x [n, 16, 6, 6]; Concat(conv3x3(x) -> `grown` channels, conv1x1(x) -> 16, x) -> scale
@@ -62,8 +58,8 @@ TEST(CpuConcatProgram, PiecesWriteTheirSlicesInEveryLayout) {
       auto want = ref::Run(*g, {{"x", x}});
       ASSERT_TRUE(want.ok()) << want.status();
       for (auto layout : {cpu::ActivationLayout::kPrimitive, cpu::ActivationLayout::kBlocked}) {
-        SCOPED_TRACE(testing::Message() << "n " << n << " grown " << grown << " "
-                                        << cpu::ActivationLayoutName(layout));
+        SCOPED_TRACE(::testing::Message() << "n " << n << " grown " << grown << " "
+                                          << cpu::ActivationLayoutName(layout));
         cpu::CpuEngineOptions eo;
         eo.layout = layout;
         auto engine = cpu::BuildCpuEngine(*compiled, eo);

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 
 #include "compiler/compile.h"
 #include "ir/builder.h"
@@ -16,16 +15,13 @@
 #include "runtime/check/compare.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
+#include "tests/unit/test_tensors.h"
 
 namespace kiln {
 namespace {
 
 Tensor Random(const std::vector<int64_t>& shape, int seed) {
-  Tensor t(DType::kFloat32, shape);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
-  return t;
+  return testing::SeededUniform(shape, static_cast<uint64_t>(seed));
 }
 
 const std::vector<int64_t> kInput = {4, 32, 14, 14};
