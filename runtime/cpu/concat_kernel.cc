@@ -132,6 +132,17 @@ std::unique_ptr<CpuKernel> MakeLayoutConcat(BuildContext& ctx, const Node& node,
 
 }  // namespace
 
+std::unique_ptr<CpuKernel> NewGroupConcat(std::vector<int> in, std::vector<size_t> run, int out,
+                                          int64_t groups) {
+  auto k = std::make_unique<LayoutConcatKernel>();
+  k->in = std::move(in);
+  k->run = std::move(run);
+  for (size_t r : k->run) k->out_run += r;
+  k->out = out;
+  k->groups = groups;
+  return k;
+}
+
 std::unique_ptr<CpuKernel> MakeConcatKernel(BuildContext& ctx, const Node& node) {
   if (!node.domain.empty() || node.op_type != "Concat" || node.inputs.empty()) return nullptr;
   const int out = ctx.SlotOf(node.output(0));

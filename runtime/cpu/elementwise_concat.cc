@@ -4,33 +4,11 @@
 // The concatenation itself is never written. In channel blocks (every piece a whole number
 // of blocks) a piece's slice of one image is one contiguous run; otherwise the pieces are read
 // plain and each image's slice is ck rows of the spatial size.
-#include <cstring>
-
 #include "ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_kernel.h"
 
 namespace kiln::cpu {
 namespace {
-
-// Channels-last pieces copied pixel by pixel into one temp (a piece's rows there are its few
-// channels of a pixel: too short to run the program on piece by piece).
-class ChannelsLastJoin : public CpuKernel {
- public:
-  absl::Status Run(const ExecContext& ctx) override {
-    float* y = static_cast<float*>(ctx.ptrs[out]);
-    ForEachIndex(pixels, pixels * channels >= kParallelElements * 4, [&](int64_t g) {
-      float* dst = y + g * channels;
-      for (const auto& [slot, ck] : in) {
-        std::memcpy(dst, static_cast<const float*>(ctx.ptrs[slot]) + g * ck, ck * sizeof(float));
-        dst += ck;
-      }
-    });
-    return absl::OkStatus();
-  }
-  std::vector<std::pair<int, int64_t>> in;  // (slot, channels) per piece
-  int out = -1;
-  int64_t pixels = 0, channels = 0;
-};
 
 class PiecesKernel : public CpuKernel {
  public:
@@ -129,13 +107,16 @@ std::vector<std::pair<int, int64_t>> ReadPieces(BuildContext& ctx, const std::ve
 std::unique_ptr<CpuKernel> JoinChannelsLast(BuildContext& ctx,
                                             std::vector<std::pair<int, int64_t>>& reads,
                                             const std::vector<int64_t>& y, int64_t spatial) {
-  auto join = std::make_unique<ChannelsLastJoin>();
-  join->in = reads;
-  join->out = ctx.AddTemp(ChannelLayoutDesc(y, ChannelLayout::kLast, 0));
-  join->pixels = y[0] * spatial;
-  join->channels = y[1];
-  reads = {{join->out, y[1]}};
-  return join;
+  // Pixel by pixel, each piece's few channels: too short a row to run the program on.
+  std::vector<int> in;
+  std::vector<size_t> run;
+  for (const auto& [slot, ck] : reads) {
+    in.push_back(slot);
+    run.push_back(static_cast<size_t>(ck) * sizeof(float));
+  }
+  const int out = ctx.AddTemp(ChannelLayoutDesc(y, ChannelLayout::kLast, 0));
+  reads = {{out, y[1]}};
+  return NewGroupConcat(std::move(in), std::move(run), out, y[0] * spatial);
 }
 
 }  // namespace

@@ -98,6 +98,10 @@ std::unique_ptr<CpuKernel> MakeLayerNormKernel(BuildContext& ctx, const Node& no
 std::unique_ptr<CpuKernel> MakeTransposeKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeGatherKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeConcatKernel(BuildContext& ctx, const Node& node);
+// The layout concatenation's copy: for each of `groups` groups, input k's `run[k]` bytes
+// (from its group's offset) one after another into `out` (concat_kernel.cc).
+std::unique_ptr<CpuKernel> NewGroupConcat(std::vector<int> in, std::vector<size_t> run, int out,
+                                          int64_t groups);
 std::unique_ptr<CpuKernel> MakeReduceKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeSliceKernel(BuildContext& ctx, const Node& node);
 std::unique_ptr<CpuKernel> MakeSplitKernel(BuildContext& ctx, const Node& node);
