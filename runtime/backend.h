@@ -27,6 +27,7 @@ struct BuildOptions {
   bool warm_up = true;
   bool dynamic_shapes = true;  // cpu: data-dependent output sizes run per call
   bool tf32 = false;           // cuda: TF32 tensor cores for float32 (~1e-3 relative)
+  bool winograd = true;        // cpu: 3x3 convolutions may run Winograd's algorithm (cpu_engine.h)
 };
 
 class Backend {

@@ -63,7 +63,7 @@ class Cpu final : public runtime::Backend {
     const std::optional<ActivationLayout> layout = ParseActivationLayout(options.layout);
     if (!layout) return absl::InvalidArgumentError("unknown cpu layout '" + options.layout + "'");
     o.layout = *layout;
-    o.winograd = WinogradAllowed();
+    o.winograd = options.winograd && WinogradAllowed();
     return BuildCpuEngine(compiled, o);
   }
 };

@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& 
   // second one would only cost time (ResNet-50: one more inference per bucket; ViT-L/16 at
   // AVX2: ~8 s at batch 8). Tuning warms the candidates it times itself (tune.cc).
   const bool warm_up = !config.warmup.enabled;
-  return BuildEngine(config.device, layout, threads, tune_threads, compiled, warm_up);
+  return BuildEngine(config.device, layout, threads, tune_threads, compiled, warm_up,
+                     config.cpu_winograd);
 }
 
 std::string LayoutFor(const EngineCacheEntry& e, const ModelConfig& config) {

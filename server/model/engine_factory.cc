@@ -23,13 +23,14 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& 
                                                              const std::string& cpu_layout,
                                                              int cpu_threads, bool tune_threads,
                                                              const CompiledGraph& compiled,
-                                                             bool warm_up) {
+                                                             bool warm_up, bool winograd) {
   ASSIGN_OR_RETURN(const runtime::Backend* backend, runtime::FindBackend(device));
   runtime::BuildOptions options;
   options.layout = cpu_layout;
   options.threads = cpu_threads;
   options.tune_threads = tune_threads;
   options.warm_up = warm_up;
+  options.winograd = winograd;
   // Graphs with data-dependent output sizes get a dynamic region (model_builder.cc refuses
   // them where a batch would have to be split into rows).
   options.dynamic_shapes = true;

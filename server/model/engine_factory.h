@@ -31,11 +31,9 @@ std::string DeviceFingerprint(const std::string& device);
 // small engine may settle on one thread when that measures faster (runtime/cpu/tune.h).
 // warm_up (cpu): run the engine once on zeros at build, so the first request does not pay
 // for first-touch page faults and oneDNN's JIT; a caller that runs it at once (the warm-up
-// check) may skip it.
-absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
-                                                             const std::string& cpu_layout,
-                                                             int cpu_threads, bool tune_threads,
-                                                             const CompiledGraph& compiled,
-                                                             bool warm_up = true);
+// check) may skip it. winograd (cpu): ModelConfig::cpu_winograd.
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(
+    const std::string& device, const std::string& cpu_layout, int cpu_threads, bool tune_threads,
+    const CompiledGraph& compiled, bool warm_up = true, bool winograd = true);
 
 }  // namespace kiln::server

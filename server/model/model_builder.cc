@@ -417,7 +417,8 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     const int threads =
         r.engine->info().threads > 0 ? r.engine->info().threads : CpuThreadsPerInstance(config);
     for (int i = 1; i < config.instances; ++i) {
-      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, threads, false, r.compiled));
+      ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, threads, false, r.compiled,
+                                               true, config.cpu_winograd));
       instances.push_back(std::move(extra));
     }
     RETURN_IF_ERROR(CheckRowsSplit(*r.engine, m.buckets));

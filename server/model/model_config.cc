@@ -312,6 +312,8 @@ absl::Status ApplyModelConfig(const YAML::Node& node, ModelConfig& c) {
       RETURN_IF_ERROR(Read(v, key, c.device));
     } else if (key == "cpu_layout") {
       RETURN_IF_ERROR(Read(v, key, c.cpu_layout));
+    } else if (key == "cpu_winograd") {
+      RETURN_IF_ERROR(Read(v, key, c.cpu_winograd));
     } else if (key == "cpu_threads") {
       RETURN_IF_ERROR(Read(v, key, c.cpu_threads));
     } else if (key == "opt_level" || key == "disabled_passes") {

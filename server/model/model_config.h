@@ -68,6 +68,10 @@ struct ModelConfig {
   // cpu device: the engines' activation layout: tune (measure both at load, keep the faster),
   // primitive or blocked (runtime/cpu/cpu_engine.h).
   std::string cpu_layout = "tune";
+  // cpu device: 3x3 stride-1 convolutions at batch >= 4 may run oneDNN's Winograd kernel
+  // (float32; a relative error of a few 1e-7, like the direct kernel's; docs/cpu-engine.md).
+  // false: the direct kernel only.
+  bool cpu_winograd = true;
   // cpu device: OpenMP threads per engine instance; 0: the cores divided among the instances
   // (at least 1), so instances running at once do not oversubscribe the machine.
   int cpu_threads = 0;

@@ -12,6 +12,7 @@
 #include "compiler/compile.h"
 #include "ir/builder.h"
 #include "ops/interpreter.h"
+#include "runtime/backend.h"
 #include "runtime/check/compare.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
@@ -97,6 +98,26 @@ TEST(CpuWinograd, NeverForAStridedOrGroupedWindow) {
     EXPECT_EQ(engine->info().winograd_ops, 0);
     const check::Divergence d = AgainstReference(*g, *engine, Random(kInput, 5));
     EXPECT_TRUE(d.ok) << d.message;
+  }
+}
+
+// The backend's option (a model's `cpu_winograd: false`) reaches the engine.
+TEST(CpuWinograd, TheBackendOptionTurnsItOff) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  auto g = Conv3x3(false);
+  CompileOptions co;
+  auto compiled = CompileGraph(*g, co);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  auto backend = runtime::FindBackend("cpu");
+  ASSERT_TRUE(backend.ok());
+  for (bool on : {true, false}) {
+    runtime::BuildOptions o;
+    o.layout = "blocked";
+    o.threads = 2;
+    o.winograd = on;
+    auto engine = (*backend)->Build("cpu", *compiled, o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ((*engine)->info().winograd_ops, on ? 1 : 0);
   }
 }
 

@@ -164,7 +164,7 @@ TEST(ModelConfig, DefaultBucketsArePowersOfTwo) {
 TEST(ModelConfig, ReadsEveryKey) {
   auto c = ParseModelConfig(
       "max_batch_size: 4\nbatch_buckets: [2, 4]\nmax_queue_delay_us: 7\nmax_queue_size: 3\n"
-      "instances: 2\ndevice: reference\nopt_level: O1\ncpu_layout: blocked\n"
+      "instances: 2\ndevice: reference\nopt_level: O1\ncpu_layout: blocked\ncpu_winograd: false\n"
       "warmup: {seed: 9, rtol: 0.1, atol: 0.2, float_range: [0, 2], int_range: [1, 5],"
       " input_ranges: {ids: [0, 100]}}\n",
       ModelConfig{}, "m");
@@ -175,6 +175,8 @@ TEST(ModelConfig, ReadsEveryKey) {
   EXPECT_EQ(c->device, "reference");
   EXPECT_EQ(c->cpu_layout, "blocked");
   EXPECT_EQ(ModelConfig{}.cpu_layout, "tune");
+  EXPECT_FALSE(c->cpu_winograd);
+  EXPECT_TRUE(ModelConfig{}.cpu_winograd);
   EXPECT_EQ(c->opt_level, OptLevel::kO1);
   EXPECT_EQ(c->warmup.seed, 9u);
   EXPECT_EQ(c->warmup.int_hi, 5);
@@ -247,6 +249,7 @@ TEST(ModelConfig, Errors) {
   EXPECT_NE(msg("cpu_threads: -1").find("'cpu_threads': must be in 0..1024"), std::string::npos);
   EXPECT_NE(msg("cpu_layout: nhwc").find("'cpu_layout': 'nhwc' is not one of: tune, primitive, blocked"),
             std::string::npos);
+  EXPECT_NE(msg("cpu_winograd: maybe").find("cpu_winograd"), std::string::npos);
   EXPECT_EQ(msg("opt_level: O9").find("m/config.yaml: "), 0u);
   EXPECT_NE(msg("opt_level: O9").find("'opt_level': unknown optimization level"), std::string::npos);
   // A range no int64 holds is refused, not cast (found by fuzz_config).
