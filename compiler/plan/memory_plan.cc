@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ir/kiln_ops.h"
 
 namespace kiln::plan {
 namespace {
@@ -293,7 +294,7 @@ bool IsInPlaceElementwise(const Node& node) {
                                               "Clip"};
   // A program over concatenated inputs reads each piece at its own offsets, not the output's.
   if (node.domain == kKilnDomain) {
-    return node.op_type == "FusedElementwise" && !node.attrs.count("concat_inputs");
+    return node.op_type == kiln_ops::kFusedElementwise && kiln_ops::ConcatInputs(node) == 0;
   }
   return node.domain == kOnnxDomain && kOnnx.count(node.op_type) > 0;
 }

@@ -291,20 +291,20 @@ std::optional<ConvPrimitive> CreatePrimitive(
 std::optional<ConvPrimitive> WinogradPrimitive(BuildContext& ctx, const Node& node,
                                                const ConvShapes& sh, const dnnl::post_ops& po,
                                                bool blocked) {
+  auto ones = [&](const char* attr) {
+    for (int64_t v : node.GetInts(attr, {})) {
+      if (v != 1) return false;
+    }
+    return true;
+  };
   if (!ctx.winograd || sh.w->shape.size() != 4 || sh.w->shape[2] != 3 || sh.w->shape[3] != 3 ||
-      node.GetInt("group", 1) != 1) {
-    return std::nullopt;
+      node.GetInt("group", 1) != 1 || !ones("strides") || !ones("dilations")) {
+    return std::nullopt;  // before a primitive is created for nothing
   }
   std::optional<ConvPrimitive> c =
       CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_auto);
   if (!c || std::string(c->pd.impl_info_str()).find("wino") == std::string::npos)
     return std::nullopt;
-  for (int64_t v : c->geometry.strides) {
-    if (v != 1) return std::nullopt;
-  }
-  for (int64_t v : c->geometry.dilations) {
-    if (v != 0) return std::nullopt;
-  }
   c->geometry.winograd = true;
   c->geometry.plain_weights = *node.input(1)->constant;
   return c;

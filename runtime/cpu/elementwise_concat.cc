@@ -67,14 +67,12 @@ PieceDims DimsOf(const PieceLayout& p, int64_t n, int64_t c, int64_t spatial, in
 
 // An operand of shape `s` (per-channel, per-image or scalar against y, checked by the pass
 // and again here) over one piece at channel c0: its strides in the piece's iteration dims.
-std::optional<Operand> SliceOperand(int slot, std::vector<int64_t> s, const std::vector<int64_t>& y,
-                                    int64_t c0, const PieceLayout& p) {
-  if (s.size() > y.size()) return std::nullopt;
-  s.insert(s.begin(), y.size() - s.size(), 1);
-  if ((s[0] != 1 && s[0] != y[0]) || (s[1] != 1 && s[1] != y[1])) return std::nullopt;
-  for (size_t d = 2; d < s.size(); ++d) {
-    if (s[d] != 1) return std::nullopt;
-  }
+std::optional<Operand> SliceOperand(int slot, const std::vector<int64_t>& shape,
+                                    const std::vector<int64_t>& y, int64_t c0,
+                                    const PieceLayout& p) {
+  const std::optional<std::vector<int64_t>> pc = PerChannel(shape, y);
+  if (!pc) return std::nullopt;
+  const std::vector<int64_t>& s = *pc;
   const int64_t c = s[1] == 1 ? 0 : 1, n = s[0] == 1 ? 0 : s[1];
   Operand o{slot, {}, false};
   o.base = c0 * c;

@@ -66,6 +66,10 @@ bool ReadsOperand(const std::vector<ew::Instr>& prog, int k);
 // null when the node's operands are not that layout's shapes.
 std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& node,
                                                  const std::vector<ew::Instr>& prog, int out);
+// An operand's shape padded to y's rank when it is [N or 1, C or 1, 1, ...] against `y`: a
+// per-channel (or per-image, or scalar) operand; nullopt otherwise.
+std::optional<std::vector<int64_t>> PerChannel(std::vector<int64_t> s,
+                                               const std::vector<int64_t>& y);
 // A program whose operand 0 concatenates its first inputs (`concat_inputs`,
 // elementwise_concat.cc): a kernel per piece writing the output's channel slices.
 std::unique_ptr<CpuKernel> MakeConcatProgram(BuildContext& ctx, const Node& node);

@@ -10,10 +10,6 @@ namespace kiln::cpu {
 using ew::Instr;
 using ew::Op;
 
-namespace {
-
-// An operand's shape padded to `rank` when it is [N or 1, C or 1, 1, ...] against `y`: a
-// per-channel (or per-image, or scalar) operand; nullopt otherwise.
 std::optional<std::vector<int64_t>> PerChannel(std::vector<int64_t> s,
                                                const std::vector<int64_t>& y) {
   if (s.size() > y.size()) return std::nullopt;
@@ -24,6 +20,8 @@ std::optional<std::vector<int64_t>> PerChannel(std::vector<int64_t> s,
   }
   return s;
 }
+
+namespace {
 
 bool FloatValue(const Value* v) {
   return v && v->dtype == DType::kFloat32 && v->shape && IsStatic(*v->shape);
