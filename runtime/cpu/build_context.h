@@ -74,6 +74,9 @@ struct BuildContext {
   // 3x3 convolutions may run oneDNN's Winograd kernel where its heuristic picks it
   // (dnnl_conv.cc); off: direct convolution only.
   bool winograd = true;
+  // Build time left for timing a Winograd kernel against the direct one where oneDNN's
+  // heuristic did not pick it (primitive_timing.h); 0: the heuristic alone.
+  double trial_ms_left = 0;
   int scratch_slot = -1;
   int64_t scratchpad_bytes = 0;
   int64_t weight_bytes = 0;

@@ -1,6 +1,11 @@
 #include "runtime/cpu/conv_geometry.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "ops/nn_window.h"
+#include "runtime/cpu/nonfinite_guard.h"
 
 namespace kiln::cpu {
 
@@ -32,6 +37,26 @@ std::optional<WindowGeometry> ResolveWindow(const Node& node, const std::vector<
     g.pad_end.push_back(end);
   }
   return g;
+}
+
+// Max over output channels of sum |w| (the gain of the convolution on a bounded input), and
+// max |b|; +inf when a weight or bias is not finite.
+void ConvWeightGains(const Node& node, float* l1, float* bmax) {
+  const Tensor& w = *node.input(1)->constant;
+  const int64_t oc = w.shape()[0], per = oc > 0 ? w.numel() / oc : 0;
+  const float* p = w.data<float>();
+  double best = 0;
+  for (int64_t o = 0; o < oc; ++o) {
+    double sum = 0;
+    for (int64_t i = 0; i < per; ++i) sum += std::fabs(p[o * per + i]);
+    best = std::max(best, sum);
+  }
+  *l1 = std::isfinite(best) ? static_cast<float>(best) : std::numeric_limits<float>::infinity();
+  *bmax = 0.f;
+  if (node.input(2) && node.input(2)->constant) {
+    const Tensor& b = *node.input(2)->constant;
+    *bmax = FiniteMaxAbs(b.data<float>(), b.numel());
+  }
 }
 
 }  // namespace kiln::cpu

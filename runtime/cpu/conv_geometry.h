@@ -21,4 +21,8 @@ std::optional<WindowGeometry> ResolveWindow(const Node& node, const std::vector<
                                             const std::vector<int64_t>& out,
                                             const std::vector<int64_t>& kernel);
 
+// A convolution's weight gains: the max over output channels of sum |w| (its gain on a
+// bounded input) and max |bias|; +inf when a weight or bias is not finite.
+void ConvWeightGains(const Node& node, float* l1, float* bmax);
+
 }  // namespace kiln::cpu

@@ -13,12 +13,14 @@
 namespace kiln::cpu {
 namespace {
 
-// KILN_CPU_WINOGRAD=off (or 0): direct convolutions only, for an A/B of the Winograd kernels
-// (CpuEngineOptions::winograd).
-bool WinogradAllowed() {
+// KILN_CPU_WINOGRAD=off (or 0): direct convolutions only; =heuristic: Winograd only where
+// oneDNN's heuristic picks it, none timed at build. For A/Bs (CpuEngineOptions::winograd,
+// winograd_trial_ms).
+std::string WinogradMode() {
   const char* v = std::getenv("KILN_CPU_WINOGRAD");
-  return !v || (std::string(v) != "off" && std::string(v) != "0");
+  return v ? std::string(v) : "";
 }
+bool WinogradAllowed() { return WinogradMode() != "off" && WinogradMode() != "0"; }
 
 // The first 64 bits of the hash of /proc/cpuinfo's flags line, in hex; "unknown" without one.
 std::string FlagsHash() {
@@ -64,6 +66,7 @@ class Cpu final : public runtime::Backend {
     if (!layout) return absl::InvalidArgumentError("unknown cpu layout '" + options.layout + "'");
     o.layout = *layout;
     o.winograd = options.winograd && WinogradAllowed();
+    if (WinogradMode() == "heuristic") o.winograd_trial_ms = 0;
     return BuildCpuEngine(compiled, o);
   }
 };

@@ -45,6 +45,10 @@ struct CpuEngineOptions {
   // it (a relative error of a few 1e-7, like the direct kernel's; guarded against
   // non-finite inputs). Off: direct convolution only.
   bool winograd = true;
+  // Where the heuristic keeps the direct kernel (below a batch of 4), a Winograd kernel is
+  // timed against it at build and kept when faster (primitive_timing.h), within this much
+  // build time per engine; 0: the heuristic alone.
+  double winograd_trial_ms = 1000;
   // A graph with data-dependent shapes builds as a static region plus a dynamic region on
   // the reference (dynamic_engine.h), its outputs' sizes known only per run. Off: such a
   // graph is refused ("no static shape"). kilnd turns it on and refuses such a model only

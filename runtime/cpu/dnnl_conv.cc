@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <unordered_map>
 
 #include "base/aligned.h"
@@ -16,6 +17,7 @@
 #include "runtime/cpu/dnnl_post_ops.h"
 #include "runtime/cpu/epilogue_ops.h"
 #include "runtime/cpu/isa.h"
+#include "runtime/cpu/primitive_timing.h"
 #include "runtime/cpu/transient_heap.h"
 
 namespace kiln::cpu {
@@ -282,52 +284,65 @@ std::optional<ConvPrimitive> CreatePrimitive(
   return c;
 }
 
-// A 3x3, stride-1, undilated, ungrouped 2-D float convolution is offered to oneDNN with
-// `convolution_auto`; its Winograd kernel (F(4x4, 3x3), AVX-512) is kept when oneDNN's own
-// heuristic picks it for these shapes and threads: densenet121 b8 255 -> 210 ms, its relative
-// error against the reference 3.8e-7 -> 4.6e-7. A transformed tile spreads a NaN or an
-// infinity over neighbours the direct kernel would leave finite, so the kernel is guarded:
-// an input not known finite takes the direct exact path. nullopt when not Winograd.
-std::optional<ConvPrimitive> WinogradPrimitive(BuildContext& ctx, const Node& node,
-                                               const ConvShapes& sh, const dnnl::post_ops& po,
-                                               bool blocked) {
+// Whether oneDNN has a Winograd kernel for this node's geometry: a 3x3, stride-1,
+// undilated, ungrouped 2-D float convolution (ruled out from the attributes before a
+// primitive is created for nothing).
+bool WinogradShape(const BuildContext& ctx, const Node& node, const ConvShapes& sh) {
   auto ones = [&](const char* attr) {
     for (int64_t v : node.GetInts(attr, {})) {
       if (v != 1) return false;
     }
     return true;
   };
-  if (!ctx.winograd || sh.w->shape.size() != 4 || sh.w->shape[2] != 3 || sh.w->shape[3] != 3 ||
-      node.GetInt("group", 1) != 1 || !ones("strides") || !ones("dilations")) {
-    return std::nullopt;  // before a primitive is created for nothing
-  }
-  std::optional<ConvPrimitive> c =
-      CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_auto);
-  if (!c || std::string(c->pd.impl_info_str()).find("wino") == std::string::npos)
+  return ctx.winograd && sh.w->shape.size() == 4 && sh.w->shape[2] == 3 && sh.w->shape[3] == 3 &&
+         node.GetInt("group", 1) == 1 && ones("strides") && ones("dilations");
+}
+
+std::optional<ConvPrimitive> AsWinograd(const Node& node, std::optional<ConvPrimitive> c) {
+  if (!c || std::string(c->pd.impl_info_str()).find("wino") == std::string::npos) {
     return std::nullopt;
+  }
   c->geometry.winograd = true;
   c->geometry.plain_weights = *node.input(1)->constant;
   return c;
 }
 
-// Max over output channels of sum |w| (the gain of the convolution on a bounded input), and
-// max |b|; +inf when a weight or bias is not finite.
-void WeightGains(const Node& node, float* l1, float* bmax) {
-  const Tensor& w = *node.input(1)->constant;
-  const int64_t oc = w.shape()[0], per = oc > 0 ? w.numel() / oc : 0;
-  const float* p = w.data<float>();
-  double best = 0;
-  for (int64_t o = 0; o < oc; ++o) {
-    double sum = 0;
-    for (int64_t i = 0; i < per; ++i) sum += std::fabs(p[o * per + i]);
-    best = std::max(best, sum);
+// Such a convolution has two kernels in oneDNN: the direct one and Winograd's (F(4x4, 3x3)
+// or F(2x2, 3x3), AVX-512 only), which computes on transformed tiles: 2.25x fewer
+// multiplications and a slightly different rounding (densenet121 b8, relative error against
+// the reference 3.8e-7 -> 4.6e-7). A transformed tile spreads a NaN or an infinity over
+// neighbours the direct kernel would leave finite, so the kernel is guarded: an input not
+// known finite takes the direct exact path. oneDNN's `convolution_auto` heuristic takes
+// Winograd from a batch of kTimedBelowBatch in the blocked layout, and there it is kept. Below
+// that batch the heuristic declines, yet on one image Winograd is often far faster and
+// sometimes slower (2 threads, AVX-512: 128 channels at 28x28 1.00 -> 0.37 ms; 112 -> 224
+// channels at 14x14 0.37 -> 0.45 ms), so there the two are timed at build where they take the
+// same activation layouts (primitive_timing.h) and Winograd kept when under kWinogradGain of
+// the direct kernel's time (its rounding must buy something; a near-tie is not worth a
+// choice noise could flip). Not from that batch on: the trials of large convolutions made
+// builds long enough that the layout tuner kept its first candidate (the primitive layout,
+// without Winograd), vgg16_bn b8 1066 -> 2364 ms. nullopt: the direct kernel.
+constexpr int64_t kTimedBelowBatch = 4;
+constexpr double kWinogradGain = 0.9;
+
+std::optional<ConvPrimitive> ChooseWinograd(BuildContext& ctx, const Node& node,
+                                            const ConvShapes& sh, const dnnl::post_ops& po,
+                                            bool blocked, const ConvPrimitive& direct) {
+  if (!WinogradShape(ctx, node, sh)) return std::nullopt;
+  std::optional<ConvPrimitive> heuristic = AsWinograd(
+      node, CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_auto));
+  if (heuristic || sh.x->shape[0] >= kTimedBelowBatch || ctx.trial_ms_left <= 0) {
+    return heuristic;
   }
-  *l1 = std::isfinite(best) ? static_cast<float>(best) : std::numeric_limits<float>::infinity();
-  *bmax = 0.f;
-  if (node.input(2) && node.input(2)->constant) {
-    const Tensor& b = *node.input(2)->constant;
-    *bmax = FiniteMaxAbs(b.data<float>(), b.numel());
+  std::optional<ConvPrimitive> w = AsWinograd(
+      node,
+      CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_winograd));
+  if (!w || w->pd.src_desc() != direct.pd.src_desc() || w->pd.dst_desc() != direct.pd.dst_desc()) {
+    return std::nullopt;
   }
+  const std::string key =
+      ConvTrialKey(direct.pd, po, direct.geometry.pad_begin, direct.geometry.pad_end);
+  return SecondFaster(ctx, key, direct.pd, w->pd, kWinogradGain).value_or(false) ? w : std::nullopt;
 }
 
 // Whether the epilogue has a step oneDNN does not compute as ONNX does on NaN.
@@ -404,8 +419,12 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
     bf16 = c && !IsReferenceImpl(c->pd.impl_info_str());
   }
   if (!bf16) {
-    c = WinogradPrimitive(ctx, node, sh, po, blocked);
-    if (!c) c = InEngineLayout(ctx, node, sh, po, blocked, false);
+    c = InEngineLayout(ctx, node, sh, po, blocked, false);
+    std::optional<ConvPrimitive> w;
+    if (c && !IsReferenceImpl(c->pd.impl_info_str())) {
+      w = ChooseWinograd(ctx, node, sh, po, blocked, *c);
+    }
+    if (w) c = std::move(w);
   }
   const bool apart = c && IsReferenceImpl(c->pd.impl_info_str()) && EpilogueRunsApart(node, po);
   if (apart) {
@@ -458,7 +477,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   ctx.winograd_ops += c->geometry.winograd;
   k->res_floats = residual ? static_cast<int64_t>(ctx.StoredMd(rs).get_size() / sizeof(float)) : 0;
   k->dst_floats = static_cast<int64_t>(pd.dst_desc().get_size() / sizeof(float));
-  WeightGains(node, &k->w_l1, &k->b_max);
+  ConvWeightGains(node, &k->w_l1, &k->b_max);
   k->engine = ctx.engine;
   k->pd = pd;
   k->geometry = c->geometry;

@@ -1,0 +1,184 @@
+// Winograd kernels timed against the direct one at build (runtime/cpu/primitive_timing.h,
+// dnnl_conv.cc's ChooseWinograd): kept where faster on this CPU (also below a batch of 4,
+// where oneDNN's heuristic declines), refused where slower, the heuristic alone without a
+// budget, each question asked once per process, a noisy trial deciding nothing. Below AVX-512 (or
+// capped there) oneDNN has no float Winograd kernel: the tests that need one skip and say so.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include "compiler/compile.h"
+#include "ir/builder.h"
+#include "ops/interpreter.h"
+#include "runtime/check/compare.h"
+#include "runtime/cpu/cpu_engine.h"
+#include "runtime/cpu/isa.h"
+#include "runtime/cpu/primitive_timing.h"
+#include "tests/unit/test_tensors.h"
+
+namespace kiln {
+namespace {
+
+using dnnl::memory;
+
+Tensor Random(const std::vector<int64_t>& shape, int seed) {
+  return testing::SeededUniform(shape, static_cast<uint64_t>(seed));
+}
+
+// x [n, c, hw, hw] -> Conv 3x3 (pads 1) to `out` channels + bias -> Relu -> y.
+std::unique_ptr<Graph> Conv3x3(int64_t c, int64_t out, int64_t hw, int64_t n = 1) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {n, c, hw, hw});
+  Value* y = b.Op(
+      "Conv", {x, b.Constant("w", Random({out, c, 3, 3}, 1)), b.Constant("b", Random({out}, 2))},
+      {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  b.Output(b.Op("Relu", {y}));
+  return b.Build();
+}
+
+std::unique_ptr<runtime::Engine> Build(const Graph& g, double trial_ms) {
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO2;
+  auto compiled = CompileGraph(g, co);
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  cpu::CpuEngineOptions eo;
+  eo.layout = cpu::ActivationLayout::kBlocked;
+  eo.threads = 2;
+  eo.winograd_trial_ms = trial_ms;
+  auto engine = cpu::BuildCpuEngine(*compiled, eo);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? std::move(*engine) : nullptr;
+}
+
+void ExpectReference(const Graph& g, runtime::Engine& engine, int64_t c, int64_t hw,
+                     int64_t n = 1) {
+  const Tensor x = Random({n, c, hw, hw}, 3);
+  auto want = ref::Run(g, {{"x", x}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<Tensor> out;
+  ASSERT_TRUE(engine.Run({x}, out).ok());
+  const check::Divergence d =
+      check::CompareTensors(out[0], want->at(engine.outputs()[0].name), {1e-3, 1e-4});
+  EXPECT_TRUE(d.ok) << d.message;
+  EXPECT_LT(d.norm_rel_err, 1e-5);
+}
+
+bool HasFloatWinograd() { return cpu::ActiveIsa() == cpu::Isa::kAvx512; }
+
+// 128 channels at 28x28, one image: Winograd 0.37-0.4x the direct kernel's time on the
+// AVX-512 machines measured (far outside timing noise). Kept when timed; never without
+// a budget (the heuristic alone keeps the direct kernel at batch 1).
+TEST(CpuWinogradTrial, KeptWhereFasterAtBatchOne) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  auto g = Conv3x3(128, 128, 28);
+  auto heuristic = Build(*g, 0);
+  auto timed = Build(*g, 1000);
+  ASSERT_TRUE(heuristic && timed);
+  EXPECT_EQ(heuristic->info().winograd_ops, 0);
+  EXPECT_EQ(timed->info().winograd_ops, 1);
+  ExpectReference(*g, *timed, 128, 28);
+  ExpectReference(*g, *heuristic, 128, 28);
+}
+
+// 128 to 32 channels at 7x7, one image: Winograd 2.5-3x slower than the direct kernel.
+TEST(CpuWinogradTrial, RefusedWhereSlower) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  auto g = Conv3x3(128, 32, 7);
+  auto timed = Build(*g, 1000);
+  ASSERT_TRUE(timed);
+  EXPECT_EQ(timed->info().winograd_ops, 0);
+  ExpectReference(*g, *timed, 128, 7);
+}
+
+dnnl::convolution_forward::primitive_desc Pd(const dnnl::engine& e, memory::dim n, memory::dim c,
+                                             memory::dim hw, dnnl::algorithm algo) {
+  const auto f32 = memory::data_type::f32;
+  const auto any = memory::format_tag::any;
+  return dnnl::convolution_forward::primitive_desc(
+      dnnl::convolution_forward::desc(
+          dnnl::prop_kind::forward_inference, algo, memory::desc({n, c, hw, hw}, f32, any),
+          memory::desc({c, c, 3, 3}, f32, any), memory::desc({n, c, hw, hw}, f32, any), {1, 1},
+          {1, 1}, {1, 1}),
+      e);
+}
+
+// A decision is taken once per key: the same convolution built again gets the timed choice
+// without timing (EngineInfo::trial_ms 0); without a budget nothing is timed and the
+// heuristic decides (the direct kernel at batch 1).
+TEST(CpuWinogradTrial, RememberedPerKey) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  auto g = Conv3x3(128, 128, 24);
+  auto timed = Build(*g, 1000);
+  ASSERT_TRUE(timed);
+  ASSERT_EQ(timed->info().winograd_ops, 1);
+  EXPECT_GT(timed->info().trial_ms, 0);
+  auto again = Build(*g, 1000);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->info().winograd_ops, 1);
+  EXPECT_EQ(again->info().trial_ms, 0);
+  auto heuristic = Build(*g, 0);
+  ASSERT_TRUE(heuristic);
+  EXPECT_EQ(heuristic->info().winograd_ops, 0);
+  EXPECT_EQ(heuristic->info().trial_ms, 0);
+}
+
+// Without a budget nothing is timed; buffers past the cap are never allocated nor timed.
+TEST(CpuWinogradTrial, NothingTimedWithoutBudgetOrPastTheCap) {
+  cpu::BuildContext ctx;
+  const auto direct = dnnl::algorithm::convolution_direct;
+  const auto a = Pd(ctx.engine, 1, 16, 8, direct);
+  const memory::dims pads = {1, 1};
+  const std::string key = cpu::ConvTrialKey(a, dnnl::post_ops(), pads, pads) + " never";
+  ctx.trial_ms_left = 0;
+  EXPECT_EQ(cpu::SecondFaster(ctx, key, a, a, 2.0), std::nullopt);
+  EXPECT_FALSE(cpu::TimeConvolutions(ctx, a, a).has_value());
+  // 64 channels of 1024x1024: 256 MiB per activation, past kMaxTrialBytes.
+  ctx.trial_ms_left = 1000;
+  const auto big = Pd(ctx.engine, 1, 64, 1024, direct);
+  EXPECT_FALSE(cpu::TimeConvolutions(ctx, big, big).has_value());
+  EXPECT_EQ(ctx.trial_ms_left, 1000);
+  // Within the budget a small pair is timed kMinRounds times or more, each side.
+  std::optional<cpu::PrimitiveTimes> t = cpu::TimeConvolutions(ctx, a, a);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_GE(t->a_ms.size(), static_cast<size_t>(cpu::kMinRounds));
+  EXPECT_EQ(t->a_ms.size(), t->b_ms.size());
+  EXPECT_LT(ctx.trial_ms_left, 1000);
+}
+
+// The verdict on given times: the best runs against the margin; a spread-out side (a run
+// preempted by another process) or too few runs decide nothing.
+TEST(CpuWinogradTrial, JudgedOnSteadyBestRuns) {
+  using T = cpu::PrimitiveTimes;
+  using Decision = std::optional<bool>;
+  const T faster{{1.0, 1.1, 1.0, 1.05, 1.2}, {0.4, 0.42, 0.41, 0.5, 0.4}};
+  EXPECT_EQ(cpu::Judge(faster, 0.9), Decision(true));
+  const T close{{1.0, 1.1, 1.0, 1.05, 1.2}, {0.95, 0.96, 0.95, 0.97, 0.99}};
+  EXPECT_EQ(cpu::Judge(close, 0.9), Decision(false));  // faster, not by the margin
+  const T slower{{0.5, 0.5, 0.52, 0.5, 0.6}, {1.0, 1.0, 1.1, 1.0, 1.0}};
+  EXPECT_EQ(cpu::Judge(slower, 0.9), Decision(false));
+  const T noisy{{1.0, 4.0, 5.0, 4.5, 1.1}, {0.4, 0.42, 0.41, 0.5, 0.4}};
+  EXPECT_EQ(cpu::Judge(noisy, 0.9), std::nullopt);
+  const T few{{1.0, 1.0}, {0.4, 0.4}};
+  EXPECT_EQ(cpu::Judge(few, 0.9), std::nullopt);
+}
+
+// The key tells apart what changes a kernel's time: shapes, post-ops, the team size.
+TEST(CpuWinogradTrial, KeyNamesShapesPostOpsAndTeam) {
+  cpu::BuildContext ctx;
+  const auto direct = dnnl::algorithm::convolution_direct;
+  const memory::dims pads = {1, 1};
+  const auto a = Pd(ctx.engine, 1, 16, 8, direct);
+  const std::string base = cpu::ConvTrialKey(a, dnnl::post_ops(), pads, pads);
+  EXPECT_EQ(base, cpu::ConvTrialKey(a, dnnl::post_ops(), pads, pads));
+  EXPECT_NE(base,
+            cpu::ConvTrialKey(Pd(ctx.engine, 2, 16, 8, direct), dnnl::post_ops(), pads, pads));
+  dnnl::post_ops sum;
+  sum.append_sum(1.f);
+  EXPECT_NE(base, cpu::ConvTrialKey(a, sum, pads, pads));
+  const int team = omp_get_max_threads();
+  omp_set_num_threads(team + 1);
+  EXPECT_NE(base, cpu::ConvTrialKey(a, dnnl::post_ops(), pads, pads));
+  omp_set_num_threads(team);
+}
+
+}  // namespace
+}  // namespace kiln
