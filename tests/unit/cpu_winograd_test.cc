@@ -17,6 +17,7 @@
 #include "runtime/check/compare.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
+#include "tests/unit/blocked_cpu_engine.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln {
@@ -41,18 +42,10 @@ std::unique_ptr<Graph> Conv3x3(bool relu) {
 }
 
 std::unique_ptr<runtime::Engine> Build(const Graph& g, bool winograd) {
-  CompileOptions co;
-  co.pipeline.level = OptLevel::kO2;
-  auto compiled = CompileGraph(g, co);
-  EXPECT_TRUE(compiled.ok()) << compiled.status();
   cpu::CpuEngineOptions eo;
-  eo.layout = cpu::ActivationLayout::kBlocked;
-  eo.threads = 2;
   eo.winograd = winograd;
   eo.winograd_trial_ms = 0;  // oneDNN's heuristic alone (cpu_winograd_trial_test times them)
-  auto engine = cpu::BuildCpuEngine(*compiled, eo);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return engine.ok() ? std::move(*engine) : nullptr;
+  return testing::BuildBlockedCpuEngine(g, eo);
 }
 
 check::Divergence AgainstReference(const Graph& g, runtime::Engine& engine, const Tensor& x) {

@@ -13,6 +13,7 @@
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
 #include "runtime/cpu/primitive_timing.h"
+#include "tests/unit/blocked_cpu_engine.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln {
@@ -36,17 +37,9 @@ std::unique_ptr<Graph> Conv3x3(int64_t c, int64_t out, int64_t hw, int64_t n = 1
 }
 
 std::unique_ptr<runtime::Engine> Build(const Graph& g, double trial_ms) {
-  CompileOptions co;
-  co.pipeline.level = OptLevel::kO2;
-  auto compiled = CompileGraph(g, co);
-  EXPECT_TRUE(compiled.ok()) << compiled.status();
   cpu::CpuEngineOptions eo;
-  eo.layout = cpu::ActivationLayout::kBlocked;
-  eo.threads = 2;
   eo.winograd_trial_ms = trial_ms;
-  auto engine = cpu::BuildCpuEngine(*compiled, eo);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  return engine.ok() ? std::move(*engine) : nullptr;
+  return testing::BuildBlockedCpuEngine(g, eo);
 }
 
 void ExpectReference(const Graph& g, runtime::Engine& engine, int64_t c, int64_t hw,
