@@ -46,7 +46,8 @@ std::string ConvTrialKey(const dnnl::convolution_forward::primitive_desc& pd,
 // Whether `b` runs in under `gain` times `a`'s time. Decided once per `key` in the process
 // (the caller's key names everything the times depend on: shapes, layouts, post-ops, team
 // size): a model's repeated layers, the layout tuner's candidates, other batch sizes' engines
-// and reloads ask the same question. nullopt when not decided (budget or memory cap).
+// and reloads ask the same question. A trial Judge leaves undecided is taken once more;
+// nullopt when still undecided (noise), or not timed (budget, memory cap): not remembered.
 std::optional<bool> SecondFaster(BuildContext& ctx, const std::string& key,
                                  const dnnl::convolution_forward::primitive_desc& a,
                                  const dnnl::convolution_forward::primitive_desc& b, double gain);
