@@ -71,8 +71,8 @@ struct BuildContext {
   std::vector<plan::BufferRequest> requests;      // blocked arena
   // kPrimitive or kBlocked (never kTune: the tuner builds one engine per concrete choice).
   ActivationLayout layout = ActivationLayout::kPrimitive;
-  // 3x3 convolutions may run oneDNN's Winograd kernel where its heuristic picks it
-  // (dnnl_conv.cc); off: direct convolution only.
+  // 3x3 convolutions may run oneDNN's Winograd kernel where its heuristic picks it or where
+  // timed faster (dnnl_conv.cc); off: direct convolution only.
   bool winograd = true;
   // Build time left for timing a Winograd kernel against the direct one where oneDNN's
   // heuristic did not pick it (primitive_timing.h); 0: the heuristic alone.

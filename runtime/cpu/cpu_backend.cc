@@ -20,7 +20,6 @@ std::string WinogradMode() {
   const char* v = std::getenv("KILN_CPU_WINOGRAD");
   return v ? std::string(v) : "";
 }
-bool WinogradAllowed() { return WinogradMode() != "off" && WinogradMode() != "0"; }
 
 // The first 64 bits of the hash of /proc/cpuinfo's flags line, in hex; "unknown" without one.
 std::string FlagsHash() {
@@ -65,8 +64,9 @@ class Cpu final : public runtime::Backend {
     const std::optional<ActivationLayout> layout = ParseActivationLayout(options.layout);
     if (!layout) return absl::InvalidArgumentError("unknown cpu layout '" + options.layout + "'");
     o.layout = *layout;
-    o.winograd = options.winograd && WinogradAllowed();
-    if (WinogradMode() == "heuristic") o.winograd_trial_ms = 0;
+    const std::string winograd = WinogradMode();
+    o.winograd = options.winograd && winograd != "off" && winograd != "0";
+    if (winograd == "heuristic") o.winograd_trial_ms = 0;
     return BuildCpuEngine(compiled, o);
   }
 };

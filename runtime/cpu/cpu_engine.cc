@@ -84,7 +84,6 @@ class CpuEngine : public runtime::Engine {
   runtime::EngineInfo info_;
   std::vector<runtime::TensorSpec> input_specs_, output_specs_;
   int threads_ = 0;
-  double trial_budget_ms_ = 0;  // CpuEngineOptions::winograd_trial_ms, when Winograd is on
   // oneDNN's per-execute argument maps land here instead of the process heap, from the
   // second Run on (anything a library creates lazily on the first call stays on the heap).
   TransientHeap heap_;
@@ -114,8 +113,8 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
   info_.threads = threads_;
   ctx_.layout = options.layout;
   ctx_.winograd = options.winograd;
-  trial_budget_ms_ = options.winograd ? options.winograd_trial_ms : 0;
-  ctx_.trial_ms_left = trial_budget_ms_;
+  const double trial_budget_ms = options.winograd ? options.winograd_trial_ms : 0;
+  ctx_.trial_ms_left = trial_budget_ms;
   info_.layout = ActivationLayoutName(options.layout);
   graph_ = compiled.graph->Clone();
   stream_ = dnnl::stream(ctx_.engine);
@@ -129,6 +128,7 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
   for (int s : bind_.outputs) output_specs_.push_back(SpecOf(ctx_.slots[s]));
   ctx_.sole_read_inputs = SoleReadInputs(*graph_, bind_, ctx_);
   RETURN_IF_ERROR(BuildKernels());
+  info_.trial_ms = trial_budget_ms - ctx_.trial_ms_left;
   appends_ = AppendsOf(ctx_, bind_);
   // All or none: a Concat whose pair was left out would still skip its input in place.
   if (appends_.size() != ctx_.appends.size()) appends_.clear();
@@ -248,7 +248,6 @@ absl::Status CpuEngine::BuildKernels() {
   info_.slow_ops = ctx_.slow_ops;
   info_.bf16_ops = ctx_.bf16_ops;
   info_.winograd_ops = ctx_.winograd_ops;
-  info_.trial_ms = trial_budget_ms_ - ctx_.trial_ms_left;
   info_.isa = std::string(IsaName(ActiveIsa())) + " (oneDNN " + CpuIsa().onednn + ")";
   return absl::OkStatus();
 }

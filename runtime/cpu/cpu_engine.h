@@ -42,8 +42,8 @@ struct CpuEngineOptions {
   bool warm_up = true;
   ActivationLayout layout = ActivationLayout::kTune;
   // 3x3 stride-1 convolutions may run Winograd's algorithm where oneDNN's heuristic picks
-  // it (a relative error of a few 1e-7, like the direct kernel's; guarded against
-  // non-finite inputs). Off: direct convolution only.
+  // it, or where timed faster (below) (a relative error of a few 1e-7, like the direct
+  // kernel's; guarded against non-finite inputs). Off: direct convolution only.
   bool winograd = true;
   // Where the heuristic keeps the direct kernel (below a batch of 4), a Winograd kernel is
   // timed against it at build and kept when faster (primitive_timing.h), within this much

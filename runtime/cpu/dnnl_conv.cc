@@ -321,18 +321,26 @@ std::optional<ConvPrimitive> AsWinograd(const Node& node, std::optional<ConvPrim
 // the direct kernel's time (its rounding must buy something; a near-tie is not worth a
 // choice noise could flip). Not from that batch on: the trials of large convolutions made
 // builds long enough that the layout tuner kept its first candidate (the primitive layout,
-// without Winograd), vgg16_bn b8 1066 -> 2364 ms. nullopt: the direct kernel.
+// without Winograd), vgg16_bn b8 1066 -> 2364 ms.
 constexpr int64_t kTimedBelowBatch = 4;
 constexpr double kWinogradGain = 0.9;
 
-std::optional<ConvPrimitive> ChooseWinograd(BuildContext& ctx, const Node& node,
-                                            const ConvShapes& sh, const dnnl::post_ops& po,
-                                            bool blocked, const ConvPrimitive& direct) {
+// The heuristic's choice: Winograd where `convolution_auto` takes it, else nullopt.
+std::optional<ConvPrimitive> HeuristicWinograd(BuildContext& ctx, const Node& node,
+                                               const ConvShapes& sh, const dnnl::post_ops& po,
+                                               bool blocked) {
   if (!WinogradShape(ctx, node, sh)) return std::nullopt;
-  std::optional<ConvPrimitive> heuristic = AsWinograd(
+  return AsWinograd(
       node, CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_auto));
-  if (heuristic || sh.x->shape[0] >= kTimedBelowBatch || ctx.trial_ms_left <= 0) {
-    return heuristic;
+}
+
+// Where the heuristic declined: Winograd when timed faster than `direct`, else nullopt.
+std::optional<ConvPrimitive> TimedWinograd(BuildContext& ctx, const Node& node,
+                                           const ConvShapes& sh, const dnnl::post_ops& po,
+                                           bool blocked, const ConvPrimitive& direct) {
+  if (!WinogradShape(ctx, node, sh) || sh.x->shape[0] >= kTimedBelowBatch ||
+      ctx.trial_ms_left <= 0) {
+    return std::nullopt;
   }
   std::optional<ConvPrimitive> w = AsWinograd(
       node,
@@ -419,12 +427,15 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
     bf16 = c && !IsReferenceImpl(c->pd.impl_info_str());
   }
   if (!bf16) {
-    c = InEngineLayout(ctx, node, sh, po, blocked, false);
-    std::optional<ConvPrimitive> w;
-    if (c && !IsReferenceImpl(c->pd.impl_info_str())) {
-      w = ChooseWinograd(ctx, node, sh, po, blocked, *c);
+    c = HeuristicWinograd(ctx, node, sh, po, blocked);
+    if (!c) {  // the direct primitive, and Winograd if timed faster than it
+      c = InEngineLayout(ctx, node, sh, po, blocked, false);
+      std::optional<ConvPrimitive> w;
+      if (c && !IsReferenceImpl(c->pd.impl_info_str())) {
+        w = TimedWinograd(ctx, node, sh, po, blocked, *c);
+      }
+      if (w) c = std::move(w);
     }
-    if (w) c = std::move(w);
   }
   const bool apart = c && IsReferenceImpl(c->pd.impl_info_str()) && EpilogueRunsApart(node, po);
   if (apart) {

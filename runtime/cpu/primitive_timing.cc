@@ -9,15 +9,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/elapsed.h"
+
 namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
 using Clock = std::chrono::steady_clock;
-
-double MsSince(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 // One convolution with its own zeroed buffers.
 struct Trial {

@@ -68,7 +68,8 @@ struct ModelConfig {
   // cpu device: the engines' activation layout: tune (measure both at load, keep the faster),
   // primitive or blocked (runtime/cpu/cpu_engine.h).
   std::string cpu_layout = "tune";
-  // cpu device: 3x3 stride-1 convolutions at batch >= 4 may run oneDNN's Winograd kernel
+  // cpu device: 3x3 stride-1 convolutions may run oneDNN's Winograd kernel, where its
+  // heuristic takes it (batch >= 4) or, below that batch, where timed faster at build
   // (float32; a relative error of a few 1e-7, like the direct kernel's; docs/cpu-engine.md).
   // false: the direct kernel only.
   bool cpu_winograd = true;

@@ -1,8 +1,8 @@
-// Winograd kernels timed against the direct one at build (runtime/cpu/primitive_timing.h,
-// dnnl_conv.cc's ChooseWinograd): kept where faster on this CPU (also below a batch of 4,
-// where oneDNN's heuristic declines), refused where slower, the heuristic alone without a
-// budget, each question asked once per process, a noisy trial deciding nothing. Below AVX-512 (or
-// capped there) oneDNN has no float Winograd kernel: the tests that need one skip and say so.
+// Winograd kernels timed against the direct one at build where oneDNN's heuristic declines,
+// below a batch of 4 (runtime/cpu/primitive_timing.h, dnnl_conv.cc's TimedWinograd): kept
+// where faster on this CPU, refused where slower, the heuristic alone without a budget, each
+// question asked once per process, a noisy trial deciding nothing. Below AVX-512 (or capped
+// there) oneDNN has no float Winograd kernel: the tests that need one skip and say so.
 #include <gtest/gtest.h>
 #include <omp.h>
 
