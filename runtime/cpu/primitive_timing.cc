@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/elapsed.h"
+#include "base/stop.h"
 
 namespace kiln::cpu {
 namespace {
@@ -94,7 +95,9 @@ std::string ConvTrialKey(const dnnl::convolution_forward::primitive_desc& pd,
 std::optional<PrimitiveTimes> TimeConvolutions(BuildContext& ctx,
                                                const dnnl::convolution_forward::primitive_desc& a,
                                                const dnnl::convolution_forward::primitive_desc& b) {
-  if (ctx.trial_ms_left <= 0 || BytesOf(a) + BytesOf(b) > kMaxTrialBytes) return std::nullopt;
+  if (ctx.trial_ms_left <= 0 || BytesOf(a) + BytesOf(b) > kMaxTrialBytes || !CheckStop().ok()) {
+    return std::nullopt;
+  }
   const Clock::time_point start = Clock::now();
   dnnl::stream s(ctx.engine);
   Trial ta = MakeTrial(ctx.engine, a), tb = MakeTrial(ctx.engine, b);
@@ -104,6 +107,10 @@ std::optional<PrimitiveTimes> TimeConvolutions(BuildContext& ctx,
   const int rounds = std::clamp(static_cast<int>(20.0 / std::max(first, 1e-3)), kMinRounds, 7);
   PrimitiveTimes t;
   for (int r = 0; r < rounds; ++r) {
+    if (!CheckStop().ok()) {  // the build's deadline or shutdown: left undecided
+      ctx.trial_ms_left -= MsSince(start);
+      return std::nullopt;
+    }
     // Alternating which goes first: neither always runs on the other's warm cache.
     if (r % 2 == 0) {
       t.a_ms.push_back(ta.Run(s));

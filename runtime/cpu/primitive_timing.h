@@ -21,8 +21,9 @@ struct PrimitiveTimes {
 // Runs both convolutions alternately on zero-filled buffers of their own descriptors (the
 // values do not change a convolution's time; zeros are never denormal), at least kMinRounds
 // times each after a warm-up run. nullopt when `ctx.trial_ms_left` is spent or their buffers
-// together would pass kMaxTrialBytes (a trial must not be what exceeds a memory budget); the time
-// taken is charged to `ctx.trial_ms_left`.
+// together would pass kMaxTrialBytes (a trial must not be what exceeds a memory budget), or
+// the build is stopped (CheckStop: its deadline, shutdown); the time taken is charged to
+// `ctx.trial_ms_left`.
 std::optional<PrimitiveTimes> TimeConvolutions(BuildContext& ctx,
                                                const dnnl::convolution_forward::primitive_desc& a,
                                                const dnnl::convolution_forward::primitive_desc& b);

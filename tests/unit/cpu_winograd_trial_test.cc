@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
+
+#include "base/stop.h"
 #include "compiler/compile.h"
 #include "ir/builder.h"
 #include "ops/interpreter.h"
@@ -125,8 +128,9 @@ TEST(CpuWinogradTrial, RememberedPerKey) {
   EXPECT_EQ(heuristic->info().trial_ms, 0);
 }
 
-// Without a budget nothing is timed; buffers past the cap are never allocated nor timed.
-TEST(CpuWinogradTrial, NothingTimedWithoutBudgetOrPastTheCap) {
+// Without a budget or once the build is stopped nothing is timed; buffers past the cap are
+// never allocated nor timed.
+TEST(CpuWinogradTrial, NothingTimedWithoutBudgetOnceStoppedOrPastTheCap) {
   cpu::BuildContext ctx;
   const auto direct = dnnl::algorithm::convolution_direct;
   const auto a = Pd(ctx.engine, 1, 16, 8, direct);
@@ -140,6 +144,12 @@ TEST(CpuWinogradTrial, NothingTimedWithoutBudgetOrPastTheCap) {
   const auto big = Pd(ctx.engine, 1, 64, 1024, direct);
   EXPECT_FALSE(cpu::TimeConvolutions(ctx, big, big).has_value());
   EXPECT_EQ(ctx.trial_ms_left, 1000);
+  // A stopped build (its deadline, shutdown) times nothing.
+  {
+    std::atomic<bool> cancel{true};
+    StopScope stop({StopCondition::Clock::time_point::max(), &cancel, "test"});
+    EXPECT_FALSE(cpu::TimeConvolutions(ctx, a, a).has_value());
+  }
   // Within the budget a small pair is timed kMinRounds times or more, each side.
   std::optional<cpu::PrimitiveTimes> t = cpu::TimeConvolutions(ctx, a, a);
   ASSERT_TRUE(t.has_value());
