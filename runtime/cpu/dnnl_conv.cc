@@ -14,6 +14,7 @@
 #include "ir/kiln_ops.h"
 #include "runtime/cpu/build_context.h"
 #include "runtime/cpu/conv_geometry.h"
+#include "runtime/cpu/dnnl_conv_kernel.h"
 #include "runtime/cpu/dnnl_post_ops.h"
 #include "runtime/cpu/epilogue_ops.h"
 #include "runtime/cpu/isa.h"
@@ -24,161 +25,6 @@ namespace kiln::cpu {
 namespace {
 
 using dnnl::memory;
-
-// The parts of the convolution its exact path re-creates without post-ops.
-struct ConvGeometry {
-  memory::dims strides, dilations, pad_begin, pad_end;
-  memory::desc bias_md;
-  // Winograd's weights are transformed: the exact path packs its own from the plain ones.
-  bool winograd = false;
-  Tensor plain_weights;  // set when winograd (shares the graph's buffer)
-};
-
-// The exact path, built on first use: the same convolution without post-ops into a temp,
-// then the epilogue with the own element-wise ops (nonfinite_guard.h).
-struct ExactConv {
-  dnnl::convolution_forward prim;
-  memory weights;  // the fast primitive's, or a reorder of them if this one wants another layout
-  AlignedPtr<float> temp;
-  AlignedPtr<char> scratch;
-  memory::desc src_md, dst_md, scratch_md;
-};
-
-class ConvKernel : public CpuKernel {
- public:
-  absl::Status Run(const ExecContext& ctx) override;
-
-  DnnlCall call_;
-  std::unique_ptr<CpuKernel> residual_;  // copies the residual into dst before the sum
-  // The guard (nonfinite_guard.h); `guarded` when a post-op is not exact on NaN.
-  bool guarded = false;
-  // The epilogue always runs apart (the exact path): oneDNN has a JIT kernel for this
-  // convolution on this CPU only without the post-ops.
-  bool epilogue_apart = false;
-  int x_slot = -1, src_slot = -1, res_slot = -1, dst_slot = -1, y_slot = -1;
-  int64_t res_floats = 0, dst_floats = 0;
-  // Where the input bound is scanned: src, or x itself when src is its bf16 copy; and the
-  // bound's slack for rounding (bf16 operands round by up to 2^-8 each).
-  int scan_slot = -1;
-  int64_t scan_floats = 0;
-  float slack = 1.001f;
-  float w_l1 = 0.f, b_max = 0.f;  // max over output channels of sum |w|; max |bias|
-  std::vector<kiln_ops::EpilogueStep> steps;
-  // For the exact path.
-  dnnl::engine engine;
-  dnnl::convolution_forward::primitive_desc pd;
-  ConvGeometry geometry;
-  memory weights, bias;
-
- private:
-  float OutputBound(const ExecContext& ctx, bool scan) const;
-  absl::Status RunExact(const ExecContext& ctx);
-  absl::Status MakeExact();
-  std::unique_ptr<ExactConv> exact_;
-};
-
-// The bound of the output when every step's input stays within kSafeBound (then the fused
-// primitive cannot have met a NaN or an overflow); +inf otherwise. `scan`: values no kernel
-// recorded are scanned, else taken as unknown.
-float ConvKernel::OutputBound(const ExecContext& ctx, bool scan) const {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  auto bound = [&](int slot, int64_t n) {
-    const float known = ctx.bounds->Known(slot);
-    return known < kInf || !scan ? known : ctx.bounds->Of(slot, ctx.ptrs[slot], n);
-  };
-  float xb = ctx.bounds->Known(x_slot);
-  if (!(xb < kInf)) xb = bound(scan_slot, scan_floats);
-  float b = (w_l1 * xb + b_max) * slack;
-  for (const kiln_ops::EpilogueStep& s : steps) {
-    if (!(b <= kSafeBound)) return kInf;
-    b = s.op == "Add" ? b + bound(res_slot, res_floats) : ActivationBound(s, b);
-  }
-  return b <= kSafeBound ? b : kInf;
-}
-
-absl::Status ConvKernel::Run(const ExecContext& ctx) {
-  const float out = OutputBound(ctx, guarded);
-  if (residual_) RETURN_IF_ERROR(residual_->Run(ctx));
-  if (epilogue_apart || (guarded && !(out <= kSafeBound))) return RunExact(ctx);
-  RETURN_IF_ERROR(call_.Execute(ctx));
-  if (out <= kSafeBound) {
-    ctx.bounds->Set(dst_slot, out);
-    ctx.bounds->Set(y_slot, out);  // the same values once a post reorder has run
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ConvKernel::MakeExact() {
-  TransientHeap::Suspend off_pool;  // these objects outlive the run
-  auto e = std::make_unique<ExactConv>();
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  const ConvGeometry& g = geometry;
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                    dnnl::algorithm::convolution_direct, pd.src_desc(),
-                                    memory::desc(pd.weights_desc().dims(),
-                                                 pd.weights_desc().data_type(),
-                                                 memory::format_tag::any),
-                                    g.bias_md, pd.dst_desc(), g.strides, g.dilations, g.pad_begin,
-                                    g.pad_end);
-  dnnl::convolution_forward::primitive_desc epd(d, attr, engine);
-  e->prim = dnnl::convolution_forward(epd);
-  e->weights = weights;
-  if (epd.weights_desc() != pd.weights_desc()) {
-    memory from = weights;
-    if (g.winograd) {
-      const memory::dims wd = epd.weights_desc().dims();
-      from = memory(memory::desc(wd, memory::data_type::f32, PlainTag(wd.size())), engine,
-                    const_cast<void*>(g.plain_weights.raw()));
-    }
-    e->weights = memory(epd.weights_desc(), engine);
-    dnnl::stream s(engine);
-    dnnl::reorder(from, e->weights).execute(s, from, e->weights);
-    s.wait();
-  }
-  e->src_md = epd.src_desc();
-  e->dst_md = epd.dst_desc();
-  e->scratch_md = epd.scratchpad_desc();
-  e->temp =
-      NewAlignedBuffer<float>(static_cast<size_t>(dst_floats) * sizeof(float) + kBufferAlignment);
-  e->scratch = NewAlignedBuffer<char>(e->scratch_md.get_size() + kBufferAlignment);
-  if (!e->temp || !e->scratch) return absl::ResourceExhaustedError("conv exact path: OOM");
-  exact_ = std::move(e);
-  return absl::OkStatus();
-}
-
-// The convolution without post-ops into the temp (dst holds the residual, copied in or
-// shared, for an Add step), then the steps in order with IEEE semantics.
-absl::Status ConvKernel::RunExact(const ExecContext& ctx) {
-  if (!exact_) {
-    try {
-      RETURN_IF_ERROR(MakeExact());
-    } catch (const dnnl::error& e) {
-      return absl::InternalError(std::string("conv exact path: oneDNN: ") + e.what());
-    }
-  }
-  ExactConv& e = *exact_;
-  std::unordered_map<int, memory> args = {
-      {DNNL_ARG_SRC, memory(e.src_md, engine, ctx.ptrs[src_slot])},
-      {DNNL_ARG_WEIGHTS, e.weights},
-      {DNNL_ARG_DST, memory(e.dst_md, engine, e.temp.get())},
-      {DNNL_ARG_SCRATCHPAD, memory(e.scratch_md, engine, e.scratch.get())}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, bias);
-  e.prim.execute(*ctx.stream, args);
-  float* t = e.temp.get();
-  const float* y = static_cast<const float*>(ctx.ptrs[dst_slot]);
-  for (const kiln_ops::EpilogueStep& s : steps) {
-    if (s.op == "Add") {
-      for (int64_t i = 0; i < dst_floats; ++i) t[i] += y[i];
-    } else if (std::optional<EpilogueActivation> a = MakeEpilogueActivation(s)) {
-      ApplyActivation(*a, t, dst_floats);
-    } else {
-      return absl::InternalError("conv exact path: no own kernel for " + s.op);
-    }
-  }
-  std::memcpy(ctx.ptrs[dst_slot], t, dst_floats * sizeof(float));
-  return absl::OkStatus();
-}
 
 // The post-op chain; sets *residual_value to the Add step's input. false if unsupported.
 bool BuildPostOps(const Node& node, dnnl::post_ops& po, const Value** residual_value) {
@@ -324,6 +170,10 @@ std::optional<ConvPrimitive> AsWinograd(const Node& node, std::optional<ConvPrim
 // without Winograd), vgg16_bn b8 1066 -> 2364 ms.
 constexpr int64_t kTimedBelowBatch = 4;
 constexpr double kWinogradGain = 0.9;
+// Winograd whose activations run after it: its trial times the primitive alone, and the pass
+// over dst after it costs about a tenth of a small layer's product (48 -> 192 channels at
+// 56x56, b1: 2.6 ms direct with SiLU fused, SiLU alone over dst ~0.2 ms).
+constexpr double kAfterGain = 0.8;
 
 // The heuristic's choice: Winograd where `convolution_auto` takes it, else nullopt.
 std::optional<ConvPrimitive> HeuristicWinograd(BuildContext& ctx, const Node& node,
@@ -335,22 +185,74 @@ std::optional<ConvPrimitive> HeuristicWinograd(BuildContext& ctx, const Node& no
 }
 
 // Where the heuristic declined: Winograd when timed faster than `direct`, else nullopt.
+// `activations_after`: the Winograd primitive without post-ops, its activations to run after
+// it (WinogradActivationsAfter), so it must win by the stricter kAfterGain.
 std::optional<ConvPrimitive> TimedWinograd(BuildContext& ctx, const Node& node,
                                            const ConvShapes& sh, const dnnl::post_ops& po,
-                                           bool blocked, const ConvPrimitive& direct) {
+                                           bool blocked, const ConvPrimitive& direct,
+                                           bool activations_after = false) {
   if (!WinogradShape(ctx, node, sh) || sh.x->shape[0] >= kTimedBelowBatch ||
       ctx.trial_ms_left <= 0) {
     return std::nullopt;
   }
-  std::optional<ConvPrimitive> w = AsWinograd(
-      node,
-      CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_winograd));
+  std::optional<ConvPrimitive> w =
+      AsWinograd(node, CreatePrimitive(ctx, node, sh, activations_after ? dnnl::post_ops() : po,
+                                       blocked, false, dnnl::algorithm::convolution_winograd));
   if (!w || w->pd.src_desc() != direct.pd.src_desc() || w->pd.dst_desc() != direct.pd.dst_desc()) {
     return std::nullopt;
   }
-  const std::string key =
-      ConvTrialKey(direct.pd, po, direct.geometry.pad_begin, direct.geometry.pad_end);
-  return SecondFaster(ctx, key, direct.pd, w->pd, kWinogradGain).value_or(false) ? w : std::nullopt;
+  std::string key = ConvTrialKey(direct.pd, po, direct.geometry.pad_begin, direct.geometry.pad_end);
+  if (activations_after) key += " after";
+  const double gain = activations_after ? kAfterGain : kWinogradGain;
+  return SecondFaster(ctx, key, direct.pd, w->pd, gain).value_or(false) ? w : std::nullopt;
+}
+
+// Whether every epilogue step is an activation the own element-wise ops run (no residual).
+bool ActivationsOnly(const Node& node, const dnnl::post_ops& po) {
+  if (po.len() == 0 || node.domain != kKilnDomain) return false;
+  for (const kiln_ops::EpilogueStep& s : kiln_ops::ReadEpilogue(node)) {
+    if (!MakeEpilogueActivation(s)) return false;
+  }
+  return true;
+}
+
+// The activations of the node's epilogue, or empty when one of them maps 0 to something else
+// and dst has blocked padding (channels beyond the count, which later kernels read as zeros).
+std::vector<EpilogueActivation> AfterActivations(const Node& node, const ConvPrimitive& c,
+                                                 const ConvShapes& sh) {
+  std::vector<EpilogueActivation> acts;
+  const bool padded = c.pd.dst_desc().get_size() > NumElements(sh.y->shape) * sizeof(float);
+  for (const kiln_ops::EpilogueStep& s : kiln_ops::ReadEpilogue(node)) {
+    std::optional<EpilogueActivation> a = MakeEpilogueActivation(s);
+    float zero = 0.f;
+    if (a) ApplyActivation(*a, &zero, 1);
+    if (!a || (padded && zero != 0.f)) return {};
+    acts.push_back(*a);
+  }
+  return acts;
+}
+
+// Winograd for a convolution whose activations oneDNN's Winograd kernel does not take as
+// post-ops (oneDNN 2.6 takes ReLU-like ones; EfficientNetV2's and YOLO's 3x3 layers end in
+// SiLU, others in GELU): the primitive without them, and they run after it on its dst, one
+// more pass over it. Chosen as Winograd with its post-ops is: by the heuristic from a batch
+// of kTimedBelowBatch, below it timed against the direct kernel with the activations fused.
+std::optional<ConvPrimitive> WinogradActivationsAfter(BuildContext& ctx, const Node& node,
+                                                      const ConvShapes& sh,
+                                                      const dnnl::post_ops& po, bool blocked,
+                                                      const ConvPrimitive& direct) {
+  if (!WinogradShape(ctx, node, sh) || !ActivationsOnly(node, po)) return std::nullopt;
+  // A Winograd kernel that takes them was asked above (by the heuristic or the timing).
+  if (CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_winograd)) {
+    return std::nullopt;
+  }
+  std::optional<ConvPrimitive> w =
+      sh.x->shape[0] >= kTimedBelowBatch
+          ? HeuristicWinograd(ctx, node, sh, dnnl::post_ops(), blocked)
+          : TimedWinograd(ctx, node, sh, po, blocked, direct, /*activations_after=*/true);
+  if (!w || AfterActivations(node, *w, sh).empty()) return std::nullopt;
+  w->geometry.activations_after = true;
+  return w;
 }
 
 // Whether the epilogue has a step oneDNN does not compute as ONNX does on NaN.
@@ -433,6 +335,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
       std::optional<ConvPrimitive> w;
       if (c && !IsReferenceImpl(c->pd.impl_info_str())) {
         w = TimedWinograd(ctx, node, sh, po, blocked, *c);
+        if (!w) w = WinogradActivationsAfter(ctx, node, sh, po, blocked, *c);
       }
       if (w) c = std::move(w);
     }
@@ -474,6 +377,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->call_.Arg(DNNL_ARG_DST, pd.dst_desc(), dst, ctx.engine);
   k->call_.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
   if (fused) k->steps = kiln_ops::ReadEpilogue(node);
+  if (c->geometry.activations_after) k->after = AfterActivations(node, *c, sh);
   k->guarded = NeedsGuard(k->steps) || c->geometry.winograd;
   k->epilogue_apart = apart && !IsReferenceImpl(pd.impl_info_str());
   k->x_slot = xs;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "compiler/compile.h"
 #include "ir/builder.h"
@@ -138,6 +139,56 @@ TEST(CpuWinograd, NonFiniteInputsTakeTheDirectPath) {
     // Then finite again: the fast path serves the next run.
     const check::Divergence after = AgainstReference(*g, *wino, Random(kInput, 7));
     EXPECT_TRUE(after.ok) << after.message;
+  }
+}
+
+// x [4, 32, 14, 14] -> Conv 3x3 (pads 1) to `out` channels + bias -> `act` -> y, where act is
+// "SiLU" (y * Sigmoid(y), fused as one step) or "Sigmoid".
+std::unique_ptr<Graph> Conv3x3Then(const std::string& act, int64_t out) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {4, 32, 14, 14});
+  Value* y = b.Op(
+      "Conv", {x, b.Constant("w", Random({out, 32, 3, 3}, 8)), b.Constant("b", Random({out}, 9))},
+      {{"pads", Attribute::Ints({1, 1, 1, 1})}});
+  Value* s = b.Op("Sigmoid", {y});
+  b.Output(act == "SiLU" ? b.Op("Mul", {y, s}) : s);
+  return b.Build();
+}
+
+// oneDNN 2.6's Winograd kernel takes ReLU as a post-op but not SiLU or Sigmoid: the kernel
+// runs without them and they run after it on dst (ConvGeometry::activations_after), within
+// the tolerance of the reference, and a non-finite input still takes the direct exact path.
+TEST(CpuWinograd, ActivationsItDoesNotTakeRunAfterIt) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  for (const char* act : {"SiLU", "Sigmoid"}) {
+    SCOPED_TRACE(act);
+    auto g = Conv3x3Then(act, 32);
+    auto wino = Build(*g, true);
+    ASSERT_TRUE(wino);
+    EXPECT_EQ(wino->info().winograd_ops, 1);
+    const check::Divergence d = AgainstReference(*g, *wino, Random(kInput, 10));
+    EXPECT_TRUE(d.ok) << d.message;
+    EXPECT_LT(d.norm_rel_err, 1e-5);
+    Tensor x = Random(kInput, 11);
+    x.mutable_data<float>()[3 * 14 + 4] = std::numeric_limits<float>::quiet_NaN();
+    const check::Divergence nan = AgainstReference(*g, *wino, x);
+    EXPECT_TRUE(nan.ok) << nan.message;
+  }
+}
+
+// 24 output channels fill 32 in the blocked layout, and the padding must stay zero: SiLU
+// (0 -> 0) still runs after Winograd, Sigmoid (0 -> 0.5) keeps the direct kernel with its
+// post-op (it would write 0.5 into the padding).
+TEST(CpuWinograd, AnActivationAfterItMustKeepBlockedPaddingZero) {
+  if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
+  for (const char* act : {"SiLU", "Sigmoid"}) {
+    SCOPED_TRACE(act);
+    auto g = Conv3x3Then(act, 24);
+    auto engine = Build(*g, true);
+    ASSERT_TRUE(engine);
+    EXPECT_EQ(engine->info().winograd_ops, std::string(act) == "SiLU" ? 1 : 0);
+    const check::Divergence d = AgainstReference(*g, *engine, Random(kInput, 12));
+    EXPECT_TRUE(d.ok) << d.message;
   }
 }
 
