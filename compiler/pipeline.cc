@@ -9,6 +9,7 @@
 #include "compiler/passes/eliminate_dead_code.h"
 #include "compiler/passes/eliminate_identity.h"
 #include "compiler/passes/fold_batchnorm.h"
+#include "compiler/passes/fold_channel_shuffle.h"
 #include "compiler/passes/fold_constants.h"
 #include "compiler/passes/fold_pad.h"
 #include "compiler/passes/fold_repeat_into_matmul.h"
@@ -50,6 +51,7 @@ const std::map<std::string, PassFactory>& Factories() {
       {"recognize_patterns", [] { return std::make_unique<passes::RecognizePatternsPass>(); }},
       {"simplify_reshapes", [] { return std::make_unique<passes::SimplifyReshapesPass>(); }},
       {"fold_pad", [] { return std::make_unique<passes::FoldPadPass>(); }},
+      {"fold_channel_shuffle", [] { return std::make_unique<passes::FoldChannelShufflePass>(); }},
       {"fold_scale_into_weights",
        [] { return std::make_unique<passes::FoldScaleIntoWeightsPass>(); }},
       {"assign_precision", [] { return std::make_unique<passes::AssignPrecisionPass>(); }},
@@ -167,6 +169,9 @@ std::vector<std::string> LevelPasses(OptLevel level) {
   // checks see the final readers.
   o2.insert(std::find(o2.begin(), o2.end(), "eliminate_common_subexpressions") + 1,
             "simplify_reshapes");
+  // fold_channel_shuffle after simplify_reshapes: a channel shuffle's reshapes are single
+  // Reshapes to constant shapes by then.
+  o2.insert(std::find(o2.begin(), o2.end(), "simplify_reshapes") + 1, "fold_channel_shuffle");
   // fold_scale_into_weights right after fold_batchnorm: a BN folded into its Conv puts a
   // following per-channel Mul/Add directly after the Conv; folding it before the epilogue
   // fusions lets Conv -> Mul -> Relu fuse as Conv + Relu.

@@ -18,18 +18,26 @@ class GatherKernel : public CpuKernel {
   absl::Status Run(const ExecContext& ctx) override {
     const char* x = static_cast<const char*>(ctx.ptrs[data_]);
     char* y = static_cast<char*>(ctx.ptrs[out_]);
+    auto index = [&](int64_t j) {
+      const int64_t k = idx64_ ? static_cast<const int64_t*>(ctx.ptrs[idx_])[j]
+                               : static_cast<const int32_t*>(ctx.ptrs[idx_])[j];
+      return k < 0 ? k + n_ : k;
+    };
     for (int64_t j = 0; j < count_; ++j) {
-      int64_t k = idx64_ ? static_cast<const int64_t*>(ctx.ptrs[idx_])[j]
-                         : static_cast<const int32_t*>(ctx.ptrs[idx_])[j];
-      if (k < 0) k += n_;
+      const int64_t k = index(j);
       if (k < 0 || k >= n_) {
         return absl::InvalidArgumentError("Gather: index out of range for an axis of " +
                                           std::to_string(n_));
       }
+    }
+    // Split over the team by index when the copy is large (a channel shuffle's megabytes).
+    const bool parallel = outer_ * count_ * static_cast<int64_t>(block_) >= kParallelElements * 4;
+    ForEachIndex(count_, parallel, [&](int64_t j) {
+      const int64_t k = index(j);
       for (int64_t o = 0; o < outer_; ++o) {
         std::memcpy(y + (o * count_ + j) * block_, x + (o * n_ + k) * block_, block_);
       }
-    }
+    });
     return absl::OkStatus();
   }
 

@@ -358,5 +358,30 @@ TEST(CpuEngineOwnKernels, GatherIndexOutOfRangeIsAnError) {
   EXPECT_TRUE(engine->Run({Random({4, 2}, 1), Tensor::FromInt64({-1}, {1})}, outs).ok());
 }
 
+// ShuffleNet v2's block end at O2: Concat of the block's two halves, the channel shuffle and
+// the next block's halves become Gathers along the channels (fold_channel_shuffle), each above
+// the parallel threshold ([8, 116, 28, 28]: 2.9 MB), read by convolutions in their layouts.
+TEST(CpuEngineOwnKernels, ChannelShuffleGathersSplitAcrossThreads) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {8, 116, 28, 28});
+  Value* y = b.Input("y", DType::kFloat32, {8, 116, 28, 28});
+  Value* cat = b.Op("Concat", {x, y}, {{"axis", Attribute::Int(1)}});
+  auto ints = [&](std::vector<int64_t> v) {
+    return b.Constant("i", Tensor::FromInt64(v, {static_cast<int64_t>(v.size())}));
+  };
+  Value* r = b.Op("Reshape", {cat, ints({8, 2, 116, 28, 28})});
+  Value* t = b.Op("Transpose", {r}, {{"perm", Attribute::Ints({0, 2, 1, 3, 4})}});
+  Value* s = b.Op("Reshape", {t, ints({8, 232, 28, 28})});
+  Value* lo = b.Op("Slice", {s, ints({0}), ints({116}), ints({1})});
+  Value* hi = b.Op("Slice", {s, ints({116}), ints({232}), ints({1})});
+  b.Output(lo);
+  b.Output(b.Op("Conv", {hi, b.Constant("w", Random({16, 116, 1, 1}, 40))}));
+  Outcome o = ExpectMatchesReference(b.Build(), /*max_fallbacks=*/0, OptLevel::kO2);
+  ASSERT_TRUE(o.engine);
+  EXPECT_EQ(o.compiled.report.op_types_after.count("Transpose"), 0u);
+  EXPECT_EQ(o.compiled.report.op_types_after.count("Slice"), 0u);
+  EXPECT_GE(o.compiled.report.op_types_after.count("Gather"), 1u);
+}
+
 }  // namespace
 }  // namespace kiln
