@@ -167,6 +167,48 @@ bool FoldReaderOfGather(Graph& graph, Node& n) {
   return true;
 }
 
+// Split of a Gather with constant indices along that Gather's axis: one Gather per output
+// (its part's indices, read off the outputs' static sizes in order) from the Gather's source.
+bool FoldSplitOfGather(Graph& graph, Node& split) {
+  if (!IsOnnx(&split, "Split")) return false;
+  const Value* y = split.input(0);
+  Node* g = y ? y->producer : nullptr;
+  int64_t axis = 0;
+  const std::optional<std::vector<int64_t>> idx = g ? ConstantIndices(*g, &axis) : std::nullopt;
+  if (!idx || !y->shape) return false;
+  const int64_t rank = static_cast<int64_t>(y->shape->size());
+  int64_t split_axis = split.GetInt("axis", 0);
+  if (split_axis < 0) split_axis += rank;
+  if (split_axis != axis) return false;
+  std::vector<int64_t> sizes;
+  for (const Value* out : split.outputs) {
+    const auto dims = StaticShapeOf(out);
+    if (!dims || static_cast<int64_t>(dims->size()) != rank) return false;
+    sizes.push_back((*dims)[axis]);
+  }
+  int64_t begin = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (begin + sizes[k] > static_cast<int64_t>(idx->size())) return false;
+    begin += sizes[k];
+  }
+  begin = 0;
+  // Each part's Gather, placed where the Split was.
+  Value* source = g->input(0);
+  std::vector<Value*> outs = split.outputs;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    auto part = std::make_unique<Node>();
+    part->name = split.name + "_gather" + std::to_string(k);
+    part->opset = split.opset;
+    part->outputs = {outs[k]};
+    Node* placed = graph.InsertNode(&split, std::move(part));
+    MakeGather(graph, *placed, source,
+               std::vector<int64_t>(idx->begin() + begin, idx->begin() + begin + sizes[k]), axis);
+    begin += sizes[k];
+  }
+  graph.RemoveNode(&split);  // its outputs' producers are the Gathers now
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> FoldChannelShuffle(Graph& graph) {
@@ -176,7 +218,8 @@ absl::StatusOr<bool> FoldChannelShuffle(Graph& graph) {
   for (const auto& n : graph.nodes()) nodes.push_back(n.get());
   bool changed = false;
   for (Node* n : nodes) {
-    changed = FoldShuffle(graph, *n) || FoldReaderOfGather(graph, *n) || changed;
+    changed = FoldShuffle(graph, *n) || FoldReaderOfGather(graph, *n) ||
+              FoldSplitOfGather(graph, *n) || changed;
   }
   if (!changed) return false;
   // A Gather whose every reader now reads its source is dead.

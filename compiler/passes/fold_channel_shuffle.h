@@ -8,6 +8,7 @@
 //  - Slice of a Gather along the Gather's axis only (constant starts, ends, steps) becomes a
 //    Gather of the sliced indices from the Gather's source: ShuffleNet's chunk of the
 //    shuffled channels reads its half straight from the block's output.
+//  - A Split of such a Gather along its axis: one Gather of each part's indices.
 //  - Gather(Gather(x, i1, a), i2, a), both indices constant: Gather(x, i1[i2], a).
 // Exact: every output element is the same input element as before.
 // Preconditions: shapes inferred and static on the values matched; constants folded (the

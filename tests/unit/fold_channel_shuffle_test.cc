@@ -60,6 +60,21 @@ TEST(FoldChannelShuffle, SlicesOfTheShuffleGatherFromItsSource) {
   for (const auto& n : graph->nodes()) EXPECT_EQ(n->input(0)->name, "x");
 }
 
+// The halves taken by a Split instead (other exporters' chunk), unequal parts too.
+TEST(FoldChannelShuffle, ASplitOfTheShuffleBecomesOneGatherPerPart) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 12, 3, 2});
+  Value* s = Shuffle(b, x, 3);
+  std::vector<Value*> parts =
+      b.OpN("Split", {s, Ints(b, {5, 7})}, 2, {{"axis", Attribute::Int(-3)}});
+  b.Output(parts[0]);
+  b.Output(parts[1]);
+  auto graph = b.Build();
+  EXPECT_TRUE(testing::RunPassAndCompare(*graph, FoldChannelShuffle, kFeed));
+  EXPECT_EQ(CountOps(*graph, "Split"), 0);
+  EXPECT_EQ(CountOps(*graph, "Gather"), 2);
+}
+
 TEST(FoldChannelShuffle, AGatherOfAConstantGatherReadsTheSource) {
   GraphBuilder b;
   Value* x = b.Input("x", DType::kFloat32, {2, 12, 3, 2});
