@@ -92,7 +92,8 @@ struct BuildContext {
   // in EngineInfo like fallback ops. "Type (impl)" per op.
   std::vector<std::string> slow_ops;
   int bf16_ops = 0;  // products built with bfloat16 operands
-  int winograd_ops = 0;  // convolutions on oneDNN's Winograd kernel
+  int winograd_ops = 0;       // convolutions on oneDNN's Winograd kernel
+  int activations_after = 0;  // convolutions whose activations run after the primitive
   // Slots of graph inputs that one node reads and no output repeats (in_place_append.h): a
   // Concat whose first input is one of them and whose output is the caller's tensor can take
   // that input as already in place. The (input slot, output slot) pairs it took are `appends`.

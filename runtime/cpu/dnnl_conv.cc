@@ -170,10 +170,6 @@ std::optional<ConvPrimitive> AsWinograd(const Node& node, std::optional<ConvPrim
 // without Winograd), vgg16_bn b8 1066 -> 2364 ms.
 constexpr int64_t kTimedBelowBatch = 4;
 constexpr double kWinogradGain = 0.9;
-// Winograd whose activations run after it: its trial times the primitive alone, and the pass
-// over dst after it costs about a tenth of a small layer's product (48 -> 192 channels at
-// 56x56, b1: 2.6 ms direct with SiLU fused, SiLU alone over dst ~0.2 ms).
-constexpr double kAfterGain = 0.8;
 
 // The heuristic's choice: Winograd where `convolution_auto` takes it, else nullopt.
 std::optional<ConvPrimitive> HeuristicWinograd(BuildContext& ctx, const Node& node,
@@ -182,29 +178,6 @@ std::optional<ConvPrimitive> HeuristicWinograd(BuildContext& ctx, const Node& no
   if (!WinogradShape(ctx, node, sh)) return std::nullopt;
   return AsWinograd(
       node, CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_auto));
-}
-
-// Where the heuristic declined: Winograd when timed faster than `direct`, else nullopt.
-// `activations_after`: the Winograd primitive without post-ops, its activations to run after
-// it (WinogradActivationsAfter), so it must win by the stricter kAfterGain.
-std::optional<ConvPrimitive> TimedWinograd(BuildContext& ctx, const Node& node,
-                                           const ConvShapes& sh, const dnnl::post_ops& po,
-                                           bool blocked, const ConvPrimitive& direct,
-                                           bool activations_after = false) {
-  if (!WinogradShape(ctx, node, sh) || sh.x->shape[0] >= kTimedBelowBatch ||
-      ctx.trial_ms_left <= 0) {
-    return std::nullopt;
-  }
-  std::optional<ConvPrimitive> w =
-      AsWinograd(node, CreatePrimitive(ctx, node, sh, activations_after ? dnnl::post_ops() : po,
-                                       blocked, false, dnnl::algorithm::convolution_winograd));
-  if (!w || w->pd.src_desc() != direct.pd.src_desc() || w->pd.dst_desc() != direct.pd.dst_desc()) {
-    return std::nullopt;
-  }
-  std::string key = ConvTrialKey(direct.pd, po, direct.geometry.pad_begin, direct.geometry.pad_end);
-  if (activations_after) key += " after";
-  const double gain = activations_after ? kAfterGain : kWinogradGain;
-  return SecondFaster(ctx, key, direct.pd, w->pd, gain).value_or(false) ? w : std::nullopt;
 }
 
 // Whether every epilogue step is an activation the own element-wise ops run (no residual).
@@ -232,11 +205,47 @@ std::vector<EpilogueActivation> AfterActivations(const Node& node, const ConvPri
   return acts;
 }
 
+// `rival` kept where it runs in under `gain` times `direct`'s time (below kTimedBelowBatch,
+// where both take the same activation layouts, primitive_timing.h); `acts`, when not empty,
+// run after the rival on its dst and count in its time (the rival was made without them).
+std::optional<ConvPrimitive> KeptIfFaster(BuildContext& ctx, const ConvShapes& sh,
+                                          const dnnl::post_ops& po, const ConvPrimitive& direct,
+                                          std::optional<ConvPrimitive> rival,
+                                          const std::vector<EpilogueActivation>& acts,
+                                          const char* what, double gain) {
+  if (!rival || sh.x->shape[0] >= kTimedBelowBatch || ctx.trial_ms_left <= 0 ||
+      rival->pd.src_desc() != direct.pd.src_desc() ||
+      rival->pd.dst_desc() != direct.pd.dst_desc()) {
+    return std::nullopt;
+  }
+  const std::string key =
+      ConvTrialKey(direct.pd, po, direct.geometry.pad_begin, direct.geometry.pad_end) + " " + what;
+  AfterRun after;
+  if (!acts.empty()) after = [&acts](float* y, int64_t n) { RunActivations(acts, y, n); };
+  if (!SecondFaster(ctx, key, direct.pd, rival->pd, gain, after).value_or(false)) {
+    return std::nullopt;
+  }
+  rival->geometry.activations_after = !acts.empty();
+  return rival;
+}
+
+// Where the heuristic declined: Winograd when timed faster than `direct`, else nullopt.
+std::optional<ConvPrimitive> TimedWinograd(BuildContext& ctx, const Node& node,
+                                           const ConvShapes& sh, const dnnl::post_ops& po,
+                                           bool blocked, const ConvPrimitive& direct) {
+  if (!WinogradShape(ctx, node, sh)) return std::nullopt;
+  return KeptIfFaster(ctx, sh, po, direct,
+                      AsWinograd(node, CreatePrimitive(ctx, node, sh, po, blocked, false,
+                                                       dnnl::algorithm::convolution_winograd)),
+                      {}, "winograd", kWinogradGain);
+}
+
 // Winograd for a convolution whose activations oneDNN's Winograd kernel does not take as
 // post-ops (oneDNN 2.6 takes ReLU-like ones; EfficientNetV2's and YOLO's 3x3 layers end in
 // SiLU, others in GELU): the primitive without them, and they run after it on its dst, one
 // more pass over it. Chosen as Winograd with its post-ops is: by the heuristic from a batch
-// of kTimedBelowBatch, below it timed against the direct kernel with the activations fused.
+// of kTimedBelowBatch, below it timed (with the pass after it) against the direct kernel
+// with the activations fused.
 std::optional<ConvPrimitive> WinogradActivationsAfter(BuildContext& ctx, const Node& node,
                                                       const ConvShapes& sh,
                                                       const dnnl::post_ops& po, bool blocked,
@@ -246,13 +255,48 @@ std::optional<ConvPrimitive> WinogradActivationsAfter(BuildContext& ctx, const N
   if (CreatePrimitive(ctx, node, sh, po, blocked, false, dnnl::algorithm::convolution_winograd)) {
     return std::nullopt;
   }
+  const bool heuristic = sh.x->shape[0] >= kTimedBelowBatch;
   std::optional<ConvPrimitive> w =
-      sh.x->shape[0] >= kTimedBelowBatch
-          ? HeuristicWinograd(ctx, node, sh, dnnl::post_ops(), blocked)
-          : TimedWinograd(ctx, node, sh, po, blocked, direct, /*activations_after=*/true);
-  if (!w || AfterActivations(node, *w, sh).empty()) return std::nullopt;
+      heuristic ? HeuristicWinograd(ctx, node, sh, dnnl::post_ops(), blocked)
+                : AsWinograd(node, CreatePrimitive(ctx, node, sh, dnnl::post_ops(), blocked, false,
+                                                   dnnl::algorithm::convolution_winograd));
+  const std::vector<EpilogueActivation> acts =
+      w ? AfterActivations(node, *w, sh) : std::vector<EpilogueActivation>{};
+  if (acts.empty()) return std::nullopt;
+  if (!heuristic)
+    return KeptIfFaster(ctx, sh, po, direct, w, acts, "winograd after", kWinogradGain);
   w->geometry.activations_after = true;
   return w;
+}
+
+// oneDNN 2.6's swish and logistic post-ops cost more than the own element-wise SiLU and
+// Sigmoid run over dst after the bare convolution, at AVX-512 (a 1x1 convolution 16 -> 96
+// channels at 112x112, b1, 2 threads: SiLU fused 0.56-0.61 ms, after 0.52-0.56; Sigmoid
+// 0.56-0.57 / 0.49-0.50), and less at the AVX2 cap (SiLU 0.90-1.04 / 1.36), while GELU,
+// Tanh, HardSwish and ReLU cost less fused everywhere. So convolutions ending in SiLU or
+// Sigmoid time both below kTimedBelowBatch, the pass after counted.
+constexpr double kAfterGain = 0.95;
+
+bool EndsInSiluOrSigmoid(const Node& node) {
+  for (const kiln_ops::EpilogueStep& s : kiln_ops::ReadEpilogue(node)) {
+    if (s.op == "SiLU" || s.op == "Sigmoid") return true;
+  }
+  return false;
+}
+
+std::optional<ConvPrimitive> TimedActivationsAfter(BuildContext& ctx, const Node& node,
+                                                   const ConvShapes& sh, const dnnl::post_ops& po,
+                                                   bool blocked, const ConvPrimitive& direct) {
+  if (!ActivationsOnly(node, po) || !EndsInSiluOrSigmoid(node) ||
+      sh.x->shape[0] >= kTimedBelowBatch) {
+    return std::nullopt;
+  }
+  std::optional<ConvPrimitive> bare =
+      CreatePrimitive(ctx, node, sh, dnnl::post_ops(), blocked, false);
+  if (!bare || IsReferenceImpl(bare->pd.impl_info_str())) return std::nullopt;
+  const std::vector<EpilogueActivation> acts = AfterActivations(node, *bare, sh);
+  if (acts.empty()) return std::nullopt;
+  return KeptIfFaster(ctx, sh, po, direct, bare, acts, "after", kAfterGain);
 }
 
 // Whether the epilogue has a step oneDNN does not compute as ONNX does on NaN.
@@ -336,6 +380,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
       if (c && !IsReferenceImpl(c->pd.impl_info_str())) {
         w = TimedWinograd(ctx, node, sh, po, blocked, *c);
         if (!w) w = WinogradActivationsAfter(ctx, node, sh, po, blocked, *c);
+        if (!w) w = TimedActivationsAfter(ctx, node, sh, po, blocked, *c);
       }
       if (w) c = std::move(w);
     }
@@ -390,6 +435,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->slack = bf16 ? 1.01f : 1.001f;
   ctx.bf16_ops += bf16;
   ctx.winograd_ops += c->geometry.winograd;
+  ctx.activations_after += c->geometry.activations_after;
   k->res_floats = residual ? static_cast<int64_t>(ctx.StoredMd(rs).get_size() / sizeof(float)) : 0;
   k->dst_floats = static_cast<int64_t>(pd.dst_desc().get_size() / sizeof(float));
   ConvWeightGains(node, &k->w_l1, &k->b_max);

@@ -41,7 +41,7 @@ absl::Status ConvKernel::Run(const ExecContext& ctx) {
   if (residual_) RETURN_IF_ERROR(residual_->Run(ctx));
   if (epilogue_apart || (guarded && !(out <= kSafeBound))) return RunExact(ctx);
   RETURN_IF_ERROR(call_.Execute(ctx));
-  if (!after.empty()) RunAfter(static_cast<float*>(ctx.ptrs[dst_slot]));
+  if (!after.empty()) RunActivations(after, static_cast<float*>(ctx.ptrs[dst_slot]), dst_floats);
   if (out <= kSafeBound) {
     ctx.bounds->Set(dst_slot, out);
     ctx.bounds->Set(y_slot, out);  // the same values once a post reorder has run
@@ -49,15 +49,14 @@ absl::Status ConvKernel::Run(const ExecContext& ctx) {
   return absl::OkStatus();
 }
 
-// The activations over dst, split over the team, each thread's range in pieces that stay in
-// its cache from one activation to the next.
-void ConvKernel::RunAfter(float* dst) const {
+// Each thread's range in pieces that stay in its cache from one activation to the next.
+void RunActivations(const std::vector<EpilogueActivation>& acts, float* y, int64_t n) {
   constexpr int64_t kPiece = 1 << 13;
-  ForEachChunk(dst_floats, dst_floats >= kParallelElements, std::numeric_limits<int>::max(),
+  ForEachChunk(n, n >= kParallelElements, std::numeric_limits<int>::max(),
                [&](int, int64_t begin, int64_t end) {
                  for (int64_t i = begin; i < end; i += kPiece) {
-                   const int64_t n = std::min(kPiece, end - i);
-                   for (const EpilogueActivation& a : after) ApplyActivation(a, dst + i, n);
+                   const int64_t m = std::min(kPiece, end - i);
+                   for (const EpilogueActivation& a : acts) ApplyActivation(a, y + i, m);
                  }
                });
 }

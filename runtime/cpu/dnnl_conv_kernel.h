@@ -14,6 +14,9 @@
 
 namespace kiln::cpu {
 
+// y[i] = the activations in order, over n elements split across the OpenMP team.
+void RunActivations(const std::vector<EpilogueActivation>& acts, float* y, int64_t n);
+
 // The parts of the convolution its exact path re-creates without post-ops.
 struct ConvGeometry {
   dnnl::memory::dims strides, dilations, pad_begin, pad_end;
@@ -69,7 +72,6 @@ class ConvKernel : public CpuKernel {
  private:
   float OutputBound(const ExecContext& ctx, bool scan) const;
   absl::Status RunExact(const ExecContext& ctx);
-  void RunAfter(float* dst) const;
   absl::Status MakeExact();
   std::unique_ptr<ExactConv> exact_;
 };

@@ -22,11 +22,17 @@ using Clock = std::chrono::steady_clock;
 struct Trial {
   dnnl::convolution_forward prim;
   std::unordered_map<int, memory> args;
+  AfterRun after;
 
   double Run(dnnl::stream& s) {
     const Clock::time_point t = Clock::now();
     prim.execute(s, args);
     s.wait();
+    if (after) {
+      const memory& dst = args.at(DNNL_ARG_DST);
+      after(static_cast<float*>(dst.get_data_handle()),
+            static_cast<int64_t>(dst.get_desc().get_size() / sizeof(float)));
+    }
     return MsSince(t);
   }
 };
@@ -38,7 +44,7 @@ int64_t BytesOf(const dnnl::convolution_forward::primitive_desc& pd) {
 }
 
 Trial MakeTrial(const dnnl::engine& engine, const dnnl::convolution_forward::primitive_desc& pd) {
-  Trial t{dnnl::convolution_forward(pd), {}};
+  Trial t{dnnl::convolution_forward(pd), {}, nullptr};
   const std::pair<int, memory::desc> descs[] = {{DNNL_ARG_SRC, pd.src_desc()},
                                                 {DNNL_ARG_WEIGHTS, pd.weights_desc()},
                                                 {DNNL_ARG_BIAS, pd.bias_desc()},
@@ -94,13 +100,15 @@ std::string ConvTrialKey(const dnnl::convolution_forward::primitive_desc& pd,
 
 std::optional<PrimitiveTimes> TimeConvolutions(BuildContext& ctx,
                                                const dnnl::convolution_forward::primitive_desc& a,
-                                               const dnnl::convolution_forward::primitive_desc& b) {
+                                               const dnnl::convolution_forward::primitive_desc& b,
+                                               const AfterRun& after_b) {
   if (ctx.trial_ms_left <= 0 || BytesOf(a) + BytesOf(b) > kMaxTrialBytes || !CheckStop().ok()) {
     return std::nullopt;
   }
   const Clock::time_point start = Clock::now();
   dnnl::stream s(ctx.engine);
   Trial ta = MakeTrial(ctx.engine, a), tb = MakeTrial(ctx.engine, b);
+  tb.after = after_b;
   // The first runs fault the buffers in and are not counted; they size the rest: rounds
   // enough for about 20 ms of both, within [kMinRounds, 7].
   const double first = ta.Run(s) + tb.Run(s);
@@ -140,7 +148,8 @@ std::optional<bool> Judge(const PrimitiveTimes& t, double gain) {
 
 std::optional<bool> SecondFaster(BuildContext& ctx, const std::string& key,
                                  const dnnl::convolution_forward::primitive_desc& a,
-                                 const dnnl::convolution_forward::primitive_desc& b, double gain) {
+                                 const dnnl::convolution_forward::primitive_desc& b, double gain,
+                                 const AfterRun& after_b) {
   {
     std::lock_guard<std::mutex> lock(decisions_mu);
     auto it = Decisions().find(key);
@@ -150,7 +159,7 @@ std::optional<bool> SecondFaster(BuildContext& ctx, const std::string& key,
   // and not remembered: the heuristic serves this build, a later one times again.
   std::optional<bool> faster;
   for (int attempt = 0; attempt < 2 && !faster; ++attempt) {
-    std::optional<PrimitiveTimes> t = TimeConvolutions(ctx, a, b);
+    std::optional<PrimitiveTimes> t = TimeConvolutions(ctx, a, b, after_b);
     if (!t) return std::nullopt;
     faster = Judge(*t, gain);
   }

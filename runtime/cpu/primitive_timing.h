@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dnnl.hpp>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,10 @@
 #include "runtime/cpu/build_context.h"
 
 namespace kiln::cpu {
+
+// Work that runs on the second convolution's dst after it, timed as part of its run (the
+// activations a primitive made without post-ops leaves to run after it).
+using AfterRun = std::function<void(float* dst, int64_t floats)>;
 
 struct PrimitiveTimes {
   std::vector<double> a_ms, b_ms;  // every timed run of each, in ms
@@ -24,9 +29,11 @@ struct PrimitiveTimes {
 // together would pass kMaxTrialBytes (a trial must not be what exceeds a memory budget), or
 // the build is stopped (CheckStop: its deadline, shutdown); the time taken is charged to
 // `ctx.trial_ms_left`.
+// `after_b` (when set) runs after each run of b and counts in b's time.
 std::optional<PrimitiveTimes> TimeConvolutions(BuildContext& ctx,
                                                const dnnl::convolution_forward::primitive_desc& a,
-                                               const dnnl::convolution_forward::primitive_desc& b);
+                                               const dnnl::convolution_forward::primitive_desc& b,
+                                               const AfterRun& after_b = nullptr);
 
 inline constexpr int64_t kMaxTrialBytes = int64_t{128} << 20;
 inline constexpr int kMinRounds = 5;
@@ -51,6 +58,7 @@ std::string ConvTrialKey(const dnnl::convolution_forward::primitive_desc& pd,
 // nullopt when still undecided (noise), or not timed (budget, memory cap): not remembered.
 std::optional<bool> SecondFaster(BuildContext& ctx, const std::string& key,
                                  const dnnl::convolution_forward::primitive_desc& a,
-                                 const dnnl::convolution_forward::primitive_desc& b, double gain);
+                                 const dnnl::convolution_forward::primitive_desc& b, double gain,
+                                 const AfterRun& after_b = nullptr);
 
 }  // namespace kiln::cpu

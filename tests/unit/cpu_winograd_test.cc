@@ -166,6 +166,7 @@ TEST(CpuWinograd, ActivationsItDoesNotTakeRunAfterIt) {
     auto wino = Build(*g, true);
     ASSERT_TRUE(wino);
     EXPECT_EQ(wino->info().winograd_ops, 1);
+    EXPECT_EQ(wino->info().activations_after, 1);
     const check::Divergence d = AgainstReference(*g, *wino, Random(kInput, 10));
     EXPECT_TRUE(d.ok) << d.message;
     EXPECT_LT(d.norm_rel_err, 1e-5);

@@ -7,6 +7,11 @@
 #include <omp.h>
 
 #include <atomic>
+#include <chrono>
+#include <limits>
+#include <optional>
+#include <string>
+#include <thread>
 
 #include "base/stop.h"
 #include "compiler/compile.h"
@@ -87,6 +92,7 @@ TEST(CpuWinogradTrial, KeptWhereFasterAtBatchOne) {
     ASSERT_TRUE(heuristic && timed);
     EXPECT_EQ(heuristic->info().winograd_ops, 0);
     EXPECT_EQ(timed->info().winograd_ops, 1);
+    EXPECT_EQ(timed->info().activations_after, silu ? 1 : 0);  // ReLU is a post-op
     ExpectReference(*g, *timed, 128, 28);
     ExpectReference(*g, *heuristic, 128, 28);
   }
@@ -198,6 +204,58 @@ TEST(CpuWinogradTrial, KeyNamesShapesPostOpsAndTeam) {
   omp_set_num_threads(team + 1);
   EXPECT_NE(base, cpu::ConvTrialKey(a, dnnl::post_ops(), pads, pads));
   omp_set_num_threads(team);
+}
+
+// Work after the second convolution counts in its time (the activations a primitive made
+// without post-ops leaves to run after it): 3 ms of it on every run of b, none on a's.
+TEST(CpuWinogradTrial, WorkAfterTheSecondCountsInItsTime) {
+  cpu::BuildContext ctx;
+  ctx.trial_ms_left = 1000;
+  const auto direct = dnnl::algorithm::convolution_direct;
+  const auto a = Pd(ctx.engine, 1, 16, 8, direct);
+  int calls = 0;
+  std::optional<cpu::PrimitiveTimes> t =
+      cpu::TimeConvolutions(ctx, a, a, [&calls](float* y, int64_t n) {
+        ++calls;
+        EXPECT_TRUE(y != nullptr && n >= 16 * 8 * 8);
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      });
+  ASSERT_TRUE(t);
+  // Once per run of b, the warm-up run too, and never for a (whose own times, microseconds
+  // on idle cores, are not asserted: a shared core makes them milliseconds).
+  EXPECT_EQ(calls, static_cast<int>(t->b_ms.size()) + 1);
+  for (double ms : t->b_ms) EXPECT_GE(ms, 3.0);
+}
+
+// Convolutions ending in SiLU or Sigmoid time the bare primitive with the own activation
+// after it against the fused post-op (TimedActivationsAfter); either way the answer is the
+// reference's, a NaN input takes the exact path, and ReLU or Tanh are never moved.
+TEST(CpuWinogradTrial, ActivationsAfterTheBareConvolutionKeepTheAnswer) {
+  for (const char* act : {"SiLU", "Sigmoid", "Relu", "Tanh"}) {
+    SCOPED_TRACE(act);
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {1, 16, 56, 56});
+    Value* y = b.Op(
+        "Conv", {x, b.Constant("w", Random({64, 16, 1, 1}, 5)), b.Constant("b", Random({64}, 6))});
+    const std::string a = act;
+    b.Output(a == "SiLU" ? b.Op("Mul", {y, b.Op("Sigmoid", {y})}) : b.Op(a, {y}));
+    auto g = b.Build();
+    auto engine = Build(*g, 1000);
+    ASSERT_TRUE(engine);
+    if (a == "Relu" || a == "Tanh") {
+      EXPECT_EQ(engine->info().activations_after, 0);
+    }
+    ExpectReference(*g, *engine, 16, 56);
+    Tensor nan = Random({1, 16, 56, 56}, 7);
+    nan.mutable_data<float>()[100] = std::numeric_limits<float>::quiet_NaN();
+    auto want = ref::Run(*g, {{"x", nan}});
+    ASSERT_TRUE(want.ok());
+    std::vector<Tensor> out;
+    ASSERT_TRUE(engine->Run({nan}, out).ok());
+    const check::Divergence d =
+        check::CompareTensors(out[0], want->at(engine->outputs()[0].name), {1e-3, 1e-4});
+    EXPECT_TRUE(d.ok) << d.message;
+  }
 }
 
 }  // namespace
