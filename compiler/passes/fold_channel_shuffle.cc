@@ -1,8 +1,10 @@
 #include "compiler/passes/fold_channel_shuffle.h"
 
 #include <algorithm>
-#include <limits>
+#include <numeric>
 #include <optional>
+
+#include "compiler/passes/exclusive_producer.h"
 
 namespace kiln::passes {
 namespace {
@@ -12,15 +14,6 @@ bool IsOnnx(const Node* n, const char* op) { return n && n->domain.empty() && n-
 std::optional<std::vector<int64_t>> StaticShapeOf(const Value* v) {
   if (!v || !v->shape || !IsStatic(*v->shape)) return std::nullopt;
   return StaticDims(*v->shape);
-}
-
-// The node producing n's input 0 when n is that value's only reader and it is not a graph
-// output: only then may the producer disappear into n.
-Node* SoleProducer(const Graph& graph, const Node& n) {
-  Value* in = n.input(0);
-  if (!in || !in->producer || graph.IsGraphOutput(in)) return nullptr;
-  const std::vector<Node*> users = graph.Consumers(in);
-  return users.size() == 1 && users[0] == &n ? in->producer : nullptr;
 }
 
 // The axis a at which `split` is `shape` with dim a written as two (split[a] * split[a + 1]
@@ -53,9 +46,9 @@ void MakeGather(Graph& graph, Node& node, Value* x, const std::vector<int64_t>& 
 // Reshape(Transpose(Reshape(x))) swapping the two halves of one split axis, back to x's shape.
 bool FoldShuffle(Graph& graph, Node& r2) {
   if (!IsOnnx(&r2, "Reshape")) return false;
-  Node* t = SoleProducer(graph, r2);
+  Node* t = ExclusiveProducer(graph, r2);
   if (!IsOnnx(t, "Transpose")) return false;
-  Node* r1 = SoleProducer(graph, *t);
+  Node* r1 = ExclusiveProducer(graph, *t);
   if (!IsOnnx(r1, "Reshape")) return false;
   Value* x = r1->input(0);
   const auto xs = StaticShapeOf(x), split = StaticShapeOf(r1->output(0));
@@ -186,12 +179,10 @@ bool FoldSplitOfGather(Graph& graph, Node& split) {
     if (!dims || static_cast<int64_t>(dims->size()) != rank) return false;
     sizes.push_back((*dims)[axis]);
   }
-  int64_t begin = 0;
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    if (begin + sizes[k] > static_cast<int64_t>(idx->size())) return false;
-    begin += sizes[k];
+  if (std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) > static_cast<int64_t>(idx->size())) {
+    return false;
   }
-  begin = 0;
+  int64_t begin = 0;
   // Each part's Gather, placed where the Split was.
   Value* source = g->input(0);
   std::vector<Value*> outs = split.outputs;

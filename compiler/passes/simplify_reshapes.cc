@@ -4,6 +4,8 @@
 #include <numeric>
 #include <optional>
 
+#include "compiler/passes/exclusive_producer.h"
+
 namespace kiln::passes {
 namespace {
 
@@ -14,15 +16,6 @@ bool IsReshapeLike(const Node* n) {
 }
 
 bool IsTranspose(const Node* n) { return n && n->domain.empty() && n->op_type == "Transpose"; }
-
-// The node producing n's data input when n is that value's only reader and it is not a graph
-// output: only then may the producer disappear into n.
-Node* ExclusiveProducer(const Graph& graph, const Node& n) {
-  Value* in = n.input(0);
-  if (!in || !in->producer || graph.IsGraphOutput(in)) return nullptr;
-  std::vector<Node*> users = graph.Consumers(in);
-  return users.size() == 1 && users[0] == &n ? in->producer : nullptr;
-}
 
 // Folds the reshape-like producer of n into n, which becomes Reshape(chain input, constant).
 // Visiting nodes in order makes a chain of any length collapse pair by pair.

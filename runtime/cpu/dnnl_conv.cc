@@ -225,7 +225,7 @@ std::optional<ConvPrimitive> KeptIfFaster(BuildContext& ctx, const ConvShapes& s
   if (!SecondFaster(ctx, key, direct.pd, rival->pd, gain, after).value_or(false)) {
     return std::nullopt;
   }
-  rival->geometry.activations_after = !acts.empty();
+  rival->geometry.after = acts;
   return rival;
 }
 
@@ -265,7 +265,7 @@ std::optional<ConvPrimitive> WinogradActivationsAfter(BuildContext& ctx, const N
   if (acts.empty()) return std::nullopt;
   if (!heuristic)
     return KeptIfFaster(ctx, sh, po, direct, w, acts, "winograd after", kWinogradGain);
-  w->geometry.activations_after = true;
+  w->geometry.after = acts;
   return w;
 }
 
@@ -422,7 +422,6 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->call_.Arg(DNNL_ARG_DST, pd.dst_desc(), dst, ctx.engine);
   k->call_.Arg(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), ctx.scratch_slot, ctx.engine);
   if (fused) k->steps = kiln_ops::ReadEpilogue(node);
-  if (c->geometry.activations_after) k->after = AfterActivations(node, *c, sh);
   k->guarded = NeedsGuard(k->steps) || c->geometry.winograd;
   k->epilogue_apart = apart && !IsReferenceImpl(pd.impl_info_str());
   k->x_slot = xs;
@@ -435,7 +434,7 @@ std::unique_ptr<CpuKernel> MakeDnnlConv(BuildContext& ctx, const Node& node) {
   k->slack = bf16 ? 1.01f : 1.001f;
   ctx.bf16_ops += bf16;
   ctx.winograd_ops += c->geometry.winograd;
-  ctx.activations_after += c->geometry.activations_after;
+  ctx.activations_after += !c->geometry.after.empty();
   k->res_floats = residual ? static_cast<int64_t>(ctx.StoredMd(rs).get_size() / sizeof(float)) : 0;
   k->dst_floats = static_cast<int64_t>(pd.dst_desc().get_size() / sizeof(float));
   ConvWeightGains(node, &k->w_l1, &k->b_max);

@@ -41,7 +41,9 @@ absl::Status ConvKernel::Run(const ExecContext& ctx) {
   if (residual_) RETURN_IF_ERROR(residual_->Run(ctx));
   if (epilogue_apart || (guarded && !(out <= kSafeBound))) return RunExact(ctx);
   RETURN_IF_ERROR(call_.Execute(ctx));
-  if (!after.empty()) RunActivations(after, static_cast<float*>(ctx.ptrs[dst_slot]), dst_floats);
+  if (!geometry.after.empty()) {
+    RunActivations(geometry.after, static_cast<float*>(ctx.ptrs[dst_slot]), dst_floats);
+  }
   if (out <= kSafeBound) {
     ctx.bounds->Set(dst_slot, out);
     ctx.bounds->Set(y_slot, out);  // the same values once a post reorder has run

@@ -24,9 +24,11 @@ struct ConvGeometry {
   // Winograd's weights are transformed: the exact path packs its own from the plain ones.
   bool winograd = false;
   Tensor plain_weights;  // set when winograd (shares the graph's buffer)
-  // The primitive was made without the epilogue's activations (oneDNN 2.6's Winograd kernel
-  // takes no SiLU or GELU post-op): they run after it, on its dst (ConvKernel::after).
-  bool activations_after = false;
+  // Set when the primitive was made without the epilogue's activations (oneDNN 2.6's
+  // Winograd kernel takes no SiLU or GELU post-op; its swish is slower than the own SiLU):
+  // they run in order on dst after it. Each maps 0 to 0 where dst has blocked padding,
+  // which must stay zero.
+  std::vector<EpilogueActivation> after;
 };
 
 // The exact path, built on first use: the same convolution without post-ops into a temp,
@@ -51,9 +53,6 @@ class ConvKernel : public CpuKernel {
   // The epilogue always runs apart (the exact path): oneDNN has a JIT kernel for this
   // convolution on this CPU only without the post-ops.
   bool epilogue_apart = false;
-  // Run in order on dst after the fast primitive (ConvGeometry::activations_after); each
-  // maps 0 to 0 where dst has blocked padding, which must stay zero.
-  std::vector<EpilogueActivation> after;
   int x_slot = -1, src_slot = -1, res_slot = -1, dst_slot = -1, y_slot = -1;
   int64_t res_floats = 0, dst_floats = 0;
   // Where the input bound is scanned: src, or x itself when src is its bf16 copy; and the

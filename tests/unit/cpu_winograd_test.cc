@@ -156,7 +156,7 @@ std::unique_ptr<Graph> Conv3x3Then(const std::string& act, int64_t out) {
 }
 
 // oneDNN 2.6's Winograd kernel takes ReLU as a post-op but not SiLU or Sigmoid: the kernel
-// runs without them and they run after it on dst (ConvGeometry::activations_after), within
+// runs without them and they run after it on dst (ConvGeometry::after), within
 // the tolerance of the reference, and a non-finite input still takes the direct exact path.
 TEST(CpuWinograd, ActivationsItDoesNotTakeRunAfterIt) {
   if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
