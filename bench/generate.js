@@ -97,8 +97,13 @@ async function ortStream(ort, session, meta, o, ids) {
   for (let t = 0; t < o.new; ++t) {
     const n = seq.length;
     feeds.input_ids = new ort.Tensor('int64', i64(seq), [1, n]);
-    feeds.position_ids = new ort.Tensor('int64', i64(seq.map((_, k) => past + k)), [1, n]);
-    feeds.attention_mask = new ort.Tensor('int64', new BigInt64Array(past + n).fill(1n), [1, past + n]);
+    // Only the inputs the model has (a decoder may derive its positions, or take no mask).
+    if (session.inputNames.includes('position_ids')) {
+      feeds.position_ids = new ort.Tensor('int64', i64(seq.map((_, k) => past + k)), [1, n]);
+    }
+    if (session.inputNames.includes('attention_mask')) {
+      feeds.attention_mask = new ort.Tensor('int64', new BigInt64Array(past + n).fill(1n), [1, past + n]);
+    }
     const out = await session.run(feeds);
     const next = argmaxLast(out.logits, vocab);
     for (const name of session.inputNames) {

@@ -102,7 +102,10 @@ absl::Status BindInputDims(Graph& graph, const InputDims& dims) {
           "no input has a dim named '", name, "' (symbolic dims: ",
           known_symbols.empty() ? "none" : absl::StrJoin(known_symbols, ", "), ")"));
     }
-    if (v < 1) return absl::InvalidArgumentError(absl::StrCat("dim '", name, "' = ", v, ": a size is at least 1"));
+    // 0 is a size: an empty dim (a decoder's cache at its first step).
+    if (v < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("dim '", name, "' = ", v, ": a size is 0 or more"));
     RETURN_IF_ERROR(Note(symbols, name, v, "--dim"));
   }
   for (const auto& [name, want] : dims.shapes) {

@@ -120,13 +120,15 @@ absl::StatusOr<DecoderContract> FindDecoderContract(const ModelSignature& sig,
   }
   DecoderContract c;
   ASSIGN_OR_RETURN(c.input_ids, TokenInput(sig, names.input_ids));
-  ASSIGN_OR_RETURN(c.attention_mask, TokenInput(sig, names.attention_mask));
+  if (FindSpec(sig.inputs, names.attention_mask)) {
+    ASSIGN_OR_RETURN(c.attention_mask, TokenInput(sig, names.attention_mask));
+    c.mask_dtype = sig.inputs[c.attention_mask].dtype;
+  }
   if (FindSpec(sig.inputs, names.position_ids)) {
     ASSIGN_OR_RETURN(c.position_ids, TokenInput(sig, names.position_ids));
     c.positions_dtype = sig.inputs[c.position_ids].dtype;
   }
   c.ids_dtype = sig.inputs[c.input_ids].dtype;
-  c.mask_dtype = sig.inputs[c.attention_mask].dtype;
   c.sequence_symbol = SymbolAt(sig, c.input_ids, 1);
   if (c.sequence_symbol.empty()) {
     return absl::FailedPreconditionError(

@@ -4,11 +4,12 @@
 // exporter writes: past_key_values.{i}.key -> present.{i}.key, past.{i} -> present.{i}).
 //
 // The loop pads every step to a shape class and runs sequences of different lengths in one
-// batch, so a cache slot that holds nothing must be invisible to the model: the contract
-// needs an attention mask over the past and new positions. Position ids are fed when the
-// model takes them; a model without them derives its positions itself, which the padding
-// proof (server/model/padding_proof.h) then decides: from the mask (its cumulative sum) the
-// padding stays hidden, from the cache's length it does not, and the model is refused there.
+// batch, so a cache slot that holds nothing must be invisible to the model: an attention mask
+// over the past and new positions hides it. Position ids are fed when the model takes them; a
+// model without them derives its positions itself, which the padding proof
+// (server/model/padding_proof.h) then decides: from the mask (its cumulative sum) the padding
+// stays hidden, from the cache's length it does not. A model with no mask, or one the proof
+// refuses, still generates, each step at its rows' exact cache length (GeneratorSetup::exact).
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,10 @@ struct CacheTensor {
 
 struct DecoderContract {
   static constexpr size_t kAbsent = static_cast<size_t>(-1);
-  size_t input_ids = 0, attention_mask = 0;  // input indices
-  size_t position_ids = kAbsent;             // kAbsent: the model derives its positions
+  size_t input_ids = 0;             // input indices
+  size_t attention_mask = kAbsent;  // kAbsent: attention sees every cached position
+  size_t position_ids = kAbsent;    // kAbsent: the model derives its positions
+  bool has_mask() const { return attention_mask != kAbsent; }
   bool has_positions() const { return position_ids != kAbsent; }
   size_t logits = 0;                                           // output index
   DType ids_dtype = DType::kInt64, mask_dtype = DType::kInt64, positions_dtype = DType::kInt64;
@@ -49,7 +52,7 @@ struct DecoderContract {
 };
 
 // The contract `sig` satisfies, or FAILED_PRECONDITION saying what is missing ("no input
-// 'attention_mask'", "input 'past.0.key' has no present output") so GetModel can show why
+// 'input_ids'", "input 'past.0.key' has no present output") so GetModel can show why
 // a model does not generate. Requires a dynamic signature (the past and sequence dims are
 // served at any size).
 // `names`: which tensors play which role (generation.tensors; the exporters' names by

@@ -40,13 +40,8 @@ bool EndsWith(const std::vector<int64_t>& tokens, const std::vector<int64_t>& ta
 
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
     GeneratorSetup setup, std::shared_ptr<MemoryAccount> account) {
+  RETURN_IF_ERROR(ValidateGeneratorSetup(setup));
   const GenerationConfig& c = setup.config;
-  RETURN_IF_ERROR(ValidateGenerationConfig(c));
-  if (setup.min_step > 1 || setup.max_step < 1 || setup.max_context < 2) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the model's '", setup.contract.sequence_symbol, "' range must admit one token and '",
-        setup.contract.past_symbol, "' at least one cached position"));
-  }
   ASSIGN_OR_RETURN(auto cache, KvCache::Create(setup.contract, c.page_tokens, c.kv_cache_bytes,
                                                std::move(account)));
   std::unique_ptr<Generator> g(new Generator(std::move(setup), std::move(cache)));
@@ -61,34 +56,8 @@ Generator::Generator(GeneratorSetup setup, std::unique_ptr<KvCache> cache)
 
 Generator::~Generator() { Stop(); }
 
-absl::Status Generator::CheckParams(const GenerateParams& p) const {
-  const int64_t n = static_cast<int64_t>(p.prompt.size());
-  if (n == 0) return absl::InvalidArgumentError("the prompt has no tokens");
-  for (size_t i = 0; i < p.prompt.size(); ++i) {
-    if (p.prompt[i] < 0 || p.prompt[i] >= setup_.contract.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", p.prompt[i],
-                                                     "; the vocabulary is [0, ",
-                                                     setup_.contract.vocab, ")"));
-    }
-  }
-  if (n >= setup_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n,
-                                                   " tokens; the model's context holds ",
-                                                   setup_.max_context, " with the output"));
-  }
-  if (p.max_tokens < 1 || p.max_tokens > setup_.config.max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens is ", p.max_tokens,
-                                                   "; it must be in [1, ",
-                                                   setup_.config.max_new_tokens, "]"));
-  }
-  for (const auto& s : p.stop_sequences) {
-    if (s.empty()) return absl::InvalidArgumentError("a stop sequence is empty");
-  }
-  return ValidateSampling(p.sampling);
-}
-
 absl::StatusOr<std::shared_ptr<GenerationStream>> Generator::Submit(GenerateParams params) {
-  RETURN_IF_ERROR(CheckParams(params));
+  RETURN_IF_ERROR(CheckGenerateParams(setup_, params));
   auto seq = std::make_shared<Sequence>(std::move(params));
   seq->tokens = seq->params.prompt;
   seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
@@ -297,13 +266,23 @@ void Generator::Decode() {
   // Reserving may have preempted members taken before.
   group.erase(std::remove_if(group.begin(), group.end(), [](const SeqPtr& s) { return !s->running; }),
               group.end());
-  // Rows of similar lengths run together: a step's past is padded to its longest row.
+  // Rows of similar lengths run together: a step's past is padded to its longest row (at
+  // exact lengths, only rows of one length share a step).
   std::stable_sort(group.begin(), group.end(),
                    [](const SeqPtr& a, const SeqPtr& b) { return a->cached < b->cached; });
-  for (size_t at = 0; at < group.size(); at += static_cast<size_t>(setup_.max_rows)) {
-    const size_t end = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
-    RunStep(std::vector<SeqPtr>(group.begin() + at, group.begin() + end), 1,
-            static_cast<int64_t>(at) / setup_.max_rows);
+  int64_t ordinal = 0;
+  for (size_t at = 0, end = 0; at < group.size(); at = end, ++ordinal) {
+    end = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
+    if (setup_.exact) {
+      end = static_cast<size_t>(
+          std::find_if(group.begin() + static_cast<std::ptrdiff_t>(at),
+                       group.begin() + static_cast<std::ptrdiff_t>(end),
+                       [&](const SeqPtr& s) { return s->cached != group[at]->cached; }) -
+          group.begin());
+    }
+    RunStep(std::vector<SeqPtr>(group.begin() + static_cast<std::ptrdiff_t>(at),
+                                group.begin() + static_cast<std::ptrdiff_t>(end)),
+            1, ordinal);
   }
 }
 
@@ -352,7 +331,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
     rows.push_back({&s->tokens, s->cached, &s->table, s->id});
     longest = std::max(longest, s->cached);
   }
-  const int64_t past = setup_.past_size(longest);
+  const int64_t past = setup_.exact ? longest : setup_.past_size(longest);
   const auto n = static_cast<int64_t>(group.size());
   // An appending step runs at a batch bucket (the engine's own outputs are the cache).
   int64_t total = n;

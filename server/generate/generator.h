@@ -11,7 +11,8 @@
 //      running decodes for longer than the budget,
 //   4. runs one decode step for every other running sequence, batched (at most `max_rows`
 //      rows per engine run), each at its own length: the past padded to one shape class,
-//      the attention mask hiding the padding (server/generate/step.h).
+//      the attention mask hiding the padding (server/generate/step.h); or, for a model that
+//      cannot be padded (GeneratorSetup::exact), the rows of each exact length together.
 // A sequence that needs a page when none is free preempts the most recently admitted
 // sequence: its pages are freed and it goes back to the head of the queue with the tokens it
 // made so far, to be recomputed from them when pages free up (nothing lost, no crash).
@@ -107,10 +108,24 @@ struct GeneratorSetup {
   StepFn step_last, step_last_appending;
   int64_t last_count = 0;
   PastSizeFn past_size;
+  // Steps at their rows' exact cache length instead of a padded class (past_size unused): a
+  // decode step batches only rows of one length and a prompt's first step has an empty past.
+  // For a model the loop cannot pad: no attention mask, or positions counted from the cache's
+  // length (the padding proof refused it). Required when the contract has no mask.
+  bool exact = false;
   GenerationHooks hooks;
   // The model's SentencePiece tokenizer when its folder ships one (text in and out), else null.
   std::shared_ptr<const Tokenizer> tokenizer;
 };
+
+// FAILED_PRECONDITION (INVALID_ARGUMENT for the config) when `setup` cannot run: a step
+// range without one token, no mask and no exact lengths, exact lengths with the padded
+// steps, padded steps without past classes.
+absl::Status ValidateGeneratorSetup(const GeneratorSetup& setup);
+// INVALID_ARGUMENT naming the field when a request does not fit `setup` (an empty prompt, a
+// token outside the vocabulary, a prompt that fills the context, max_tokens out of range,
+// bad sampling parameters).
+absl::Status CheckGenerateParams(const GeneratorSetup& setup, const GenerateParams& params);
 
 class Generator {
  public:
@@ -162,7 +177,6 @@ class Generator {
   void Preempt(const SeqPtr& victim);
   void Sample(Sequence& seq, const float* logits);
   void End(const SeqPtr& seq, absl::Status status, std::string reason);
-  absl::Status CheckParams(const GenerateParams& p) const;
 
   // A step's input and output tensors, kept for the next step of the same shape and group.
   struct StepBuffers {

@@ -42,12 +42,16 @@ absl::Status BuildTokenInputs(const DecoderContract& contract, const std::vector
   Tensor pos = positions
                    ? Reuse(in[contract.position_ids], contract.positions_dtype, {total, count})
                    : Tensor();
-  Tensor mask = Reuse(in[contract.attention_mask], contract.mask_dtype, {total, past + count});
+  const bool masked = contract.has_mask();
+  Tensor mask = masked
+                    ? Reuse(in[contract.attention_mask], contract.mask_dtype, {total, past + count})
+                    : Tensor();
   for (int64_t r = 0; r < total; ++r) {
     const bool real = r < static_cast<int64_t>(rows.size());
     const StepRow* row = real ? &rows[static_cast<size_t>(r)] : nullptr;
-    if (row &&
-        (row->cached > past || row->cached + count > static_cast<int64_t>(row->tokens->size()))) {
+    // Without a mask nothing hides padding: every row's cache must be exactly `past` long.
+    if (row && (row->cached > past || (!masked && row->cached != past) ||
+                row->cached + count > static_cast<int64_t>(row->tokens->size()))) {
       return absl::InternalError("a generation step row does not fit its padded past");
     }
     const int64_t cached = row ? row->cached : 0;
@@ -56,13 +60,13 @@ absl::Status BuildTokenInputs(const DecoderContract& contract, const std::vector
       if (positions) pos.SetInt(r * count + k, row ? cached + k : 0);
     }
     // 1 over the row's cache and its new positions, 0 over the padding between.
-    for (int64_t k = 0; k < past + count; ++k) {
+    for (int64_t k = 0; masked && k < past + count; ++k) {
       mask.SetInt(r * (past + count) + k, k < cached || k >= past ? 1 : 0);
     }
   }
   in[contract.input_ids] = std::move(ids);
   if (positions) in[contract.position_ids] = std::move(pos);
-  in[contract.attention_mask] = std::move(mask);
+  if (masked) in[contract.attention_mask] = std::move(mask);
   return absl::OkStatus();
 }
 
@@ -108,6 +112,10 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
   if (sig.outputs.size() != contract.cache.size() + 1) {
     return absl::FailedPreconditionError(
         "an appending step needs a model whose outputs are the logits and the presents only");
+  }
+  if (!contract.has_mask()) {
+    // The presents it keeps hold each row's cache padded to the step's past.
+    return absl::FailedPreconditionError("an appending step needs an attention mask");
   }
   in.resize(sig.inputs.size());
   out.resize(sig.outputs.size());

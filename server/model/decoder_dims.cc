@@ -63,13 +63,15 @@ std::string ApplyDecoderDims(const Graph& model, ModelConfig& config) {
   }
   if (context < 2) return "";
   const int64_t chunk = std::clamp<int64_t>(config.generation.prefill_chunk, 1, context - 1);
-  config.dynamic_dim_ranges[c->past_symbol] = {1, context - 1};
+  // From 0: a decoder that runs at exact lengths (no mask) starts with an empty cache; one
+  // served by shape classes pads that to its first class.
+  config.dynamic_dim_ranges[c->past_symbol] = {0, context - 1};
   config.dynamic_dims[c->past_symbol] = std::min<int64_t>(kDefaultTypicalDim, context - 1);
   config.dynamic_dim_ranges[c->sequence_symbol] = {1, chunk};
   config.dynamic_dims[c->sequence_symbol] = 1;
   config.dynamic_dim_classes[c->sequence_symbol] =
       chunk > 1 ? std::vector<int64_t>{1, chunk} : std::vector<int64_t>{1};
-  return absl::StrCat("decoder dims (none in the config): '", c->past_symbol, "' [1, ", context - 1,
+  return absl::StrCat("decoder dims (none in the config): '", c->past_symbol, "' [0, ", context - 1,
                       "] (", why, "), '", c->sequence_symbol, "' [1, ", chunk,
                       "] in classes 1 and ", chunk, " (decode steps, prompt chunks)");
 }

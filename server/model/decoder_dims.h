@@ -7,7 +7,8 @@
 // the default [1, 4096], which shape classes do not serve (padding.h: at most 1024 positions)
 // and whose per-shape engines build at every new length, once per token. What bounds them is
 // the context: the rows of the table position_ids index (input_hints.h), at most
-// kMaxClassSize. The cache's length takes [1, context - 1]; the new positions of one step take
+// kMaxClassSize. The cache's length takes [0, context - 1] (0: a first step, which a model
+// served by shape classes pads to its first class); the new positions of one step take
 // [1, generation.prefill_chunk] in the classes 1 (a decode step) and the chunk (a prompt's
 // chunk), which is every step the loop runs. A Predict of more new positions than a chunk is
 // outside that range (INVALID_ARGUMENT naming it); dynamic_dims in the config sets any other.

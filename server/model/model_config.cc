@@ -229,10 +229,11 @@ absl::Status ReadBindInputs(const YAML::Node& v, ModelConfig& c) {
 }
 
 // One dynamic_dims entry: a warm-up size (`64`), a range (`[1, 512]`) or both (`{min: 1,
-// max: 512, typical: 64}`, each key optional: min 1, max and typical from the model).
+// max: 512, typical: 64}`, each key optional: min 1, max and typical from the model). A range
+// may start at 0 (a decoder's cache is empty at its first step); sizes are >= 1.
 absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelConfig& c) {
   const std::string name = key.substr(key.find('.') + 1);
-  int64_t lo = 0, hi = 0, typical = 0;
+  int64_t lo = -1, hi = 0, typical = 0;  // lo -1: not given
   if (v.IsScalar()) {
     RETURN_IF_ERROR(Read(v, key, typical));
   } else if (v.IsSequence()) {
@@ -258,22 +259,24 @@ absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelCo
       int64_t* out = k == "min" ? &lo : k == "max" ? &hi : k == "typical" ? &typical : nullptr;
       if (!out) return BadKey(key + "." + k, "unknown key (min, max, typical, classes)");
       RETURN_IF_ERROR(Read(kv.second, key + "." + k, *out));
-      if (*out < 1) return BadKey(key + "." + k, absl::StrCat(*out, " is not a size (>= 1)"));
+      if (*out < (out == &lo ? 0 : 1)) {
+        return BadKey(key + "." + k, absl::StrCat(*out, out == &lo ? " is not a size (>= 0)"
+                                                                   : " is not a size (>= 1)"));
+      }
     }
-    if (lo == 0 && hi != 0) lo = 1;
   } else {
     return BadKey(key, "expected a size, [min, max] or {min, max, typical}");
   }
   if (v.IsScalar() && typical < 1)
     return BadKey(key, absl::StrCat(typical, " is not a size (>= 1)"));
-  if (v.IsSequence() && (lo < 1 || hi < lo))
-    return BadKey(key, "expected [min, max], 1 <= min <= max");
+  if (v.IsSequence() && (lo < 0 || hi < lo || hi < 1))
+    return BadKey(key, "expected [min, max], 0 <= min <= max, max >= 1");
   if (hi != 0 && lo > hi) return BadKey(key, absl::StrCat("min ", lo, " is above max ", hi));
   if (typical != 0 && hi != 0 && (typical < lo || typical > hi)) {
     return BadKey(key, absl::StrCat("typical ", typical, " is outside [", lo, ", ", hi, "]"));
   }
   if (typical != 0) c.dynamic_dims[name] = typical;
-  if (lo != 0 || hi != 0) c.dynamic_dim_ranges[name] = {lo == 0 ? 1 : lo, hi};  // hi 0: the model's
+  if (lo >= 0 || hi != 0) c.dynamic_dim_ranges[name] = {lo < 0 ? 1 : lo, hi};  // hi 0: the model's
   return absl::OkStatus();
 }
 

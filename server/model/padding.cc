@@ -10,6 +10,7 @@
 namespace kiln::server {
 
 std::vector<int64_t> ClassLadder(int64_t min, int64_t max, int64_t typical, bool coarse) {
+  min = std::max<int64_t>(min, 1);  // an empty dim (a first step's cache) pads to the first class
   // The range's start too: a decoder's step runs one new position at a time, and padding it
   // to 16 would be 16 times the work.
   std::set<int64_t> sizes{min, typical, max};

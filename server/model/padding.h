@@ -34,7 +34,8 @@ using ShapeClasses = std::map<std::string, std::vector<int64_t>>;
 // The classes of one symbol served over [min, max]: `min`, `typical`, `max` and every ladder
 // size 16, 24, 32, 48, 64, 96, ... (powers of two and 1.5 times them; with `coarse`, powers of
 // two only) strictly inside the range; sizes between `min` and 16 pad to the next class (a
-// few positions). Precondition: 1 <= min <= typical <= max.
+// few positions). A `min` of 0 serves as 1 (an empty dim pads to the first class).
+// Precondition: 0 <= min <= typical <= max, 1 <= typical.
 std::vector<int64_t> ClassLadder(int64_t min, int64_t max, int64_t typical, bool coarse = false);
 
 // Every combination of one class per symbol (the engines to build), first symbol slowest.

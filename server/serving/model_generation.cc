@@ -23,6 +23,17 @@ generate::PastSizeFn PastSizes(std::vector<int64_t> classes, int64_t min) {
 
 }  // namespace
 
+std::string ModelVersion::ExactLengthsReason(const generate::DecoderContract& contract) const {
+  if (!contract.has_mask()) {
+    return absl::StrCat("no input '", config_.generation.tensors.attention_mask,
+                        "': nothing would hide a padded cache");
+  }
+  if (built_.padding && built_.padding->classes.count(contract.past_symbol)) return "";
+  return absl::StrCat(
+      "no shape classes over '", contract.past_symbol,
+      "': ", built_.padding_refused.empty() ? "shape_classes is off" : built_.padding_refused);
+}
+
 bool ModelVersion::AppendsCacheInPlace(const generate::DecoderContract& contract) {
   setup_appending_ = false;
   if (config_.generation.kv_in_place == "off") return false;
@@ -82,12 +93,15 @@ absl::Status ModelVersion::StartGeneration() {
     return absl::OkStatus();
   }
   const ModelSignature& sig = built_.signature;
-  // Without classes every step of a new length would build an engine (seconds per token).
-  if (!built_.padding || !built_.padding->classes.count(contract->past_symbol)) {
-    generation_refused_ = absl::StrCat(
-        "generation needs shape classes over '", contract->past_symbol, "' (",
-        built_.padding_refused.empty() ? "shape_classes is off" : built_.padding_refused,
-        "); give dynamic_dims a range ending at most ", kMaxClassSize);
+  const auto past = sig.dim_ranges.at(contract->past_symbol);
+  const auto seq = sig.dim_ranges.at(contract->sequence_symbol);
+  exact_lengths_ = ExactLengthsReason(*contract);
+  if (!exact_lengths_.empty() && past.first != 0) {
+    generation_refused_ = absl::StrCat("steps must run at exact cache lengths (", exact_lengths_,
+                                       "), and a prompt's first step "
+                                       "has an empty cache: give dynamic_dims '",
+                                       contract->past_symbol, "' a range from 0");
+    exact_lengths_.clear();
     return absl::OkStatus();
   }
   generate::GeneratorSetup setup;
@@ -95,12 +109,13 @@ absl::Status ModelVersion::StartGeneration() {
   setup.signature = sig;
   setup.config = gc;
   setup.max_rows = sig.batchable ? built_.buckets.back() : 1;
-  const auto past = sig.dim_ranges.at(contract->past_symbol);
-  const auto seq = sig.dim_ranges.at(contract->sequence_symbol);
   setup.min_step = seq.first;
   setup.max_step = seq.second;
   setup.max_context = past.second;
-  setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), past.first);
+  setup.exact = !exact_lengths_.empty();
+  if (!setup.exact) {
+    setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), past.first);
+  }
   // A step through the model's engines (Submit), or the last-position ones; appending or not.
   auto step_via = [this](bool last, bool appending) -> generate::StepFn {
     return
@@ -126,8 +141,12 @@ absl::Status ModelVersion::StartGeneration() {
   };
   setup.step = step_via(false, false);
   const int64_t chunk = std::min(gc.prefill_chunk, seq.second);
-  BuildLastPositionEngines(*contract, chunk);
-  if (AppendsCacheInPlace(*contract)) {
+  if (setup.exact) {
+    DropLastPositionEngines("steps run at exact cache lengths");
+  } else {
+    BuildLastPositionEngines(*contract, chunk);
+  }
+  if (!setup.exact && AppendsCacheInPlace(*contract)) {
     setup.buckets = sig.batchable ? built_.buckets : std::vector<int64_t>{1};
     auto cls = built_.padding->classes.find(contract->sequence_symbol);
     setup.append_counts = cls != built_.padding->classes.end()
@@ -149,6 +168,12 @@ absl::Status ModelVersion::StartGeneration() {
       name_, version_, past.second, generator_->stats().pages_total, gc.page_tokens,
       gc.kv_cache_bytes,
       setup_appending_ ? "steps append to the cache in place" : "steps copy the cache in and out");
+  if (setup.exact) {
+    spdlog::warn(
+        "model {} version {}: generation steps run at exact cache lengths ({}): each new length "
+        "builds an engine on its first step, far slower than shape classes",
+        name_, version_, exact_lengths_);
+  }
   return absl::OkStatus();
 }
 

@@ -62,6 +62,8 @@ class ModelVersion {
   // What the prefill engines cut from the model (the logits of a chunk's last position only),
   // or why prefill runs the model's own engines.
   const std::string& last_position() const { return last_position_; }
+  // Why generation steps run at exact cache lengths, not padded classes ("" when padded).
+  const std::string& exact_lengths() const { return exact_lengths_; }
 
   // Precondition: READY. `inputs` in signature order, validated (dim 0 == rows).
   // `abandoned`: see AbandonFlag (server/serving/batcher.h); `hints`: see RunHints.
@@ -94,6 +96,9 @@ class ModelVersion {
   // Whether every engine appends each of `contract`'s caches in place (and the config lets
   // the loop use it): the generation steps then run through RunAppending.
   bool AppendsCacheInPlace(const generate::DecoderContract& contract);
+  // Why the steps of `contract` cannot be padded to shape classes and must run at exact
+  // cache lengths (no mask; no classes over the cache's length), or "".
+  std::string ExactLengthsReason(const generate::DecoderContract& contract) const;
   // A decoder's prefill engines (server/serving/model_prefill.cc): the model cut to the
   // logits of its last position and proven (server/model/last_position_proof.h), an engine
   // per class of the past at `chunk` new positions, built before READY. Anything that fails
@@ -133,6 +138,7 @@ class ModelVersion {
   std::string tokenizer_refused_;   // written once by Start (LoadTokenizer)
   bool setup_appending_ = false;    // written once by Start (AppendsCacheInPlace)
   std::string last_position_;       // written once by Start (BuildLastPositionEngines)
+  std::string exact_lengths_;       // written once by Start (StartGeneration)
   BatchPolicy policy_;              // written once by Start
 };
 

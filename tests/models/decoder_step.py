@@ -2,7 +2,7 @@
 """A GPT-2-style decoder step with a key/value cache, as exporters write "decoder with past".
 
   decoder_step.py --write DIR [--hidden 768 --layers 12 --heads 12 --vocab 50257]
-                  [--positions input|mask|past] [--other-names]
+                  [--positions input|mask|past] [--no-mask] [--other-names]
 
 Inputs: input_ids and position_ids [batch, sequence], attention_mask [batch,
 "past_sequence_length + sequence"], past_key_values.{i}.key/value [batch, heads,
@@ -13,7 +13,9 @@ attention masked by the attention mask (additive -10000) and causally over the n
 (built from the run's shapes: query i sees every key up to the cache's end plus i). Random
 weights (seeded). The test size is the default; GPT-2 small is --hidden 768 --layers 12 --heads
 12 --vocab 50257. --positions mask or past drops the position_ids input: the positions are
-derived in the graph from the attention mask or from the cache's length. --other-names writes
+derived in the graph from the attention mask or from the cache's length. --no-mask drops the
+attention_mask input (attention is then causal only, over the whole cache: a step must run at
+its sequence's exact length). --other-names writes
 the same model under names another exporter might use (tokens, mask, positions, scores,
 k_cache_{i} -> k_cache_out_{i}): served with the model config's generation.tensors. Exit
 codes: 0 written, 77 onnx/numpy missing.
@@ -70,7 +72,9 @@ def block(b, x, mask_add, i, outputs):
     outputs += [f"present.{i}.key", f"present.{i}.value"]
     kt = b.op("Transpose", [k_all], p + "kT", perm=[0, 1, 3, 2])
     scores = b.op("Mul", [b.op("MatMul", [q, kt], p + "qk"), "scale"], p + "qks")
-    scores = b.op("Add", [b.op("Add", [scores, mask_add], p + "m"), causal_add(b, q, k_all, p)], p + "mc")
+    if mask_add is not None:
+        scores = b.op("Add", [scores, mask_add], p + "m")
+    scores = b.op("Add", [scores, causal_add(b, q, k_all, p)], p + "mc")
     probs = b.op("Softmax", [scores], p + "probs", axis=-1)
     ctx = b.op("Transpose", [b.op("MatMul", [probs, v_all], p + "ctx")], p + "ctxT", perm=[0, 2, 1, 3])
     ctx = b.op("Reshape", [ctx, i64(b, p + "merge", [0, 0, hidden])], p + "ctxr")
@@ -82,6 +86,7 @@ def block(b, x, mask_add, i, outputs):
 
 
 POSITIONS = "input"  # input | mask | past: where position ids come from
+MASK = True  # whether the model takes an attention_mask
 
 
 def positions(b):
@@ -115,9 +120,11 @@ def build_model():
     wte = b.weight("wte", text_model.VOCAB, hidden)
     x = b.op("Add", [b.op("Gather", [wte, "input_ids"], "tok"),
                      b.op("Gather", [b.weight("wpe", 1024, hidden), positions(b)], "pos")], "x0")
-    m4 = b.op("Unsqueeze", ["attention_mask", i64(b, "ax12", [1, 2])], "m4")
-    mask_add = b.op("Mul", [b.op("Sub", ["one", b.op("Cast", [m4], "mf", to=TensorProto.FLOAT)], "inv"),
-                            "neg"], "mask_add")
+    mask_add = None
+    if MASK:
+        m4 = b.op("Unsqueeze", ["attention_mask", i64(b, "ax12", [1, 2])], "m4")
+        mask_add = b.op("Mul", [b.op("Sub", ["one", b.op("Cast", [m4], "mf", to=TensorProto.FLOAT)],
+                                         "inv"), "neg"], "mask_add")
     outputs = []
     for i in range(text_model.LAYERS):
         x = block(b, x, mask_add, i, outputs)
@@ -128,7 +135,8 @@ def build_model():
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])]
     if POSITIONS == "input":
         inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch", "sequence"]))
-    inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", TOTAL]))
+    if MASK:
+        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", TOTAL]))
     for i in range(text_model.LAYERS):
         for kind in ("key", "value"):
             inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}",
@@ -172,11 +180,15 @@ def main():
     ap.add_argument("--vocab", type=int, default=text_model.VOCAB)
     ap.add_argument("--positions", choices=["input", "mask", "past"], default="input",
                     help="position ids as an input, or derived from the mask or the cache's length")
+    ap.add_argument("--no-mask", action="store_true",
+                    help="no attention_mask input: causal attention over the whole cache")
     ap.add_argument("--other-names", action="store_true",
                     help="name the inputs and outputs as another exporter might (other_names)")
     a = ap.parse_args()
-    global POSITIONS
-    POSITIONS = a.positions
+    global POSITIONS, MASK
+    POSITIONS, MASK = a.positions, not a.no_mask
+    if a.no_mask and a.positions == "mask":
+        ap.error("--positions mask needs the attention mask")
     text_model.HIDDEN, text_model.LAYERS, text_model.HEADS, text_model.VOCAB = (
         a.hidden, a.layers, a.heads, a.vocab)
     text_model.FFN = a.ffn or 4 * a.hidden

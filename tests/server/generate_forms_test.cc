@@ -9,8 +9,11 @@
 //   use_cache_branch false) over the whole sequence;
 // - prefix sharing on the real engines: a repeated prompt's whole pages come from the cache;
 // - decoders without a position_ids input: positions derived from the attention mask generate
-//   token-exact (the padding stays hidden), positions derived from the cache's length are
-//   refused with the padding proof's reason (the loop pads the cache, such a model would see it).
+//   token-exact on shape classes (the padding stays hidden); positions derived from the cache's
+//   length would see the padding (the padding proof refuses classes), so they generate at
+//   exact cache lengths, token-exact too;
+// - decoders without an attention mask (nothing could hide a padded cache): exact lengths,
+//   with no config at all; a configured cache range that cannot start empty is refused.
 #include <gtest/gtest.h>
 
 #include "kiln/v1/generate.grpc.pb.h"
@@ -31,8 +34,19 @@ class ExportForms : public ::testing::Test {
         WriteDecoder(*server_, "merged_decoder.py", "merged_llama", "--base llama_step"));
     from_mask_ =
         new std::string(WriteDecoder(*server_, "decoder_step.py", "from_mask", "--positions mask"));
-    const std::string from_past =
-        WriteDecoder(*server_, "decoder_step.py", "from_past", "--positions past");
+    from_past_ =
+        new std::string(WriteDecoder(*server_, "decoder_step.py", "from_past", "--positions past"));
+    std::ofstream(server_->repo() / "from_past/config.yaml")
+        << "device: cpu\nmax_batch_size: 2\n"
+           "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16}}\n";
+    // The export a plain torch.onnx.export of a decoder with past gives: no mask, positions
+    // from the cache's length; no config.
+    no_mask_ = new std::string(
+        WriteDecoder(*server_, "decoder_step.py", "no_mask", "--no-mask --positions past"));
+    fs::remove(server_->repo() / "no_mask/config.yaml");
+    // A maskless one whose configured cache range starts at 1.
+    const std::string from_one =
+        WriteDecoder(*server_, "decoder_step.py", "no_mask_from_one", "--no-mask");
     // No config at all: the server's defaults and the decoder's own dims.
     bare_ = new std::string(WriteDecoder(*server_, "decoder_step.py", "bare"));
     fs::remove(server_->repo() / "bare/config.yaml");
@@ -44,8 +58,8 @@ class ExportForms : public ::testing::Test {
            "positions, "
            "logits: scores, cache: {k_cache_0: k_cache_out_0, v_cache_0: v_cache_out_0, "
            "k_cache_1: k_cache_out_1, v_cache_1: v_cache_out_1}}}\n";
-    if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past.empty() ||
-        bare_->empty() || renamed.empty()) {
+    if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past_->empty() ||
+        no_mask_->empty() || from_one.empty() || bare_->empty() || renamed.empty()) {
       gpt_->clear();
       return;
     }
@@ -57,6 +71,8 @@ class ExportForms : public ::testing::Test {
     delete gpt_;
     delete llama_;
     delete from_mask_;
+    delete from_past_;
+    delete no_mask_;
     delete bare_;
   }
   void SetUp() override {
@@ -95,7 +111,7 @@ class ExportForms : public ::testing::Test {
   }
 
   static TestServer* server_;
-  static std::string *gpt_, *llama_, *from_mask_, *bare_;
+  static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *bare_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
@@ -104,6 +120,8 @@ TestServer* ExportForms::server_ = nullptr;
 std::string* ExportForms::gpt_ = nullptr;
 std::string* ExportForms::llama_ = nullptr;
 std::string* ExportForms::from_mask_ = nullptr;
+std::string* ExportForms::from_past_ = nullptr;
+std::string* ExportForms::no_mask_ = nullptr;
 std::string* ExportForms::bare_ = nullptr;
 bool ExportForms::ready_ = false;
 
@@ -199,15 +217,43 @@ TEST_F(ExportForms, PositionsDerivedFromTheMaskGenerateTokenExact) {
   EXPECT_EQ(info.shape_counters().builds(), 0);
 }
 
-TEST_F(ExportForms, PositionsCountedFromTheCacheAreRefusedWithTheReason) {
+// Generates at exact lengths: every step a shape of its own, built on its first use.
+void ExpectExactLengths(const v1::ModelInfo& info, const std::string& why) {
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  EXPECT_NE(info.generation().exact_lengths().find(why), std::string::npos)
+      << info.generation().exact_lengths();
+  EXPECT_FALSE(info.generation().kv_in_place());
+  EXPECT_EQ(info.dynamic_dim_ranges().at("past_sequence_length").min(), 0);
+}
+
+TEST_F(ExportForms, PositionsCountedFromTheCacheGenerateAtExactLengths) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("from_past", 0, &info).ok());
+  ExpectExactLengths(info, "no shape classes over 'past_sequence_length'");
+  GenerateAndCheck("from_past", *from_past_, 13, 24, NoCache::kEmptyPast);
+  ASSERT_TRUE(server_->GetModel("from_past", 0, &info).ok());
+  // The prompt's step at an empty cache, then one shape per decode step.
+  EXPECT_GE(info.shape_counters().builds(), 60);
+}
+
+TEST_F(ExportForms, ADecoderWithNoMaskGeneratesAtExactLengthsWithNoConfig) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("no_mask", 0, &info).ok());
+  ExpectExactLengths(info, "no input 'attention_mask'");
+  for (const auto& in : info.inputs()) EXPECT_NE(in.name(), "attention_mask");
+  EXPECT_EQ(info.dynamic_dim_ranges().at("past_sequence_length").max(), 1023);
+  GenerateAndCheck("no_mask", *no_mask_, 20, 25, NoCache::kEmptyPast);
+}
+
+TEST_F(ExportForms, ExactLengthsNeedACacheRangeFromZero) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("no_mask_from_one", 0, &info).ok());
   EXPECT_FALSE(info.generation().enabled());
-  EXPECT_NE(info.generation().refused().find("shape classes"), std::string::npos)
+  EXPECT_NE(info.generation().refused().find("a range from 0"), std::string::npos)
       << info.generation().refused();
   std::vector<int64_t> ids;
-  grpc::Status s =
-      StreamTokens(*stub_, GenerateRequestFor(RandomPrompt(5, 24, kVocab), 4, "from_past"), ids);
+  grpc::Status s = StreamTokens(
+      *stub_, GenerateRequestFor(RandomPrompt(5, 24, kVocab), 4, "no_mask_from_one"), ids);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
   EXPECT_TRUE(ids.empty());
 }

@@ -69,9 +69,10 @@ inline grpc::Status StreamTokens(v1::GenerationService::Stub& stub, const v1::Ge
 }
 
 // How the reference is fed a whole sequence with no cache: a decoder with past takes one
-// masked position of zeros; a merged decoder takes its first-step branch
-// (use_cache_branch false) and an empty past.
-enum class NoCache { kMaskedSlot, kMergedFirstBranch };
+// masked position of zeros, or an empty past (a model that counts positions from the
+// cache's length, or has no mask to hide a slot); a merged decoder takes its first-step
+// branch (use_cache_branch false) and an empty past.
+enum class NoCache { kMaskedSlot, kEmptyPast, kMergedFirstBranch };
 
 // Each of `out` is the reference's most likely next token after prompt ++ out[:i],
 // recomputed from scratch, or within 1e-4 of it (a near-tie float32 may break the other way).
@@ -90,7 +91,9 @@ inline void ExpectReferenceTokens(const std::string& onnx, const std::vector<int
     for (int64_t k = 0; k < n; ++k) pos[static_cast<size_t>(k)] = k;
     if (slot) mask[0] = 0;
     if ((*graph)->FindValue("position_ids")) feed["position_ids"] = Tensor::FromInt64(pos, {1, n});
-    feed["attention_mask"] = Tensor::FromInt64(mask, {1, n + slot});
+    if ((*graph)->FindValue("attention_mask")) {
+      feed["attention_mask"] = Tensor::FromInt64(mask, {1, n + slot});
+    }
     if (how == NoCache::kMergedFirstBranch) {
       Tensor first(DType::kBool, {1});
       first.SetInt(0, 0);

@@ -109,6 +109,17 @@ TEST(BindInputDims, ANamedDimBindsEveryInputThatCarriesIt) {
   by_name.symbols["sequence"] = 8;
   ASSERT_TRUE(shape::BindInputDims(*s, by_name).ok());
   EXPECT_EQ(Dims(*s, 1), "[batch,8]");
+  // A symbol may be 0 (a decoder's empty cache at its first step); never negative.
+  auto e = SequenceInputs();
+  shape::InputDims empty;
+  empty.symbols["sequence"] = 0;
+  ASSERT_TRUE(shape::BindInputDims(*e, empty).ok());
+  EXPECT_EQ(Dims(*e, 1), "[batch,0]");
+  auto n = SequenceInputs();
+  shape::InputDims negative;
+  negative.symbols["sequence"] = -2;
+  EXPECT_NE(std::string(shape::BindInputDims(*n, negative).message()).find("0 or more"),
+            std::string::npos);
 }
 
 TEST(BindInputDims, ErrorsNameTheInputDimAndSymbol) {

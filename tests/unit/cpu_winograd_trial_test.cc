@@ -98,14 +98,17 @@ TEST(CpuWinogradTrial, KeptWhereFasterAtBatchOne) {
   }
 }
 
-// 128 to 32 channels at 7x7, one image: Winograd 2.5-3x slower than the direct kernel.
+// 128 to 32 channels at 2x2, one image: a single tile, mostly padding, whose transforms cost
+// more than the product: Winograd about 3x slower than the direct kernel on the AVX-512 CPUs
+// measured (at 7x7 the gap is CPU-dependent: 2.5-3x on one EPYC, Winograd ahead on another).
 TEST(CpuWinogradTrial, RefusedWhereSlower) {
   if (!HasFloatWinograd()) GTEST_SKIP() << "no AVX-512 here (or capped): no Winograd kernel";
-  auto g = Conv3x3(128, 32, 7);
+  auto g = Conv3x3(128, 32, 2);
   auto timed = Build(*g, 1000);
   ASSERT_TRUE(timed);
+  EXPECT_GT(timed->info().trial_ms, 0) << "nothing was timed: the test proves nothing";
   EXPECT_EQ(timed->info().winograd_ops, 0);
-  ExpectReference(*g, *timed, 128, 7);
+  ExpectReference(*g, *timed, 128, 2);
 }
 
 dnnl::convolution_forward::primitive_desc Pd(const dnnl::engine& e, memory::dim n, memory::dim c,

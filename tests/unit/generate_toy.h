@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "base/status.h"
@@ -14,6 +15,10 @@
 namespace kiln::server::generate::testing {
 
 constexpr int64_t kVocab = 97;
+
+// A step as the generator runs it (server/generate/generator.h StepFn), without the include.
+using StepFnLike = std::function<absl::StatusOr<std::vector<Tensor>>(
+    std::vector<Tensor> inputs, int64_t rows, std::vector<Tensor> reuse)>;
 
 // [batch, seq] ids/positions, mask over "past + seq", one cache tensor [batch, 1, past, 2].
 inline ModelSignature ToySignature() {
@@ -75,6 +80,35 @@ inline absl::StatusOr<std::vector<Tensor>> ToyStep(std::vector<Tensor> in, int64
     }
   }
   return out;
+}
+
+// The toy signature without its attention mask: a decoder that attends to its whole cache,
+// whose cache's length starts at 0 (its first step has none).
+inline ModelSignature MasklessToySignature() {
+  ModelSignature sig = ToySignature();
+  sig.inputs.erase(sig.inputs.begin() + 1);
+  sig.dim_symbols.erase(sig.dim_symbols.begin() + 1);
+  sig.dim_ranges["past"] = {0, 200};
+  return sig;
+}
+
+// The toy step seeing every cached position, whatever a mask says: for the masked signature
+// (`mask_at` 1: the mask is replaced by ones, as a model whose positions come from the cache's
+// length ignores what the mask hides) or the maskless one (`mask_at` -1). A padded past then
+// reads as positions out of order and fails the step.
+inline StepFnLike SeesEveryPosition(int64_t mask_at) {
+  return [mask_at](std::vector<Tensor> in, int64_t rows,
+                   std::vector<Tensor>) -> absl::StatusOr<std::vector<Tensor>> {
+    const int64_t c = in[0].dim(1), P = in.back().dim(2);
+    Tensor ones(DType::kInt64, {rows, P + c});
+    for (int64_t i = 0; i < ones.numel(); ++i) ones.SetInt(i, 1);
+    if (mask_at < 0) {
+      in.insert(in.begin() + 1, std::move(ones));
+    } else {
+      in[static_cast<size_t>(mask_at)] = std::move(ones);
+    }
+    return ToyStep(std::move(in), rows);
+  };
 }
 
 // The toy model as an appending step (runtime::Engine::RunAppending): the past is what the

@@ -44,11 +44,13 @@ struct ToyOptions {
   StepFn step_appending = ToyAppendingStep;
   // Whole prefill chunks through these (GeneratorSetup::step_last): unset, none.
   StepFn step_last, step_last_appending;
+  bool masked = true;  // the toy signature with its attention mask, or MasklessToySignature
+  bool exact = false;  // GeneratorSetup::exact: steps at exact lengths, not classes of 8
 };
 
-inline std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
+inline GeneratorSetup ToySetup(const ToyOptions& o) {
   GeneratorSetup s;
-  s.signature = ToySignature();
+  s.signature = o.masked ? ToySignature() : MasklessToySignature();
   auto contract = FindDecoderContract(s.signature);
   EXPECT_TRUE(contract.ok()) << contract.status();
   s.contract = *contract;
@@ -73,8 +75,15 @@ inline std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
   s.step_last = o.step_last;
   s.step_last_appending = o.step_last_appending;
   s.last_count = o.prefill_chunk;
-  s.past_size = [](int64_t n) { return std::max<int64_t>(8, (n + 7) / 8 * 8); };  // classes of 8
-  auto g = Generator::Create(std::move(s), std::make_shared<MemoryAccount>("test", 0, nullptr));
+  s.exact = o.exact;
+  if (!o.exact) {
+    s.past_size = [](int64_t n) { return std::max<int64_t>(8, (n + 7) / 8 * 8); };  // classes of 8
+  }
+  return s;
+}
+
+inline std::unique_ptr<Generator> ToyGenerator(const ToyOptions& o = {}) {
+  auto g = Generator::Create(ToySetup(o), std::make_shared<MemoryAccount>("test", 0, nullptr));
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? std::move(*g) : nullptr;
 }

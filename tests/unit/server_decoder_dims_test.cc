@@ -51,9 +51,10 @@ std::unique_ptr<Graph> Decoder(int64_t table = kTable, bool with_past = true) {
 TEST(DecoderDims, ADecoderWithNoConfigTakesItsTablesContextAndChunkClasses) {
   ModelConfig config;
   const std::string chose = ApplyDecoderDims(*Decoder(), config);
-  EXPECT_NE(chose.find("'past' [1, 299]"), std::string::npos) << chose;
+  EXPECT_NE(chose.find("'past' [0, 299]"), std::string::npos) << chose;
   EXPECT_NE(chose.find("300 rows"), std::string::npos) << chose;
-  EXPECT_EQ(config.dynamic_dim_ranges.at("past"), (std::pair<int64_t, int64_t>{1, 299}));
+  // From an empty cache (a first step), which shape classes pad to their first class.
+  EXPECT_EQ(config.dynamic_dim_ranges.at("past"), (std::pair<int64_t, int64_t>{0, 299}));
   EXPECT_EQ(config.dynamic_dims.at("past"), 128);
   EXPECT_EQ(config.dynamic_dim_ranges.at("sequence"), (std::pair<int64_t, int64_t>{1, 64}));
   EXPECT_EQ(config.dynamic_dims.at("sequence"), 1);
@@ -64,12 +65,12 @@ TEST(DecoderDims, WithoutAPositionTableTheContextIsTheClassesLimit) {
   ModelConfig config;
   config.generation.prefill_chunk = 32;
   ASSERT_FALSE(ApplyDecoderDims(*Decoder(/*table=*/0), config).empty());
-  EXPECT_EQ(config.dynamic_dim_ranges.at("past"), (std::pair<int64_t, int64_t>{1, 1023}));
+  EXPECT_EQ(config.dynamic_dim_ranges.at("past"), (std::pair<int64_t, int64_t>{0, 1023}));
   EXPECT_EQ(config.dynamic_dim_classes.at("sequence"), (std::vector<int64_t>{1, 32}));
   // A table of 20 rows: chunks no longer than the context.
   ModelConfig small;
   ASSERT_FALSE(ApplyDecoderDims(*Decoder(/*table=*/20), small).empty());
-  EXPECT_EQ(small.dynamic_dim_ranges.at("past"), (std::pair<int64_t, int64_t>{1, 19}));
+  EXPECT_EQ(small.dynamic_dim_ranges.at("past"), (std::pair<int64_t, int64_t>{0, 19}));
   EXPECT_EQ(small.dynamic_dim_ranges.at("sequence"), (std::pair<int64_t, int64_t>{1, 19}));
 }
 

@@ -83,13 +83,22 @@ TEST(DimProfiles, TheConfigWinsAndBadOnesAreRefused) {
   ASSERT_TRUE(typo.ok());
   const absl::Status s = ResolveDimProfiles(*Encoder(512), *typo);
   EXPECT_NE(s.message().find("sequense"), std::string::npos) << s;
-  for (const char* bad : {"dynamic_dims: {sequence: [0, 9]}", "dynamic_dims: {sequence: [9, 2]}",
-                          "dynamic_dims: {sequence: [1, 2, 3]}",
-                          "dynamic_dims: {sequence: {min: 4, max: 8, typical: 9}}",
-                          "dynamic_dims: {sequence: {lo: 1}}", "dynamic_dims: {sequence: 0}",
-                          "dynamic_dims: {sequence: {min: 1, max: 64, classes: [64, 1]}}",
-                          "dynamic_dims: {sequence: {min: 1, max: 64, classes: []}}",
-                          "dynamic_dims: {sequence: {min: 1, max: 64, classes: [0, 64]}}"}) {
+  // A range may start at 0 (a decoder's empty cache); a size, a max or a class may not.
+  for (const char* from_zero :
+       {"dynamic_dims: {sequence: [0, 9]}", "dynamic_dims: {sequence: {min: 0, max: 9}}"}) {
+    auto z = ParseModelConfig(from_zero, ModelConfig(), "m");
+    ASSERT_TRUE(z.ok()) << from_zero << ": " << z.status();
+    EXPECT_EQ(z->dynamic_dim_ranges.at("sequence"), (std::pair<int64_t, int64_t>{0, 9}));
+  }
+  for (const char* bad :
+       {"dynamic_dims: {sequence: [-1, 9]}", "dynamic_dims: {sequence: [0, 0]}",
+        "dynamic_dims: {sequence: {min: -1}}", "dynamic_dims: {sequence: {max: 0}}",
+        "dynamic_dims: {sequence: [9, 2]}", "dynamic_dims: {sequence: [1, 2, 3]}",
+        "dynamic_dims: {sequence: {min: 4, max: 8, typical: 9}}",
+        "dynamic_dims: {sequence: {lo: 1}}", "dynamic_dims: {sequence: 0}",
+        "dynamic_dims: {sequence: {min: 1, max: 64, classes: [64, 1]}}",
+        "dynamic_dims: {sequence: {min: 1, max: 64, classes: []}}",
+        "dynamic_dims: {sequence: {min: 1, max: 64, classes: [0, 64]}}"}) {
     EXPECT_FALSE(ParseModelConfig(bad, ModelConfig(), "m").ok()) << bad;
   }
   auto given = ParseModelConfig("dynamic_dims: {sequence: {min: 1, max: 64, classes: [1, 64]}}",

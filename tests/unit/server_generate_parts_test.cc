@@ -174,9 +174,16 @@ TEST(DecoderContract, FindsTheRolesAndSaysWhatIsMissing) {
   EXPECT_EQ(c->cache[0].inner, 2);
   EXPECT_EQ(c->vocab, kVocab);
 
-  ModelSignature no_mask = ToySignature();
-  no_mask.inputs[1].name = "token_type_ids";
-  EXPECT_NE(FindDecoderContract(no_mask).status().message().find("attention_mask"),
+  EXPECT_TRUE(c->has_mask());
+  // Without a mask the contract holds (the loop then runs at exact lengths); an input it
+  // cannot place is still named.
+  auto maskless = FindDecoderContract(MasklessToySignature());
+  ASSERT_TRUE(maskless.ok()) << maskless.status();
+  EXPECT_FALSE(maskless->has_mask());
+  EXPECT_EQ(maskless->cache[0].input, 2u);
+  ModelSignature extra = ToySignature();
+  extra.inputs[1].name = "token_type_ids";
+  EXPECT_NE(FindDecoderContract(extra).status().message().find("token_type_ids"),
             std::string::npos);
   ModelSignature no_present = ToySignature();
   no_present.outputs[1].name = "cache_out";

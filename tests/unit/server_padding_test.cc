@@ -22,6 +22,8 @@ TEST(ShapeClasses, TheLadderStepsByAtMostHalfAndKeepsTheEndsAndTheTypicalSize) {
   EXPECT_EQ(ClassLadder(1, 512, 100, /*coarse=*/true),
             (std::vector<int64_t>{1, 16, 32, 64, 100, 128, 256, 512}));
   EXPECT_EQ(ClassLadder(1, 10, 4), (std::vector<int64_t>{1, 4, 10}));
+  // A range from 0 (a decoder's empty cache): 0 pads to the first class, none is built at 0.
+  EXPECT_EQ(ClassLadder(0, 10, 4), (std::vector<int64_t>{1, 4, 10}));
   EXPECT_EQ(ClassLadder(40, 70, 50), (std::vector<int64_t>{40, 48, 50, 64, 70}));
 }
 

@@ -78,7 +78,9 @@ TEST(DimFlag, ParsesNameEqualsSizeAndRejectsTheRest) {
   ASSERT_TRUE(AddDimFlag("sequence=128", d).ok());
   EXPECT_EQ(d.symbols.at("sequence"), 128);
   EXPECT_FALSE(AddDimFlag("sequence=64", d).ok());  // given twice
-  for (const char* bad : {"sequence", "=4", "h=0", "h=-3", "h=4x", "h="}) {
+  ASSERT_TRUE(AddDimFlag("past=0", d).ok());        // an empty dim: a decoder's first step
+  EXPECT_EQ(d.symbols.at("past"), 0);
+  for (const char* bad : {"sequence", "=4", "h=-3", "h=4x", "h="}) {
     EXPECT_FALSE(AddDimFlag(bad, d).ok()) << bad;
   }
 }

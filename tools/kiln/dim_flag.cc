@@ -15,8 +15,10 @@ absl::Status AddDimFlag(const std::string& value, shape::InputDims& dims) {
   const std::string num = value.substr(eq + 1);
   char* end = nullptr;
   const long long n = std::strtoll(num.c_str(), &end, 10);
-  if (num.empty() || *end || n < 1) {
-    return absl::InvalidArgumentError("--dim " + name + ": '" + num + "' is not a positive size");
+  // 0 is a size too: a decoder's first step has an empty cache.
+  if (num.empty() || *end || n < 0) {
+    return absl::InvalidArgumentError("--dim " + name + ": '" + num +
+                                      "' is not a size (0 or more)");
   }
   if (!dims.symbols.emplace(name, n).second) {
     return absl::InvalidArgumentError("--dim " + name + " given twice");
