@@ -72,27 +72,46 @@ def conformance(work):
     return out
 
 
+BENCH = re.compile(r"bench_(kiln|kilntf32|eager|compile|overhead|autotune)_(.+)_(\d+)(?:_r(\d+))?\.json$")
+
+
+def timed(work, runner, model, batch):
+    """A runner's timing of one model and batch: its best round (lowest p50) and every
+    round's p50 (the interleaved rounds of the latency stage; one file for torch.compile)."""
+    rounds = []
+    for path in sorted(glob.glob(os.path.join(work, f"bench_{runner}_{model}_{batch}*.json"))):
+        m = BENCH.match(os.path.basename(path))
+        t = load(path) if m and m.group(2) == model and int(m.group(3)) == batch else None
+        if t and t.get("p50_ms") is not None:
+            rounds.append(t)
+    if not rounds:
+        return {}, []
+    return min(rounds, key=lambda t: t["p50_ms"]), [t["p50_ms"] for t in rounds]
+
+
 def latency(work):
     # One row per (model, batch) that any runner left a file for: a missing or failed Kiln
     # bench must not drop the PyTorch numbers measured beside it.
     keys = set()
     for path in glob.glob(os.path.join(work, "bench_*.json")):
-        m = re.match(r"bench_(kiln|kilntf32|eager|compile|overhead|autotune)_(.+)_(\d+)\.json$", os.path.basename(path))
+        m = BENCH.match(os.path.basename(path))
         if m:
             keys.add((m.group(2), int(m.group(3))))
     rows = []
     for model, batch in sorted(keys):
         row = {"model": model, "batch": batch}
-        kiln = load(os.path.join(work, f"bench_kiln_{model}_{batch}.json")) or {}
+        kiln, row["kiln_p50_rounds_ms"] = timed(work, "kiln", model, batch)
         row["kiln_p50_ms"], row["kiln_p99_ms"] = kiln.get("p50_ms"), kiln.get("p99_ms")
         row["kiln_fallback_ops"], row["kiln_isa"] = kiln.get("fallback_op_types"), kiln.get("isa")
-        tf32 = load(os.path.join(work, f"bench_kilntf32_{model}_{batch}.json")) or {}
+        tf32, rounds = timed(work, "kilntf32", model, batch)
         if tf32:
-            row["kiln_tf32_p50_ms"] = tf32.get("p50_ms")
+            row["kiln_tf32_p50_ms"], row["kiln_tf32_p50_rounds_ms"] = tf32.get("p50_ms"), rounds
         for mode in ("eager", "compile", "overhead", "autotune"):
-            t = load(os.path.join(work, f"bench_{mode}_{model}_{batch}.json")) or {}
+            t, rounds = timed(work, mode, model, batch)
             row[f"torch_{mode}_p50_ms"] = t.get("p50_ms")
             row[f"torch_{mode}_p99_ms"] = t.get("p99_ms")
+            if len(rounds) > 1:
+                row[f"torch_{mode}_p50_rounds_ms"] = rounds
         if row["kiln_p50_ms"] and row.get("torch_compile_p50_ms"):
             row["kiln_over_compile"] = row["kiln_p50_ms"] / row["torch_compile_p50_ms"]
         if row["kiln_p50_ms"] and row.get("torch_eager_p50_ms"):
