@@ -272,11 +272,12 @@ absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelCo
   if (v.IsSequence() && (lo < 0 || hi < lo || hi < 1))
     return BadKey(key, "expected [min, max], 0 <= min <= max, max >= 1");
   if (hi != 0 && lo > hi) return BadKey(key, absl::StrCat("min ", lo, " is above max ", hi));
-  if (typical != 0 && hi != 0 && (typical < lo || typical > hi)) {
-    return BadKey(key, absl::StrCat("typical ", typical, " is outside [", lo, ", ", hi, "]"));
+  const int64_t min = lo < 0 ? 1 : lo;  // not given: 1
+  if (typical != 0 && hi != 0 && (typical < min || typical > hi)) {
+    return BadKey(key, absl::StrCat("typical ", typical, " is outside [", min, ", ", hi, "]"));
   }
   if (typical != 0) c.dynamic_dims[name] = typical;
-  if (lo >= 0 || hi != 0) c.dynamic_dim_ranges[name] = {lo < 0 ? 1 : lo, hi};  // hi 0: the model's
+  if (lo >= 0 || hi != 0) c.dynamic_dim_ranges[name] = {min, hi};  // hi 0: the model's
   return absl::OkStatus();
 }
 

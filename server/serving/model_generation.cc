@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "server/metrics/generation_metrics.h"
 #include "server/serving/model_registry.h"
@@ -80,6 +81,51 @@ std::shared_ptr<const generate::Tokenizer> ModelVersion::LoadTokenizer() {
   return nullptr;
 }
 
+std::optional<ModelVersion::GenerationDims> ModelVersion::FindGenerationDims(
+    const generate::DecoderContract& contract) {
+  const ModelSignature& sig = built_.signature;
+  const auto past = sig.dim_ranges.find(contract.past_symbol);
+  const auto seq = sig.dim_ranges.find(contract.sequence_symbol);
+  if (past == sig.dim_ranges.end() || seq == sig.dim_ranges.end()) {
+    generation_refused_ =
+        absl::StrCat("'", contract.past_symbol, "' and '", contract.sequence_symbol,
+                     "' need ranges of their own (dynamic_dims)");
+    return std::nullopt;
+  }
+  exact_lengths_ = ExactLengthsReason(contract);
+  if (!exact_lengths_.empty() && past->second.first != 0) {
+    generation_refused_ = absl::StrCat("steps must run at exact cache lengths (", exact_lengths_,
+                                       "), and a prompt's first step has an empty cache: give "
+                                       "dynamic_dims '",
+                                       contract.past_symbol, "' a range from 0");
+    exact_lengths_.clear();
+    return std::nullopt;
+  }
+  return GenerationDims{past->second, seq->second};
+}
+
+generate::StepFn ModelVersion::StepVia(bool last, bool appending) {
+  return [this, last, appending](std::vector<Tensor> in, int64_t rows,
+                                 std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
+    // The loop batched its sequences already: the step runs at once (inline on the loop's
+    // thread when the engine is idle), not after max_queue_delay, into the last outputs of
+    // its shape.
+    RunHints hints;
+    hints.run_now = true;
+    hints.outputs = std::move(reuse);
+    hints.append_in_place = appending;
+    if (!last) {
+      ASSIGN_OR_RETURN(auto f,
+                       Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
+      return f.get();
+    }
+    ASSIGN_OR_RETURN(DimValues dims, DynamicDimValues(built_.signature, in));
+    ASSIGN_OR_RETURN(auto f, last_shapes_->Enqueue(dims, std::move(in), rows, std::nullopt, nullptr,
+                                                   nullptr, std::move(hints)));
+    return f.get();
+  };
+}
+
 absl::Status ModelVersion::StartGeneration() {
   const generate::GenerationConfig& gc = config_.generation;
   if (gc.mode == "off") {
@@ -92,83 +138,64 @@ absl::Status ModelVersion::StartGeneration() {
     generation_refused_ = std::string(contract.status().message());
     return absl::OkStatus();
   }
+  const std::optional<GenerationDims> dims = FindGenerationDims(*contract);
+  if (!dims) return absl::OkStatus();
   const ModelSignature& sig = built_.signature;
-  const auto past = sig.dim_ranges.at(contract->past_symbol);
-  const auto seq = sig.dim_ranges.at(contract->sequence_symbol);
-  exact_lengths_ = ExactLengthsReason(*contract);
-  if (!exact_lengths_.empty() && past.first != 0) {
-    generation_refused_ = absl::StrCat("steps must run at exact cache lengths (", exact_lengths_,
-                                       "), and a prompt's first step "
-                                       "has an empty cache: give dynamic_dims '",
-                                       contract->past_symbol, "' a range from 0");
-    exact_lengths_.clear();
-    return absl::OkStatus();
-  }
   generate::GeneratorSetup setup;
   setup.contract = *contract;
   setup.signature = sig;
   setup.config = gc;
   setup.max_rows = sig.batchable ? built_.buckets.back() : 1;
-  setup.min_step = seq.first;
-  setup.max_step = seq.second;
-  setup.max_context = past.second;
+  setup.min_step = dims->sequence.first;
+  setup.max_step = dims->sequence.second;
+  setup.max_context = dims->past.second;
   setup.exact = !exact_lengths_.empty();
-  if (!setup.exact) {
-    setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), past.first);
-  }
-  // A step through the model's engines (Submit), or the last-position ones; appending or not.
-  auto step_via = [this](bool last, bool appending) -> generate::StepFn {
-    return
-        [this, last, appending](std::vector<Tensor> in, int64_t rows,
-                                std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
-          // The loop batched its sequences already: the step runs at once (inline on the loop's
-          // thread when the engine is idle), not after max_queue_delay, into the last outputs of
-          // its shape.
-          RunHints hints;
-          hints.run_now = true;
-          hints.outputs = std::move(reuse);
-          hints.append_in_place = appending;
-          if (!last) {
-            ASSIGN_OR_RETURN(auto f,
-                             Submit(std::move(in), rows, std::nullopt, nullptr, std::move(hints)));
-            return f.get();
-          }
-          ASSIGN_OR_RETURN(DimValues dims, DynamicDimValues(built_.signature, in));
-          ASSIGN_OR_RETURN(auto f, last_shapes_->Enqueue(dims, std::move(in), rows, std::nullopt,
-                                                         nullptr, nullptr, std::move(hints)));
-          return f.get();
-        };
-  };
-  setup.step = step_via(false, false);
-  const int64_t chunk = std::min(gc.prefill_chunk, seq.second);
+  setup.step = StepVia(false, false);
+  const int64_t chunk = std::min(gc.prefill_chunk, dims->sequence.second);
   if (setup.exact) {
     DropLastPositionEngines("steps run at exact cache lengths");
-  } else {
-    BuildLastPositionEngines(*contract, chunk);
+    return CreateGenerator(std::move(setup));
   }
-  if (!setup.exact && AppendsCacheInPlace(*contract)) {
+  setup.past_size = PastSizes(built_.padding->classes.at(contract->past_symbol), dims->past.first);
+  BuildLastPositionEngines(*contract, chunk);
+  if (AppendsCacheInPlace(*contract)) {
     setup.buckets = sig.batchable ? built_.buckets : std::vector<int64_t>{1};
     auto cls = built_.padding->classes.find(contract->sequence_symbol);
     setup.append_counts = cls != built_.padding->classes.end()
                               ? cls->second
-                              : std::vector<int64_t>{seq.first};  // a fixed size
-    setup.step_appending = step_via(false, true);
-    if (last_shapes_) setup.step_last_appending = step_via(true, true);
+                              : std::vector<int64_t>{dims->sequence.first};  // a fixed size
+    setup.step_appending = StepVia(false, true);
+    if (last_shapes_) setup.step_last_appending = StepVia(true, true);
   }
   if (last_shapes_) {
-    setup.step_last = step_via(true, false);
+    setup.step_last = StepVia(true, false);
     setup.last_count = chunk;
   }
+  return CreateGenerator(std::move(setup));
+}
+
+absl::Status ModelVersion::CreateGenerator(generate::GeneratorSetup setup) {
+  const generate::GenerationConfig& gc = config_.generation;
+  const bool exact = setup.exact;
+  const int64_t context = setup.max_context;
   setup.hooks = metrics::GenerationHooksFor(name_);
   setup.tokenizer = LoadTokenizer();
-  ASSIGN_OR_RETURN(generator_, generate::Generator::Create(std::move(setup), ProcessMemory()));
+  absl::StatusOr<std::unique_ptr<generate::Generator>> made =
+      generate::Generator::Create(std::move(setup), ProcessMemory());
+  if (!made.ok() && exact) {
+    // Such a model served Predict before it could generate: it keeps doing so.
+    generation_refused_ = std::string(made.status().message());
+    exact_lengths_.clear();
+    spdlog::warn("model {} version {}: no generation: {}", name_, version_, generation_refused_);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(generator_, std::move(made));
   spdlog::info(
       "model {} version {}: generating (context {}, kv cache {} pages of {} positions, "
       "{} bytes; {})",
-      name_, version_, past.second, generator_->stats().pages_total, gc.page_tokens,
-      gc.kv_cache_bytes,
+      name_, version_, context, generator_->stats().pages_total, gc.page_tokens, gc.kv_cache_bytes,
       setup_appending_ ? "steps append to the cache in place" : "steps copy the cache in and out");
-  if (setup.exact) {
+  if (exact) {
     spdlog::warn(
         "model {} version {}: generation steps run at exact cache lengths ({}): each new length "
         "builds an engine on its first step, far slower than shape classes",

@@ -99,6 +99,17 @@ class ModelVersion {
   // Why the steps of `contract` cannot be padded to shape classes and must run at exact
   // cache lengths (no mask; no classes over the cache's length), or "".
   std::string ExactLengthsReason(const generate::DecoderContract& contract) const;
+  // The cache's and the new positions' ranges, with exact_lengths_ decided; nullopt, with
+  // generation_refused_ saying why, when generation cannot run.
+  struct GenerationDims {
+    std::pair<int64_t, int64_t> past, sequence;
+  };
+  std::optional<GenerationDims> FindGenerationDims(const generate::DecoderContract& contract);
+  // A step through the model's engines (Submit) or the last-position ones, appending or not.
+  generate::StepFn StepVia(bool last, bool appending);
+  // The generator of `setup` with the hooks and tokenizer; a failure at exact lengths leaves
+  // generation off (the model still serves Predict), any other fails the load.
+  absl::Status CreateGenerator(generate::GeneratorSetup setup);
   // A decoder's prefill engines (server/serving/model_prefill.cc): the model cut to the
   // logits of its last position and proven (server/model/last_position_proof.h), an engine
   // per class of the past at `chunk` new positions, built before READY. Anything that fails

@@ -90,6 +90,12 @@ TEST(DimProfiles, TheConfigWinsAndBadOnesAreRefused) {
     ASSERT_TRUE(z.ok()) << from_zero << ": " << z.status();
     EXPECT_EQ(z->dynamic_dim_ranges.at("sequence"), (std::pair<int64_t, int64_t>{0, 9}));
   }
+  // A min left out is 1 in what the refusal says too.
+  auto outside =
+      ParseModelConfig("dynamic_dims: {sequence: {max: 10, typical: 20}}", ModelConfig(), "m");
+  ASSERT_FALSE(outside.ok());
+  EXPECT_NE(outside.status().message().find("outside [1, 10]"), std::string::npos)
+      << outside.status();
   for (const char* bad :
        {"dynamic_dims: {sequence: [-1, 9]}", "dynamic_dims: {sequence: [0, 0]}",
         "dynamic_dims: {sequence: {min: -1}}", "dynamic_dims: {sequence: {max: 0}}",
