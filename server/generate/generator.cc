@@ -272,14 +272,9 @@ void Generator::Decode() {
                    [](const SeqPtr& a, const SeqPtr& b) { return a->cached < b->cached; });
   int64_t ordinal = 0;
   for (size_t at = 0, end = 0; at < group.size(); at = end, ++ordinal) {
-    end = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
-    if (setup_.exact) {
-      end = static_cast<size_t>(
-          std::find_if(group.begin() + static_cast<std::ptrdiff_t>(at),
-                       group.begin() + static_cast<std::ptrdiff_t>(end),
-                       [&](const SeqPtr& s) { return s->cached != group[at]->cached; }) -
-          group.begin());
-    }
+    const size_t limit = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
+    end = at + 1;
+    while (end < limit && (!setup_.exact || group[end]->cached == group[at]->cached)) ++end;
     RunStep(std::vector<SeqPtr>(group.begin() + static_cast<std::ptrdiff_t>(at),
                                 group.begin() + static_cast<std::ptrdiff_t>(end)),
             1, ordinal);

@@ -259,9 +259,9 @@ absl::Status ReadDynamicDim(const std::string& key, const YAML::Node& v, ModelCo
       int64_t* out = k == "min" ? &lo : k == "max" ? &hi : k == "typical" ? &typical : nullptr;
       if (!out) return BadKey(key + "." + k, "unknown key (min, max, typical, classes)");
       RETURN_IF_ERROR(Read(kv.second, key + "." + k, *out));
-      if (*out < (out == &lo ? 0 : 1)) {
-        return BadKey(key + "." + k, absl::StrCat(*out, out == &lo ? " is not a size (>= 0)"
-                                                                   : " is not a size (>= 1)"));
+      const int64_t least = out == &lo ? 0 : 1;  // a range may start empty
+      if (*out < least) {
+        return BadKey(key + "." + k, absl::StrCat(*out, " is not a size (>= ", least, ")"));
       }
     }
   } else {

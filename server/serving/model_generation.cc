@@ -92,15 +92,15 @@ std::optional<ModelVersion::GenerationDims> ModelVersion::FindGenerationDims(
                      "' need ranges of their own (dynamic_dims)");
     return std::nullopt;
   }
-  exact_lengths_ = ExactLengthsReason(contract);
-  if (!exact_lengths_.empty() && past->second.first != 0) {
-    generation_refused_ = absl::StrCat("steps must run at exact cache lengths (", exact_lengths_,
+  std::string exact = ExactLengthsReason(contract);
+  if (!exact.empty() && past->second.first != 0) {
+    generation_refused_ = absl::StrCat("steps must run at exact cache lengths (", exact,
                                        "), and a prompt's first step has an empty cache: give "
                                        "dynamic_dims '",
                                        contract.past_symbol, "' a range from 0");
-    exact_lengths_.clear();
     return std::nullopt;
   }
+  exact_lengths_ = std::move(exact);
   return GenerationDims{past->second, seq->second};
 }
 
