@@ -22,8 +22,11 @@
 // respected, and nothing is changed where THP is "always" (no need) or "never" (no use).
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -53,6 +56,34 @@ inline bool SetHugePageMalloc() {
   std::getline(in, thp);
   const std::optional<std::string> value = HugePageTunables(std::getenv("GLIBC_TUNABLES"), thp);
   return value && setenv("GLIBC_TUNABLES", value->c_str(), 1) == 0;
+}
+
+// A long-lived multi-MiB buffer (a kv cache, a generation step's tensors) on transparent huge
+// pages where the kernel allows them ("madvise" or "always"): its first touch faults 2 MB at
+// a time instead of 4 KB, and reads over it miss the TLB less. 16 generation streams of a
+// 4-layer hidden-256 decoder write ~24 MB of fresh cache pages per burst: ~6000 faults at
+// ~14 us on this project's VMs. A buffer under kHugePageFrom is allocated as it is asked (a
+// whole huge page would waste most of it). Not zeroed. Null when the memory is not there.
+struct FreeDeleter {
+  void operator()(char* p) const { std::free(p); }
+};
+using HugePageBuffer = std::unique_ptr<char, FreeDeleter>;
+
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+inline constexpr size_t kHugePageFrom = size_t{1} << 20;
+
+// The bytes AllocateHugePageBacked takes for `bytes`: whole huge pages from kHugePageFrom.
+inline size_t HugePageRound(size_t bytes) {
+  if (bytes < kHugePageFrom) return bytes;
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+}
+
+inline HugePageBuffer AllocateHugePageBacked(size_t bytes) {
+  const size_t size = HugePageRound(bytes);
+  if (size < kHugePageFrom) return HugePageBuffer(static_cast<char*>(std::malloc(size ? size : 1)));
+  void* p = std::aligned_alloc(kHugePageBytes, size);
+  if (p != nullptr) madvise(p, size, MADV_HUGEPAGE);  // advice: refused where THP is off
+  return HugePageBuffer(static_cast<char*>(p));
 }
 
 }  // namespace kiln

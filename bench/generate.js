@@ -4,12 +4,16 @@
 // back as the past), greedy, in one script. A benchmark, not a test.
 //
 //   node bench/generate.js --url http://127.0.0.1:PORT --model NAME --onnx M.onnx
-//        [--prompts 32,64,128,256] [--new 64] [--streams 16] [--threads 2] [--json FILE]
+//        [--prompts 32,64,128,256] [--new 64] [--streams 16] [--threads 2] [--rounds 3]
+//        [--peer ort|none] [--json FILE]
 //
 // Kiln: POST /v2/models/NAME/generate_stream (Server-Sent Events); time to first token is
 // request to first event, inter-token the gaps between events (one token each at one
 // stream). One stream: the prompts one after another. N streams: N requests at once, prompt
-// lengths cycling through --prompts; aggregate tokens/s = tokens / wall time.
+// lengths cycling through --prompts; aggregate tokens/s = tokens / wall time. --rounds rounds,
+// alternating which side runs first, each with prompts of its own; each row keeps its best round.
+// --peer none: Kiln alone (an A/B of two Kiln builds), with kilnd's CPU time per round from
+// --pid.
 // ORT: graph optimization `all`, --threads intra-op threads; one stream at a time (the same
 // prompts), its aggregate over N streams being its one-stream rate: a loop has no batching.
 'use strict';
@@ -20,11 +24,11 @@ const {execFileSync} = require('child_process');
 const {loadOrt} = require('./tools/ort');
 
 function parseArgs(argv) {
-  const o = {prompts: [32, 64, 128, 256], new: 64, streams: 16, threads: 2};
+  const o = {prompts: [32, 64, 128, 256], new: 64, streams: 16, threads: 2, rounds: 3, peer: 'ort'};
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, ''), v = argv[i + 1];
     if (k === 'prompts') o.prompts = v.split(',').map(Number);
-    else o[k] = ['url', 'model', 'onnx', 'json'].includes(k) ? v : Number(v);
+    else o[k] = ['url', 'model', 'onnx', 'json', 'peer'].includes(k) ? v : Number(v);  // pid: a number
   }
   if (!o.url || !o.model || !o.onnx) throw new Error('--url, --model and --onnx are required');
   return o;
@@ -131,6 +135,22 @@ async function timed(fn) {
   return summarize(runs, Number(process.hrtime.bigint() - t0) / 1e6);
 }
 
+// kilnd's CPU time (user + system) and minor page faults from /proc, or nothing without a pid.
+function procStat(pid) {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  const hz = 100;  // USER_HZ on Linux
+  return {cpu_ms: (Number(f[11]) + Number(f[12])) * 1000 / hz, faults: Number(f[7])};
+}
+
+// Runs fn and adds kilnd's CPU time and page faults over it to its summary.
+async function withKilnd(pid, fn) {
+  if (!pid) return fn();
+  const a = procStat(pid);
+  const s = await fn();
+  const b = procStat(pid);
+  return {...s, cpu_ms: b.cpu_ms - a.cpu_ms, faults: b.faults - a.faults};
+}
+
 function line(name, s) {
   return `${name.padEnd(22)} ${s.tokens_per_s.toFixed(1).padStart(8)} tok/s  TTFT p50 ${s.ttft_p50_ms.toFixed(1)} ` +
          `p99 ${s.ttft_p99_ms.toFixed(1)} ms  inter-token p50 ${s.itl_p50_ms.toFixed(2)} p99 ${s.itl_p99_ms.toFixed(2)} ms`;
@@ -138,30 +158,60 @@ function line(name, s) {
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));
-  const ort = loadOrt('generate');
+  const peer = o.peer !== 'none';
+  const ort = peer ? loadOrt('generate') : null;
   const meta = JSON.parse(execFileSync('/usr/bin/python3', ['-c',
     'import onnx,sys,json; m=onnx.load(sys.argv[1], load_external_data=False);' +
     'd=[i for i in m.graph.input if i.name.startswith("past_key_values")][0].type.tensor_type.shape.dim;' +
     'l=[o for o in m.graph.output if o.name=="logits"][0].type.tensor_type.shape.dim;' +
     'print(json.dumps({"heads": d[1].dim_value, "headDim": d[3].dim_value, "vocab": l[2].dim_value}))', o.onnx]).toString());
-  const session = await ort.InferenceSession.create(o.onnx, {
-    graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1});
-  const prompts = o.prompts.map((n, i) => prompt(n, i, meta.vocab));
-  const many = Array.from({length: o.streams}, (_, i) => prompt(o.prompts[i % o.prompts.length], 100 + i, meta.vocab));
-  await kilnStream(o, prompts[0]);  // warm both sides once
-  await ortStream(ort, session, meta, o, prompts[0]);
+  const session = peer ? await ort.InferenceSession.create(o.onnx, {
+    graphOptimizationLevel: 'all', intraOpNumThreads: o.threads, interOpNumThreads: 1}) : null;
+  // Each round has prompts of its own (seeded by the round), so no round reads another's
+  // prompts from Kiln's prefix cache; the warm-up prompt is none of them.
+  const oneOf = r => o.prompts.map((n, i) => prompt(n, i + 10000 * r, meta.vocab));
+  const manyOf = r => Array.from({length: o.streams},
+                                 (_, i) => prompt(o.prompts[i % o.prompts.length], 100 + i + 10000 * r, meta.vocab));
+  const warm = prompt(o.prompts[0], 9999, meta.vocab);
+  await kilnStream(o, warm);  // warm both sides once
+  if (peer) await ortStream(ort, session, meta, o, warm);
+  const sides = {
+    kiln: {one: p => timed(async () => { const r = []; for (const x of p) r.push(await kilnStream(o, x)); return r; }),
+           many: p => withKilnd(o.pid, () => timed(() => Promise.all(p.map(x => kilnStream(o, x)))))},
+    ort: {one: p => timed(async () => { const r = []; for (const x of p) r.push(await ortStream(ort, session, meta, o, x)); return r; }),
+          many: p => timed(async () => { const r = []; for (const x of p) r.push(await ortStream(ort, session, meta, o, x)); return r; })},
+  };
+  // Rounds alternate which side goes first; each row keeps its best round (a busy host only
+  // ever slows a round down), and every round is printed and kept in the JSON.
+  const rounds = [];
+  for (let r = 0; r < o.rounds; ++r) {
+    const round = {};
+    for (const side of !peer ? ['kiln'] : r % 2 === 0 ? ['kiln', 'ort'] : ['ort', 'kiln']) {
+      round[`${side}_one`] = await sides[side].one(oneOf(r));
+      round[`${side}_many`] = await sides[side].many(manyOf(r));
+    }
+    rounds.push(round);
+    if (!peer) {
+      console.log(`round ${r + 1}: ${line('kiln, ' + o.streams + ' streams', round.kiln_many)}` +
+                  (o.pid ? `  kilnd CPU ${round.kiln_many.cpu_ms} ms, ${round.kiln_many.faults} page faults` : ''));
+      continue;
+    }
+    console.log(`round ${r + 1}: kiln/ort tokens/s 1 stream ${(round.kiln_one.tokens_per_s / round.ort_one.tokens_per_s).toFixed(2)}, ` +
+                `${o.streams} streams ${(round.kiln_many.tokens_per_s / round.ort_many.tokens_per_s).toFixed(2)} ` +
+                `(kiln ${round.kiln_many.tokens_per_s.toFixed(0)}, ort ${round.ort_many.tokens_per_s.toFixed(0)} tok/s)`);
+  }
   const rows = {};
-  rows.kiln_one = await timed(async () => { const r = []; for (const p of prompts) r.push(await kilnStream(o, p)); return r; });
-  rows.ort_one = await timed(async () => { const r = []; for (const p of prompts) r.push(await ortStream(ort, session, meta, o, p)); return r; });
-  rows.kiln_many = await timed(() => Promise.all(many.map(p => kilnStream(o, p))));
-  rows.ort_many = await timed(async () => { const r = []; for (const p of many) r.push(await ortStream(ort, session, meta, o, p)); return r; });
+  for (const k of Object.keys(rounds[0])) {
+    rows[k] = rounds.map(x => x[k]).reduce((a, b) => (b.tokens_per_s > a.tokens_per_s ? b : a));
+  }
+  if (o.json) fs.writeFileSync(o.json, JSON.stringify({options: o, rows, rounds}, null, 1));
+  if (!peer) return;
   console.log(line('kiln, 1 stream', rows.kiln_one));
   console.log(line('ort loop, 1 stream', rows.ort_one));
   console.log(line(`kiln, ${o.streams} streams`, rows.kiln_many));
   console.log(line(`ort loop, ${o.streams} streams`, rows.ort_many));
-  console.log(`kiln/ort tokens/s: 1 stream ${(rows.kiln_one.tokens_per_s / rows.ort_one.tokens_per_s).toFixed(2)}, ` +
+  console.log(`kiln/ort tokens/s (best rounds): 1 stream ${(rows.kiln_one.tokens_per_s / rows.ort_one.tokens_per_s).toFixed(2)}, ` +
               `${o.streams} streams ${(rows.kiln_many.tokens_per_s / rows.ort_many.tokens_per_s).toFixed(2)}`);
-  if (o.json) fs.writeFileSync(o.json, JSON.stringify({options: o, rows}, null, 1));
 }
 
 main().catch(e => { console.error(e); process.exit(1); });

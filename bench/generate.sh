@@ -3,7 +3,8 @@
 # GPT-2-style one, by default; llama_step.py the LLaMA-style one; its size from DECODER_ARGS), serves it from kilnd with a generation config, and runs bench/generate.js
 # (Kiln's server loop vs ONNX Runtime's decode loop over the same model). A benchmark, not a
 # test: prints tokens/s, time to first token and inter-token latency for both.
-#   bench/generate.sh [--prompts 32,64,128,256] [--new 64] [--streams 16] [--json FILE]
+#   bench/generate.sh [--prompts 32,64,128,256] [--new 64] [--streams 16] [--rounds 3]
+#                     [--peer ort|none] [--json FILE]
 # Env: BUILD (default build), DECODER_ARGS (default "--hidden 256 --layers 4 --heads 4
 # --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"),
 # MAX_BATCH (default 8), THREADS (default 2), PREFILL_LOGITS (last, the default, or all),
@@ -42,6 +43,6 @@ grep -o "version 1: precision .*" "$work/kilnd.log" || true
 # time on a shared host, and only Kiln's side (ONNX Runtime runs in the node process).
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' "/proc/$pid/stat"; }
 cpu0=$(cpu_ms)
-node "$root/bench/generate.js" --url "http://127.0.0.1:$port" --model dec --onnx "$work/src/model.onnx" \
+node "$root/bench/generate.js" --url "http://127.0.0.1:$port" --model dec --onnx "$work/src/model.onnx" --pid "$pid" \
   --threads "${THREADS:-2}" "$@"
 echo "kilnd CPU while serving: $(( $(cpu_ms) - cpu0 )) ms"

@@ -106,7 +106,9 @@ void Generator::Loop() {
       if (stopping_) break;
     }
     if (Iterate()) continue;
-    buffers_.clear();  // idle: hold no step buffers
+    decode_buffers_.clear();  // idle: hold no step buffers
+    prefill_buffers_.clear();
+    spare_.Clear();
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return stopping_ || !waiting_.empty(); });
   }
@@ -279,6 +281,10 @@ void Generator::Decode() {
                                 group.begin() + static_cast<std::ptrdiff_t>(end)),
             1, ordinal);
   }
+  // Groups beyond this iteration's last hold no rows now.
+  if (decode_buffers_.size() > static_cast<size_t>(ordinal)) {
+    decode_buffers_.resize(static_cast<size_t>(ordinal));
+  }
 }
 
 bool Generator::Reserve(const SeqPtr& seq, int64_t positions) {
@@ -341,7 +347,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   const StepKind kind{appending, setup_.step_last && count == setup_.last_count &&
                                      (!appending || setup_.step_last_appending)};
   const int64_t positions = kind.logit_positions(count);
-  StepBuffers& buffers = BuffersFor(total, count, past, kind.last ? -1 : ordinal);
+  StepBuffers& buffers = BuffersFor(total, count, past, ordinal);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
     ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers));
     const Tensor& logits = out.at(setup_.contract.logits);
@@ -380,9 +386,11 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
   const int64_t total = buffers.key[0];
   std::vector<Tensor> out;
   if (kind.appending) {
-    RETURN_IF_ERROR(BuildAppendingStep(setup_.contract, setup_.signature, *cache_, rows, total,
-                                       count, kind.logit_positions(count), past, buffers.in,
-                                       buffers.out, buffers.held));
+    const absl::Status built = BuildAppendingStep(setup_.contract, setup_.signature, *cache_, rows,
+                                                  total, count, kind.logit_positions(count), past,
+                                                  buffers.in, buffers.out, buffers.held, &spare_);
+    spare_.Clear();  // what the new shape did not take
+    RETURN_IF_ERROR(built);
     const StepFn& step = kind.last ? setup_.step_last_appending : setup_.step_appending;
     absl::StatusOr<std::vector<Tensor>> ran = step(buffers.in, total, std::move(buffers.out));
     if (!ran.ok()) {
@@ -411,22 +419,37 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
 
 Generator::StepBuffers& Generator::BuffersFor(int64_t rows, int64_t count, int64_t past,
                                               int64_t group) {
-  // A loop moves through a few shapes at a time (a prefill chunk, the full decode groups, the
-  // remainder group); a shape left behind frees its buffers. At GPT-2-small size one 8-row
-  // decode shape at a 639-position class holds 754 MB (its past inputs and present outputs;
-  // about half that when appending, whose past inputs are one zero tensor). Each decode group
-  // keeps its own, so that an appending group finds its rows still in place.
-  constexpr size_t kKept = 4;
+  // Kept buffers spare the next step of the shape its allocation: a fresh multi-MiB tensor is
+  // mapped, faulted in and zeroed again, and an appending group's rows regathered whole
+  // (4-layer hidden-256 decoder, 8 rows at a 384 class: 25 MB, tens of ms of page faults).
+  // Each decode group keeps its own until its shape changes, so a burst of prefill chunks at
+  // other shapes does not push the running groups' buffers out (they did while all shared one
+  // list of 4: every iteration with prefill re-made both groups of 16 streams). At GPT-2-small
+  // size an 8-row appending group at a 639-position class holds about 380 MB, so at most
+  // kKeptGroups groups keep theirs; later ones and prefill share kKeptPrefill.
+  constexpr size_t kKeptGroups = 8, kKeptPrefill = 2;
   const std::vector<int64_t> key{rows, count, past, group};
-  for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
+  if (group >= 0 && static_cast<size_t>(group) < kKeptGroups) {
+    if (decode_buffers_.size() <= static_cast<size_t>(group)) {
+      decode_buffers_.resize(static_cast<size_t>(group) + 1);
+    }
+    StepBuffers& kept = decode_buffers_[static_cast<size_t>(group)];
+    if (kept.key != key) {
+      spare_.Keep(std::move(kept.in));  // the new shape's tensors are made on this memory
+      spare_.Keep(std::move(kept.out));
+      kept = StepBuffers{key, {}, {}, {}};
+    }
+    return kept;
+  }
+  for (auto it = prefill_buffers_.begin(); it != prefill_buffers_.end(); ++it) {
     if (it->key == key) {
-      buffers_.splice(buffers_.begin(), buffers_, it);
-      return buffers_.front();
+      prefill_buffers_.splice(prefill_buffers_.begin(), prefill_buffers_, it);
+      return prefill_buffers_.front();
     }
   }
-  buffers_.push_front(StepBuffers{key, {}, {}, {}});
-  if (buffers_.size() > kKept) buffers_.pop_back();
-  return buffers_.front();
+  prefill_buffers_.push_front(StepBuffers{key, {}, {}, {}});
+  if (prefill_buffers_.size() > kKeptPrefill) prefill_buffers_.pop_back();
+  return prefill_buffers_.front();
 }
 
 void Generator::Sample(Sequence& seq, const float* logits) {

@@ -41,6 +41,7 @@
 #include "server/generate/generation_config.h"
 #include "server/generate/kv_cache.h"
 #include "server/generate/sampler.h"
+#include "server/generate/spare_memory.h"
 #include "server/generate/step.h"
 #include "server/generate/stream.h"
 #include "server/generate/tokenizer.h"
@@ -170,7 +171,8 @@ class Generator {
   void Decode();
   // Runs one step feeding `count` tokens of each of `group`; samples each row's next token
   // when it has read every token it had. A failure ends the group's sequences.
-  void RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t ordinal = 0);
+  // `ordinal`: the decode group's place in its iteration (-1: a prefill step).
+  void RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t ordinal = -1);
   // Pages for `seq` to hold `positions`, preempting younger sequences while they lack; false
   // when even alone it does not fit (then it was ended).
   bool Reserve(const SeqPtr& seq, int64_t positions);
@@ -184,8 +186,7 @@ class Generator {
     std::vector<Tensor> in, out;
     HeldRows held;  // appending steps: the sequences `out` holds
   };
-  // The buffers of that shape for the `group`-th decode group of an iteration (prefill: 0),
-  // most recently used first (a few are kept).
+  // The buffers of that shape for the `group`-th decode group of an iteration (prefill: -1).
   StepBuffers& BuffersFor(int64_t rows, int64_t count, int64_t past, int64_t group);
   // How RunStep runs a step: through step_appending (sized to a batch bucket), through
   // step_last (logits of the last position only).
@@ -201,7 +202,11 @@ class Generator {
 
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;
-  std::list<StepBuffers> buffers_;  // scheduler thread only
+  // Scheduler thread only. Each decode group keeps its buffers until its shape changes;
+  // prefill shapes share a few, most recently used first.
+  std::vector<StepBuffers> decode_buffers_;  // by group ordinal
+  std::list<StepBuffers> prefill_buffers_;
+  SpareMemory spare_;  // a decode group's buffers from before its shape changed
   std::vector<int64_t> eos_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -36,9 +36,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const DecoderContract& 
         " positions is ", page_bytes, " bytes)"));
   }
   std::unique_ptr<KvCache> c(new KvCache(contract, page_tokens, pages));
-  ASSIGN_OR_RETURN(c->reservation_, MemoryReservation::Make(std::move(account), c->bytes_));
+  ASSIGN_OR_RETURN(
+      c->reservation_,
+      MemoryReservation::Make(std::move(account),
+                              static_cast<int64_t>(HugePageRound(static_cast<size_t>(c->bytes_)))));
   // Not zeroed: a position is read only after a step wrote it.
-  c->base_.reset(new (std::nothrow) char[static_cast<size_t>(c->bytes_)]);
+  c->base_ = AllocateHugePageBacked(static_cast<size_t>(c->bytes_));
   if (!c->base_) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate the kv cache (",
                                                      c->bytes_, " bytes)"));

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/huge_pages.h"
 #include "base/memory_budget.h"
 #include "base/status.h"
 #include "ir/tensor.h"
@@ -102,7 +103,7 @@ class KvCache {
   int64_t page_bytes_ = 0;
   size_t pages_total_ = 0;
   int64_t bytes_ = 0;
-  std::unique_ptr<char[]> base_;
+  HugePageBuffer base_;
   // A page for a table: a free one, else the least recently released cached one.
   int32_t TakePage();
   uint64_t PageKey(uint64_t chain, const std::vector<int64_t>& tokens, int64_t page) const;

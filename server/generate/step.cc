@@ -108,7 +108,7 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
                                 const KvCache& cache, const std::vector<StepRow>& rows,
                                 int64_t total_rows, int64_t count, int64_t logit_positions,
                                 int64_t past, std::vector<Tensor>& in, std::vector<Tensor>& out,
-                                HeldRows& held) {
+                                HeldRows& held, SpareMemory* spare) {
   if (sig.outputs.size() != contract.cache.size() + 1) {
     return absl::FailedPreconditionError(
         "an appending step needs a model whose outputs are the logits and the presents only");
@@ -120,6 +120,9 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
   in.resize(sig.inputs.size());
   out.resize(sig.outputs.size());
   RETURN_IF_ERROR(BuildTokenInputs(contract, rows, total_rows, count, past, in));
+  auto zeros = [&](DType dtype, std::vector<int64_t> shape) {
+    return spare ? spare->Zeros(dtype, std::move(shape)) : Tensor(dtype, std::move(shape));
+  };
   // Never read: one zero tensor per shape stands for every past input of that shape.
   std::vector<Tensor> unread;
   bool fresh = false;  // a present made anew holds no row
@@ -131,21 +134,21 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
       if (!past_in.defined() && u.dtype() == c.dtype && u.shape() == past_shape) past_in = u;
     }
     if (!past_in.defined() || past_in.dtype() != c.dtype || past_in.shape() != past_shape) {
-      past_in = Tensor(c.dtype, past_shape);
+      past_in = zeros(c.dtype, past_shape);
     }
     unread.push_back(past_in);
     Tensor& present = out[c.output];
     const std::vector<int64_t> shape = CacheShape(sig, c, total_rows, past + count);
     if (!present.defined() || present.dtype() != c.dtype || present.shape() != shape ||
         present.owner().use_count() != 1) {
-      present = Tensor(c.dtype, shape);  // zeros: finite everywhere
+      present = zeros(c.dtype, shape);  // finite everywhere
       fresh = true;
     }
   }
   Tensor& logits = out[contract.logits];
   const std::vector<int64_t> logits_shape{total_rows, logit_positions, contract.vocab};
   if (!logits.defined() || logits.shape() != logits_shape || logits.dtype() != DType::kFloat32) {
-    logits = Tensor(DType::kFloat32, logits_shape);
+    logits = zeros(DType::kFloat32, logits_shape);
   }
   if (fresh || held.id.size() != static_cast<size_t>(total_rows)) {
     held.id.assign(static_cast<size_t>(total_rows), 0);

@@ -16,6 +16,7 @@
 #include "server/common/model_signature.h"
 #include "server/generate/decoder_contract.h"
 #include "server/generate/kv_cache.h"
+#include "server/generate/spare_memory.h"
 
 namespace kiln::server::generate {
 
@@ -52,13 +53,13 @@ absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignatu
 // since (one per decode step), any other row its whole cache and zeros up to `past` (the
 // mask hides them, but a masked value still meets a zero weight, so it must be finite).
 // `logit_positions`: the logits' positions (`count`, or 1 for an engine that computes the last
-// position's only). FAILED_PRECONDITION when the model has outputs besides the logits and the
-// presents.
+// position's only). New tensors are made on `spare`'s memory where it has some. FAILED_PRECONDITION
+// when the model has outputs besides the logits and the presents.
 absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSignature& sig,
                                 const KvCache& cache, const std::vector<StepRow>& rows,
                                 int64_t total_rows, int64_t count, int64_t logit_positions,
                                 int64_t past, std::vector<Tensor>& in, std::vector<Tensor>& out,
-                                HeldRows& held);
+                                HeldRows& held, SpareMemory* spare = nullptr);
 
 // Stores each row's `count` new positions (at [past, past + count) of the present outputs)
 // into its pages at [cached, cached + count). INTERNAL when the outputs are not the shapes

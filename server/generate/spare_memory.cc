@@ -1,0 +1,74 @@
+#include "server/generate/spare_memory.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "base/huge_pages.h"
+#include "base/memory_budget.h"
+
+namespace kiln::server::generate {
+
+void SpareMemory::Keep(std::vector<Tensor> tensors) {
+  std::vector<Block> seen;
+  for (const Tensor& t : tensors) {
+    // A view into part of a buffer has no size of its own to reuse.
+    if (!t.defined() || !t.owner() || t.raw() != t.owner().get()) continue;
+    const bool again =
+        std::any_of(seen.begin(), seen.end(), [&](const Block& b) { return b.owner == t.owner(); });
+    if (!again) seen.push_back(Block{t.owner(), t.nbytes()});
+  }
+  tensors.clear();
+  for (Block& b : seen) {
+    if (b.owner.use_count() == 1) blocks_.push_back(std::move(b));
+  }
+}
+
+namespace {
+
+// A buffer of at least `bytes` on transparent huge pages (base/huge_pages.h), charged to the
+// memory account in scope: a group's new shape faults 2 MB at a time (a 25 MB group: 13
+// faults instead of ~6000). Throws as Tensor's allocation does (MemoryBudgetError,
+// std::bad_alloc).
+std::shared_ptr<void> HugeBlock(size_t bytes) {
+  struct Held {
+    MemoryReservation charge;
+    HugePageBuffer buffer;
+  };
+  auto held = std::make_shared<Held>();
+  if (const std::shared_ptr<MemoryAccount>* account = CurrentMemoryAccount()) {
+    absl::StatusOr<MemoryReservation> charge =
+        MemoryReservation::Make(*account, static_cast<int64_t>(HugePageRound(bytes)));
+    if (!charge.ok()) throw MemoryBudgetError(charge.status());
+    held->charge = std::move(*charge);
+  }
+  held->buffer = AllocateHugePageBacked(bytes);
+  if (!held->buffer) throw std::bad_alloc();
+  char* data = held->buffer.get();
+  return std::shared_ptr<void>(std::move(held), data);
+}
+
+}  // namespace
+
+Tensor SpareMemory::Zeros(DType dtype, std::vector<int64_t> shape) {
+  const size_t need = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  auto best = blocks_.end();
+  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+    if (it->bytes >= need && (best == blocks_.end() || it->bytes < best->bytes)) best = it;
+  }
+  std::shared_ptr<void> owner;
+  if (best != blocks_.end()) {
+    owner = std::move(best->owner);
+    blocks_.erase(best);
+  } else if (need >= kHugePageFrom) {
+    owner = HugeBlock(need);
+  } else {
+    return Tensor(dtype, std::move(shape));
+  }
+  std::memset(owner.get(), 0, need);
+  void* data = owner.get();
+  return Tensor::View(dtype, std::move(shape), std::move(owner), data);
+}
+
+}  // namespace kiln::server::generate
