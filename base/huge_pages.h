@@ -24,11 +24,14 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+
+#include "base/aligned.h"
 
 namespace kiln {
 
@@ -64,13 +67,22 @@ inline bool SetHugePageMalloc() {
 // 4-layer hidden-256 decoder write ~24 MB of fresh cache pages per burst: ~6000 faults at
 // ~14 us on this project's VMs. A buffer under kHugePageFrom is allocated as it is asked (a
 // whole huge page would waste most of it). Not zeroed. Null when the memory is not there.
-struct FreeDeleter {
-  void operator()(char* p) const { std::free(p); }
-};
-using HugePageBuffer = std::unique_ptr<char, FreeDeleter>;
-
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 inline constexpr size_t kHugePageFrom = size_t{1} << 20;
+
+// Frees an AllocateHugePageBacked buffer: unmaps a mapped one (`bytes` from kHugePageFrom),
+// frees a small one.
+struct HugePageDeleter {
+  size_t bytes = 0;
+  void operator()(char* p) const {
+    if (bytes >= kHugePageFrom) {
+      munmap(p, bytes);
+    } else {
+      std::free(p);
+    }
+  }
+};
+using HugePageBuffer = std::unique_ptr<char, HugePageDeleter>;
 
 // The bytes AllocateHugePageBacked takes for `bytes`: whole huge pages from kHugePageFrom.
 inline size_t HugePageRound(size_t bytes) {
@@ -78,12 +90,27 @@ inline size_t HugePageRound(size_t bytes) {
   return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
 }
 
+// A buffer from kHugePageFrom is mapped on its own, aligned to a huge page, not taken from
+// malloc: advice given to a range of malloc's heap (where glibc serves even multi-MiB blocks
+// while a model loads, base/heap_scope.h) would stay on it after the free, and the heap's
+// small request buffers would then fault 2 MB at a time.
 inline HugePageBuffer AllocateHugePageBacked(size_t bytes) {
   const size_t size = HugePageRound(bytes);
-  if (size < kHugePageFrom) return HugePageBuffer(static_cast<char*>(std::malloc(size ? size : 1)));
-  void* p = std::aligned_alloc(kHugePageBytes, size);
-  if (p != nullptr) madvise(p, size, MADV_HUGEPAGE);  // advice: refused where THP is off
-  return HugePageBuffer(static_cast<char*>(p));
+  if (size < kHugePageFrom) {
+    return HugePageBuffer(
+        static_cast<char*>(std::aligned_alloc(kBufferAlignment, AlignedSize(size))),
+        HugePageDeleter{0});
+  }
+  const size_t span = size + kHugePageBytes;  // room to align the start
+  void* mapped = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) return HugePageBuffer(nullptr, HugePageDeleter{0});
+  const auto start = reinterpret_cast<uintptr_t>(mapped);
+  const uintptr_t aligned = (start + kHugePageBytes - 1) & ~(uintptr_t{kHugePageBytes} - 1);
+  if (aligned > start) munmap(mapped, aligned - start);
+  const size_t tail = span - (aligned - start) - size;
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
+  madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // refused where THP is off
+  return HugePageBuffer(reinterpret_cast<char*>(aligned), HugePageDeleter{size});
 }
 
 }  // namespace kiln

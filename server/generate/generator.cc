@@ -106,9 +106,11 @@ void Generator::Loop() {
       if (stopping_) break;
     }
     if (Iterate()) continue;
-    decode_buffers_.clear();  // idle: hold no step buffers
-    prefill_buffers_.clear();
-    spare_.Clear();
+    buffers_.Clear();  // idle: hold no step buffers
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.step_buffer_bytes = 0;
+    }
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return stopping_ || !waiting_.empty(); });
   }
@@ -130,6 +132,9 @@ bool Generator::Iterate() {
   if (running_.empty()) return false;
   Prefill();
   Decode();
+  const int64_t held = buffers_.HeldBytes();
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.step_buffer_bytes = held;
   return true;
 }
 
@@ -282,9 +287,7 @@ void Generator::Decode() {
             1, ordinal);
   }
   // Groups beyond this iteration's last hold no rows now.
-  if (decode_buffers_.size() > static_cast<size_t>(ordinal)) {
-    decode_buffers_.resize(static_cast<size_t>(ordinal));
-  }
+  buffers_.TrimGroups(static_cast<size_t>(ordinal));
 }
 
 bool Generator::Reserve(const SeqPtr& seq, int64_t positions) {
@@ -347,7 +350,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   const StepKind kind{appending, setup_.step_last && count == setup_.last_count &&
                                      (!appending || setup_.step_last_appending)};
   const int64_t positions = kind.logit_positions(count);
-  StepBuffers& buffers = BuffersFor(total, count, past, ordinal);
+  StepBuffers& buffers = buffers_.For(total, count, past, ordinal);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
     ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers));
     const Tensor& logits = out.at(setup_.contract.logits);
@@ -384,12 +387,18 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
                                                         int64_t count, int64_t past, StepKind kind,
                                                         StepBuffers& buffers) {
   const int64_t total = buffers.key[0];
+  // What the step's build did not take of a group's old buffers goes with the step, on
+  // every path (a copying step takes none of it; an allocation may throw).
+  struct ClearSpare {
+    SpareMemory& spare;
+    ~ClearSpare() { spare.Clear(); }
+  } clear_spare{buffers_.spare()};
   std::vector<Tensor> out;
   if (kind.appending) {
-    const absl::Status built = BuildAppendingStep(setup_.contract, setup_.signature, *cache_, rows,
-                                                  total, count, kind.logit_positions(count), past,
-                                                  buffers.in, buffers.out, buffers.held, &spare_);
-    spare_.Clear();  // what the new shape did not take
+    const absl::Status built = BuildAppendingStep(
+        setup_.contract, setup_.signature, *cache_, rows, total, count, kind.logit_positions(count),
+        past, buffers.in, buffers.out, buffers.held, &buffers_.spare());
+    buffers_.spare().Clear();  // before the run: what the new shape did not take
     RETURN_IF_ERROR(built);
     const StepFn& step = kind.last ? setup_.step_last_appending : setup_.step_appending;
     absl::StatusOr<std::vector<Tensor>> ran = step(buffers.in, total, std::move(buffers.out));
@@ -415,41 +424,6 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
   buffers.out = out;  // written over (appending: appended to) by the next step of this shape
   RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));
   return out;
-}
-
-Generator::StepBuffers& Generator::BuffersFor(int64_t rows, int64_t count, int64_t past,
-                                              int64_t group) {
-  // Kept buffers spare the next step of the shape its allocation: a fresh multi-MiB tensor is
-  // mapped, faulted in and zeroed again, and an appending group's rows regathered whole
-  // (4-layer hidden-256 decoder, 8 rows at a 384 class: 25 MB, tens of ms of page faults).
-  // Each decode group keeps its own until its shape changes, so a burst of prefill chunks at
-  // other shapes does not push the running groups' buffers out (they did while all shared one
-  // list of 4: every iteration with prefill re-made both groups of 16 streams). At GPT-2-small
-  // size an 8-row appending group at a 639-position class holds about 380 MB, so at most
-  // kKeptGroups groups keep theirs; later ones and prefill share kKeptPrefill.
-  constexpr size_t kKeptGroups = 8, kKeptPrefill = 2;
-  const std::vector<int64_t> key{rows, count, past, group};
-  if (group >= 0 && static_cast<size_t>(group) < kKeptGroups) {
-    if (decode_buffers_.size() <= static_cast<size_t>(group)) {
-      decode_buffers_.resize(static_cast<size_t>(group) + 1);
-    }
-    StepBuffers& kept = decode_buffers_[static_cast<size_t>(group)];
-    if (kept.key != key) {
-      spare_.Keep(std::move(kept.in));  // the new shape's tensors are made on this memory
-      spare_.Keep(std::move(kept.out));
-      kept = StepBuffers{key, {}, {}, {}};
-    }
-    return kept;
-  }
-  for (auto it = prefill_buffers_.begin(); it != prefill_buffers_.end(); ++it) {
-    if (it->key == key) {
-      prefill_buffers_.splice(prefill_buffers_.begin(), prefill_buffers_, it);
-      return prefill_buffers_.front();
-    }
-  }
-  prefill_buffers_.push_front(StepBuffers{key, {}, {}, {}});
-  if (prefill_buffers_.size() > kKeptPrefill) prefill_buffers_.pop_back();
-  return prefill_buffers_.front();
 }
 
 void Generator::Sample(Sequence& seq, const float* logits) {

@@ -41,8 +41,8 @@
 #include "server/generate/generation_config.h"
 #include "server/generate/kv_cache.h"
 #include "server/generate/sampler.h"
-#include "server/generate/spare_memory.h"
 #include "server/generate/step.h"
+#include "server/generate/step_buffers.h"
 #include "server/generate/stream.h"
 #include "server/generate/tokenizer.h"
 
@@ -83,6 +83,9 @@ struct GeneratorStats {
   int64_t steps_last_position = 0;               // of them, full prefill chunks through step_last
   int64_t prefix_tokens = 0;  // prompt positions taken from other sequences' pages, not computed
   int64_t pages_cached = 0;   // of pages_free: registered pages kept for prefix sharing
+  // Bytes of step tensors the loop holds between iterations (kept step buffers and spare
+  // memory): bounded by the groups' shapes, 0 when idle.
+  int64_t step_buffer_bytes = 0;
 };
 
 struct GeneratorSetup {
@@ -180,14 +183,6 @@ class Generator {
   void Sample(Sequence& seq, const float* logits);
   void End(const SeqPtr& seq, absl::Status status, std::string reason);
 
-  // A step's input and output tensors, kept for the next step of the same shape and group.
-  struct StepBuffers {
-    std::vector<int64_t> key;  // rows, tokens, past, group
-    std::vector<Tensor> in, out;
-    HeldRows held;  // appending steps: the sequences `out` holds
-  };
-  // The buffers of that shape for the `group`-th decode group of an iteration (prefill: -1).
-  StepBuffers& BuffersFor(int64_t rows, int64_t count, int64_t past, int64_t group);
   // How RunStep runs a step: through step_appending (sized to a batch bucket), through
   // step_last (logits of the last position only).
   struct StepKind {
@@ -202,11 +197,7 @@ class Generator {
 
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;
-  // Scheduler thread only. Each decode group keeps its buffers until its shape changes;
-  // prefill shapes share a few, most recently used first.
-  std::vector<StepBuffers> decode_buffers_;  // by group ordinal
-  std::list<StepBuffers> prefill_buffers_;
-  SpareMemory spare_;  // a decode group's buffers from before its shape changed
+  StepBufferSet buffers_;  // scheduler thread only
   std::vector<int64_t> eos_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,12 @@ class SpareMemory {
   // Frees what is kept.
   void Clear() { blocks_.clear(); }
   size_t blocks() const { return blocks_.size(); }
+  // The bytes kept (as the tensors they held used them).
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (const Block& b : blocks_) n += static_cast<int64_t>(b.bytes);
+    return n;
+  }
 
  private:
   struct Block {

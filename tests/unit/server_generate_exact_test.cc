@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "server/generate/decoder_contract.h"
@@ -138,6 +140,66 @@ TEST(StepInputsExact, NoMaskFedAndRowsMustHaveTheStepsLength) {
   HeldRows held;
   st = BuildAppendingStep(*contract, sig, **cache, {{&ta, 3, &a}}, 1, 1, 1, 3, in, out, held);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+}
+
+// The loop's step memory stays bounded by its shapes while it runs, even where a group's
+// shape changes every step (at exact lengths the past grows by one per token: its old
+// buffers must not pile up), and is none once the loop is idle.
+TEST(GeneratorMemory, HeldStepBytesStayBoundedAndGoWhenIdle) {
+  for (bool exact : {true, false}) {
+    struct Probe {
+      std::mutex mu;
+      Generator* g = nullptr;
+      int64_t most_step = 0, most_held = 0;
+    };
+    auto probe = std::make_shared<Probe>();
+    auto measure = [probe](StepFn step) -> StepFn {
+      return [probe, step](std::vector<Tensor> in, int64_t rows, std::vector<Tensor> out) {
+        int64_t bytes = 0;  // the step's inputs and outputs
+        for (const Tensor& t : in) bytes += static_cast<int64_t>(t.nbytes());
+        {
+          std::lock_guard<std::mutex> lk(probe->mu);
+          if (probe->g) {
+            probe->most_held = std::max(probe->most_held, probe->g->stats().step_buffer_bytes);
+          }
+        }
+        absl::StatusOr<std::vector<Tensor>> r = step(std::move(in), rows, std::move(out));
+        if (r.ok()) {
+          for (const Tensor& t : *r) bytes += static_cast<int64_t>(t.nbytes());
+        }
+        std::lock_guard<std::mutex> lk(probe->mu);
+        probe->most_step = std::max(probe->most_step, bytes);
+        return r;
+      };
+    };
+    ToyOptions o;
+    o.exact = exact;
+    o.masked = !exact;
+    o.step = measure(exact ? SeesEveryPosition(-1) : ToyStep);
+    o.appending = !exact;
+    o.step_appending = measure(ToyAppendingStep);
+    auto g = ToyGenerator(o);
+    ASSERT_NE(g, nullptr);
+    {
+      std::lock_guard<std::mutex> lk(probe->mu);
+      probe->g = g.get();
+    }
+    auto s = g->Submit(Greedy(Prompt(5, 3), 40));
+    ASSERT_TRUE(s.ok()) << s.status();
+    Outcome out = Drain(**s);
+    ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+    EXPECT_EQ(out.tokens, Expected(Prompt(5, 3), 40));
+    std::lock_guard<std::mutex> lk(probe->mu);
+    // One sequence: its decode group's buffers and at most two prefill shapes' (40 steps of
+    // old buffers kept would be 10x more).
+    EXPECT_GT(probe->most_held, 0) << "exact " << exact;
+    EXPECT_LE(probe->most_held, 3 * probe->most_step) << "exact " << exact;
+    probe->g = nullptr;
+    for (int i = 0; i < 200 && g->stats().step_buffer_bytes != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(g->stats().step_buffer_bytes, 0) << "exact " << exact;
+  }
 }
 
 }  // namespace

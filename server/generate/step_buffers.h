@@ -1,0 +1,54 @@
+// The step tensors a generation loop keeps between iterations (server/generate/generator.h).
+//
+// Why: a fresh multi-MiB step tensor is mapped, faulted in and zeroed again, and an appending
+// group's rows regathered whole (8 rows of a 4-layer hidden-256 decoder at a 384-position
+// class: 25 MB, ~6000 faults of ~14 us on this project's VMs). Each decode group keeps its own
+// buffers until its shape changes, so a burst of prefill chunks at other shapes does not push
+// the running groups' buffers out (they did while all shared one list of four: every
+// iteration that prefilled made both groups of 16 streams again). When a group's shape
+// changes, its old buffers go to spare() for the step being built (SpareMemory), and what that
+// step does not take is freed with it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <vector>
+
+#include "ir/tensor.h"
+#include "server/generate/spare_memory.h"
+#include "server/generate/step.h"
+
+namespace kiln::server::generate {
+
+// A step's input and output tensors, kept for the next step of the same shape and group.
+struct StepBuffers {
+  std::vector<int64_t> key;  // rows, tokens, past, group
+  std::vector<Tensor> in, out;
+  HeldRows held;  // appending steps: the sequences `out` holds
+};
+
+class StepBufferSet {
+ public:
+  // At GPT-2-small size an 8-row appending group at a 639-position class holds about 380 MB:
+  // at most kKeptGroups groups keep theirs; later groups and prefill share kKeptPrefill.
+  static constexpr size_t kKeptGroups = 8, kKeptPrefill = 2;
+
+  // The buffers of that shape for the `group`-th decode group of an iteration (-1: a prefill
+  // step). A decode group's buffers of another shape go to spare().
+  StepBuffers& For(int64_t rows, int64_t count, int64_t past, int64_t group);
+  // Decode groups from `groups` on hold no rows now.
+  void TrimGroups(size_t groups);
+  SpareMemory& spare() { return spare_; }
+  // Holds nothing (an idle loop).
+  void Clear();
+  // Bytes of the tensors kept and of spare(), each buffer once.
+  int64_t HeldBytes() const;
+
+ private:
+  std::vector<StepBuffers> decode_;  // by group ordinal
+  std::list<StepBuffers> prefill_;   // most recently used first
+  SpareMemory spare_;
+};
+
+}  // namespace kiln::server::generate
