@@ -97,12 +97,15 @@ class Generation : public ::testing::Test {
     return reader->Finish();
   }
 
-  // GetModel's generation info once nothing runs and every page is free (or after 5 s).
+  // GetModel's generation info once nothing runs, every page is free and the loop holds no
+  // step buffers (or after 5 s).
   v1::GenerationInfo InfoOnceIdle() {
     v1::GenerationInfo g;
     for (int i = 0; i < 250; ++i) {
       g = Info();
-      if (g.running() == 0 && g.pages_free() == g.pages_total()) break;
+      if (g.running() == 0 && g.pages_free() == g.pages_total() && g.step_buffer_bytes() == 0) {
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return g;
@@ -373,6 +376,7 @@ TEST_F(Generation, CancelFreesThePagesAndADeadlineEndsTheRequest) {
   const v1::GenerationInfo g = InfoOnceIdle();
   EXPECT_EQ(g.running(), 0);
   EXPECT_EQ(g.pages_free(), g.pages_total());
+  EXPECT_EQ(g.step_buffer_bytes(), 0) << "an idle loop holds no step buffers";
 
   std::vector<int64_t> ids;
   // 90 tokens (the context's room) took this decoder 7.4-10.6 ms in kilnd (kiln-load, 10
