@@ -141,19 +141,21 @@ TEST(SpareMemory, AnAppendingStepOnReusedMemoryHoldsItsRowsAndZeros) {
   in.clear();
   out.clear();
   held = {};
-  // Its next shape (2 rows at a past of 4) is smaller: made on the kept memory.
-  ASSERT_TRUE(BuildAppendingStep(*contract, sig, **cache, {{&ta, 3, &a}, {&tb, 2, &b}}, 2, 1, 1, 4,
+  // Its next shape (3 rows, the last a padding row, at a past of 4) is smaller: made on the
+  // kept memory.
+  ASSERT_TRUE(BuildAppendingStep(*contract, sig, **cache, {{&ta, 3, &a}, {&tb, 2, &b}}, 3, 1, 1, 4,
                                  in, out, held, &spare)
                   .ok());
   const Tensor& present = out[contract->cache[0].output];
-  ASSERT_EQ(present.shape(), (std::vector<int64_t>{2, 1, 5, 2}));
-  EXPECT_EQ(old_at.count(present.raw()), 1u);  // on the kept memory
+  ASSERT_EQ(present.shape(), (std::vector<int64_t>{3, 1, 5, 2}));
+  EXPECT_TRUE(AllZero(in[contract->cache[0].input]));  // the past input, never read, finite
+  EXPECT_EQ(old_at.count(present.raw()), 1u);          // on the kept memory
   const Tensor& logits = out[contract->logits];
   EXPECT_EQ(old_at.count(logits.raw()), 1u);
   EXPECT_TRUE(AllZero(logits));
   const float* p = present.data<float>();
-  for (int64_t row = 0; row < 2; ++row) {
-    const int64_t cached = row == 0 ? 3 : 2;
+  for (int64_t row = 0; row < 3; ++row) {
+    const int64_t cached = row == 0 ? 3 : row == 1 ? 2 : 0;  // the padding row: zeros
     for (int64_t pos = 0; pos < 5; ++pos) {
       for (int64_t k = 0; k < 2; ++k) {
         const float want = pos < cached ? static_cast<float>(pos * 2 + k + 1) : 0.0f;
