@@ -53,6 +53,7 @@ std::shared_ptr<void> HugeBlock(size_t bytes) {
 
 Tensor SpareMemory::Zeros(DType dtype, std::vector<int64_t> shape) {
   const size_t need = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  if (need == 0) return Tensor(dtype, std::move(shape));  // an empty past takes no block
   auto best = blocks_.end();
   for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
     if (it->bytes >= need && (best == blocks_.end() || it->bytes < best->bytes)) best = it;
