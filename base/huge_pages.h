@@ -97,9 +97,7 @@ inline size_t HugePageRound(size_t bytes) {
 inline HugePageBuffer AllocateHugePageBacked(size_t bytes) {
   const size_t size = HugePageRound(bytes);
   if (size < kHugePageFrom) {
-    return HugePageBuffer(
-        static_cast<char*>(std::aligned_alloc(kBufferAlignment, AlignedSize(size))),
-        HugePageDeleter{0});
+    return HugePageBuffer(NewAlignedBuffer<char>(size).release(), HugePageDeleter{0});
   }
   const size_t span = size + kHugePageBytes;  // room to align the start
   void* mapped = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -175,11 +175,13 @@ async function main() {
   const warm = prompt(o.prompts[0], 9999, meta.vocab);
   await kilnStream(o, warm);  // warm both sides once
   if (peer) await ortStream(ort, session, meta, o, warm);
+  // The prompts one after another (ORT's loop has no batching: its many streams run so too).
+  const inTurn = run => p => timed(async () => { const r = []; for (const x of p) r.push(await run(x)); return r; });
+  const ortLoop = inTurn(x => ortStream(ort, session, meta, o, x));
   const sides = {
-    kiln: {one: p => timed(async () => { const r = []; for (const x of p) r.push(await kilnStream(o, x)); return r; }),
+    kiln: {one: inTurn(x => kilnStream(o, x)),
            many: p => withKilnd(o.pid, () => timed(() => Promise.all(p.map(x => kilnStream(o, x)))))},
-    ort: {one: p => timed(async () => { const r = []; for (const x of p) r.push(await ortStream(ort, session, meta, o, x)); return r; }),
-          many: p => timed(async () => { const r = []; for (const x of p) r.push(await ortStream(ort, session, meta, o, x)); return r; })},
+    ort: {one: ortLoop, many: ortLoop},
   };
   // Rounds alternate which side goes first; each row keeps its best round (a busy host only
   // ever slows a round down), and every round is printed and kept in the JSON.

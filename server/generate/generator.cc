@@ -107,11 +107,8 @@ void Generator::Loop() {
     }
     if (Iterate()) continue;
     buffers_.Clear();  // idle: hold no step buffers
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stats_.step_buffer_bytes = 0;
-    }
     std::unique_lock<std::mutex> lk(mu_);
+    stats_.step_buffer_bytes = 0;
     cv_.wait(lk, [&] { return stopping_ || !waiting_.empty(); });
   }
   std::string why;
