@@ -40,6 +40,7 @@ struct EngineInfo {
   int layout_reorders = 0;     // cpu: kernels that only change a tensor's layout, per run
   int bf16_ops = 0;            // products computed in bfloat16 (kiln_precision, kiln_ops.h)
   int winograd_ops = 0;        // cpu: convolutions on a Winograd kernel (CpuEngineOptions)
+  int free_transposes = 0;     // cpu: Transposes that only relabel a layout (run nothing)
   int activations_after = 0;   // cpu: convolutions whose activations run after the primitive
   double trial_ms = 0;  // cpu: build time spent timing kernel choices (its own, not remembered)
   int int8_ops = 0;     // products computed on integers (QLinearConv, QLinearMatMul)

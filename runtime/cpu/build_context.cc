@@ -110,8 +110,10 @@ int BuildContext::WriteAs(int out, const memory::desc& got) {
 bool BuildContext::ShareDyingInput(int in, int out, const memory::desc& md) {
   Slot& r = slots[in];
   Slot& y = slots[out];
-  if (r.storage != Storage::kBlocked || !(r.md == md) || r.last_step != step || r.request < 0 ||
-      !y.blocked_ok || y.storage != Storage::kArena) {
+  // The buffer must die here, not just this value: a layout Transpose's output may share it
+  // (layout_transpose.h) and be read later.
+  if (r.storage != Storage::kBlocked || !(r.md == md) || r.request < 0 ||
+      requests[r.request].last_step != step || !y.blocked_ok || y.storage != Storage::kArena) {
     return false;
   }
   y.storage = Storage::kBlocked;

@@ -93,6 +93,7 @@ struct BuildContext {
   std::vector<std::string> slow_ops;
   int bf16_ops = 0;  // products built with bfloat16 operands
   int winograd_ops = 0;       // convolutions on oneDNN's Winograd kernel
+  int free_transposes = 0;    // Transposes sharing their input's bytes (layout_transpose.h)
   int activations_after = 0;  // convolutions whose activations run after the primitive
   // Slots of graph inputs that one node reads and no output repeats (in_place_append.h): a
   // Concat whose first input is one of them and whose output is the caller's tensor can take

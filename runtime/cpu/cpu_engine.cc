@@ -248,6 +248,7 @@ absl::Status CpuEngine::BuildKernels() {
   info_.slow_ops = ctx_.slow_ops;
   info_.bf16_ops = ctx_.bf16_ops;
   info_.winograd_ops = ctx_.winograd_ops;
+  info_.free_transposes = ctx_.free_transposes;
   info_.activations_after = ctx_.activations_after;
   info_.isa = std::string(IsaName(ActiveIsa())) + " (oneDNN " + CpuIsa().onednn + ")";
   return absl::OkStatus();

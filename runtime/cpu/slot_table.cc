@@ -1,5 +1,7 @@
 #include "runtime/cpu/slot_table.h"
 
+#include "runtime/cpu/layout_transpose.h"
+
 namespace kiln::cpu {
 namespace {
 
@@ -51,10 +53,10 @@ bool IsChannelConcat(const Node& n) {
   return rank >= 3 && rank <= 5 && (axis == 1 || axis == 1 - rank);
 }
 
-// A value may stay blocked when it is f32 (or 8-bit) of rank 3..5, not a graph output, and every use is
-// the activation input (or the residual) of a conv-family node, an input of a channel
-// Concat, or the activation of a per-channel Add/Sub/Mul/Div (which work in that layout or
-// reorder it themselves).
+// A value may stay blocked when it is f32 (or 8-bit) of rank 3..5, not a graph output, and every
+// use is the activation input (or the residual) of a conv-family node, an input of a channel
+// Concat, the activation of a per-channel Add/Sub/Mul/Div (which work in that layout or
+// reorder it themselves), or the input of a Transpose to channels-last.
 void MarkBlockable(const Graph& graph, BuildContext& ctx) {
   for (Slot& s : ctx.slots) {
     // 8-bit too: a QDQ model's activations between int8 convolutions stay channels-last.
@@ -69,6 +71,7 @@ void MarkBlockable(const Graph& graph, BuildContext& ctx) {
       if (s < 0) continue;
       const bool residual = n->domain == kKilnDomain && i >= 3;
       if (IsChannelConcat(*n)) continue;  // concat_kernel.cc works in those layouts
+      if (IsChannelsLastTranspose(*n)) continue;                             // layout_transpose.cc
       if (LayoutBinaryActivationInput(*n) == static_cast<int>(i)) continue;  // dnnl_binary.cc
       if (LayoutElementwiseInput(*n, i)) continue;  // elementwise_kernel.cc
       if (!IsConvFamily(*n) || (i != 0 && !residual)) ctx.slots[s].blocked_ok = false;
@@ -104,6 +107,7 @@ absl::StatusOr<SlotBindings> BuildSlots(const Graph& graph, const plan::MemoryPl
     }
   }
   MarkBlockable(graph, ctx);
+  PlanLayoutTransposes(graph, ctx);
   return b;
 }
 

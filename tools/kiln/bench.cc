@@ -270,6 +270,7 @@ absl::Status Bench(const BenchArgs& b) {
   w.Field("precision", b.precision);
   w.Field("bf16_ops", static_cast<int64_t>(info.bf16_ops));
   w.Field("winograd_ops", static_cast<int64_t>(info.winograd_ops));
+  w.Field("free_transposes", static_cast<int64_t>(info.free_transposes));
   w.Field("activations_after", static_cast<int64_t>(info.activations_after));
   w.Field("trial_ms", info.trial_ms);
   w.Field("int8_ops", static_cast<int64_t>(info.int8_ops));
