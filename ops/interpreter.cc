@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include "base/memory_budget.h"
 #include "base/stop.h"
+#include "ops/evaluate.h"
 #include "ops/run_observed.h"
 
 namespace kiln::ref {
@@ -148,10 +150,31 @@ namespace {
 
 using Env = std::unordered_map<const Value*, Tensor>;
 
+// A node's outputs: from `constants` when every input is a graph constant and the node was
+// kept there, else computed (and kept when it qualifies, see Run).
+absl::StatusOr<std::vector<Tensor>> RunMaybeKept(const Node& node, const KernelInputs& kin,
+                                                 ConstantResults* constants) {
+  size_t in_bytes = 0;
+  bool all_constant = constants != nullptr && IsDeterministic(node);
+  for (size_t i = 0; all_constant && i < node.inputs.size(); ++i) {
+    const Value* in = node.inputs[i];
+    all_constant = !in || in->constant;
+    if (kin[i]) in_bytes += kin[i]->nbytes();
+  }
+  if (!all_constant || in_bytes < kMinConstantBytes) return RunNode(node, kin);
+  if (std::optional<std::vector<Tensor>> kept = constants->Find(node, kin)) return std::move(*kept);
+  ASSIGN_OR_RETURN(std::vector<Tensor> outs, RunNode(node, kin));
+  size_t out_bytes = 0;
+  for (const Tensor& t : outs) out_bytes += t.nbytes();
+  if (out_bytes <= in_bytes) constants->Store(node, kin, outs);
+  return outs;
+}
+
 // Runs the nodes of `graph` on `env` (its inputs and captures already bound); returns the
 // graph's outputs in order. Intermediates are released after their last use.
 absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env,
-                                            const ValueObserver* observe = nullptr) {
+                                            const ValueObserver* observe = nullptr,
+                                            ConstantResults* constants = nullptr) {
   auto last = LastUses(graph);
   const auto& nodes = graph.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -172,7 +195,7 @@ absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env,
       }
     }
     RETURN_IF_ERROR(CheckStop());  // a warm-up check may be stopped between nodes
-    ASSIGN_OR_RETURN(std::vector<Tensor> outs, RunNode(node, kin));
+    ASSIGN_OR_RETURN(std::vector<Tensor> outs, RunMaybeKept(node, kin, constants));
     for (size_t k = 0; k < node.outputs.size(); ++k) {
       if (!node.outputs[k]) continue;
       if (observe) (*observe)(*node.outputs[k], outs[k]);
@@ -195,14 +218,9 @@ absl::StatusOr<std::vector<Tensor>> Execute(const Graph& graph, Env& env,
   return result;
 }
 
-}  // namespace
-
-absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
-  return RunObserved(graph, inputs, nullptr);
-}
-
-absl::StatusOr<TensorMap> RunObserved(const Graph& graph, const TensorMap& inputs,
-                                      const ValueObserver& observe) {
+absl::StatusOr<TensorMap> RunObservedWith(const Graph& graph, const TensorMap& inputs,
+                                          const ValueObserver& observe,
+                                          ConstantResults* constants) {
   RETURN_IF_ERROR(CheckSupported(graph));
   Env env;
   for (Value* in : graph.inputs) {
@@ -220,10 +238,27 @@ absl::StatusOr<TensorMap> RunObserved(const Graph& graph, const TensorMap& input
       return absl::InvalidArgumentError("unknown input '" + name + "'");
     }
   }
-  ASSIGN_OR_RETURN(std::vector<Tensor> outs, Execute(graph, env, observe ? &observe : nullptr));
+  ASSIGN_OR_RETURN(std::vector<Tensor> outs,
+                   Execute(graph, env, observe ? &observe : nullptr, constants));
   TensorMap result;
   for (size_t i = 0; i < graph.outputs.size(); ++i) result[graph.outputs[i]->name] = outs[i];
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs) {
+  return RunObserved(graph, inputs, nullptr);
+}
+
+absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs,
+                              ConstantResults* constants) {
+  return RunObservedWith(graph, inputs, nullptr, constants);
+}
+
+absl::StatusOr<TensorMap> RunObserved(const Graph& graph, const TensorMap& inputs,
+                                      const ValueObserver& observe) {
+  return RunObservedWith(graph, inputs, observe, nullptr);
 }
 
 absl::StatusOr<std::vector<Tensor>> RunBody(const Graph& body, const std::vector<Tensor>& args,

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "ir/graph.h"
+#include "ops/constant_results.h"
 #include "ops/kernel.h"
 
 namespace kiln::ref {
@@ -22,6 +23,12 @@ absl::StatusOr<std::vector<Tensor>> RunNode(const Node& node, const KernelInputs
 // must match the declared known dims) and returns every graph output by name. Intermediates
 // are released after their last use.
 absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs);
+// The same, taking the results of nodes over large constants from `constants` and keeping
+// the ones it computes there (ops/constant_results.h): those that read at least
+// kMinConstantBytes and whose outputs are no larger than their inputs (the cache holds no
+// more than the model's own weights per such node). Null: as Run above.
+absl::StatusOr<TensorMap> Run(const Graph& graph, const TensorMap& inputs,
+                              ConstantResults* constants);
 
 // Runs a control-flow body: `args` bind its inputs in order, `captured` its captures by
 // name (Graph::captures); returns its outputs in order.

@@ -24,20 +24,23 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/constant_results.h"
 
 namespace kiln::passes {
 
-class FoldCache {
+// Also the reference interpreter's ConstantResults (ops/constant_results.h): the warm-up
+// check's runs find the compile's folds, and keep theirs, here.
+class FoldCache : public ref::ConstantResults {
  public:
-  static constexpr size_t kMinInputBytes = size_t{1} << 16;
+  static constexpr size_t kMinInputBytes = ref::kMinConstantBytes;
 
   // Whether a fold of these inputs is worth a lookup.
   static bool Worth(const std::vector<const Tensor*>& inputs);
   // The outputs stored for `node` over these inputs, if any.
   std::optional<std::vector<Tensor>> Find(const Node& node,
-                                          const std::vector<const Tensor*>& inputs) const;
+                                          const std::vector<const Tensor*>& inputs) const override;
   void Store(const Node& node, const std::vector<const Tensor*>& inputs,
-             const std::vector<Tensor>& outputs);
+             const std::vector<Tensor>& outputs) override;
   // The same for tensors another pass derives from constants (fold_batchnorm's rescaled
   // weights): `what` names the derivation and everything it depends on besides the buffers
   // `inputs` (null entries allowed); `make` runs on a miss and its result is kept.

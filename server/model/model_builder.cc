@@ -387,6 +387,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   if (config.warmup.enabled) {
     ASSIGN_OR_RETURN(
         rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable, config, samples));
+    rows->constants = m.fold_cache.get();  // the reference finds the compiles' folds there
   }
   const std::vector<int64_t> order = BuildOrder(m.buckets);
   std::map<int64_t, std::string> precision_by_bucket;
