@@ -29,10 +29,11 @@ absl::Status EnsureCalibration(CheckRows* rows, const ModelConfig& config,
   const auto t0 = std::chrono::steady_clock::now();
   // The shipped samples alone when there are any (a random row would widen the ranges past
   // real data's), else the check's random rows.
-  std::vector<const ref::TensorMap*> feeds = {&rows->feed, &rows->distractor};
-  if (!rows->samples.empty()) {
-    feeds.clear();
-    for (const ref::TensorMap& s : rows->samples) feeds.push_back(&s);
+  std::vector<const ref::TensorMap*> feeds;
+  for (const ref::TensorMap& s : rows->samples) feeds.push_back(&s);
+  if (feeds.empty()) {
+    ASSIGN_OR_RETURN(const ref::TensorMap* distractor, DistractorOf(*rows));
+    feeds = {&rows->feed, distractor};
   }
   std::vector<ref::TensorMap> answers;
   absl::StatusOr<std::shared_ptr<const passes::Calibration>> ranges =

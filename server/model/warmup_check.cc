@@ -82,9 +82,17 @@ absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bo
   rows.nonfinite = check::WithNonFiniteValues(rows.feed, config.warmup.seed);
   check::InputRanges other = RangesOf(config.warmup, *rows.raw);
   other.seed += 1;
-  ASSIGN_OR_RETURN(rows.distractor, check::RandomInputs(*rows.raw, other));
+  rows.distractor_ranges = other;
   rows.tileable = batchable && OutputsHaveRows(*rows.raw, batch);
   return rows;
+}
+
+absl::StatusOr<const ref::TensorMap*> DistractorOf(CheckRows& rows) {
+  if (rows.distractor_ranges) {
+    ASSIGN_OR_RETURN(rows.distractor, check::RandomInputs(*rows.raw, *rows.distractor_ranges));
+    rows.distractor_ranges.reset();
+  }
+  return &rows.distractor;
 }
 
 absl::Status RunReference(CheckRows& rows, LoadTimes& times) {
@@ -137,7 +145,8 @@ absl::StatusOr<std::vector<CheckCase>> CasesFor(CheckRows& rows, const Graph& ra
     // The non-finite rows are checked at the smallest bucket only: their exact paths are
     // the same kernels at every batch, and building them costs time at each.
     CheckCase c;
-    ASSIGN_OR_RETURN(c.feed, check::TileRows({&rows.feed, &rows.distractor}, batch));
+    ASSIGN_OR_RETURN(const ref::TensorMap* distractor, DistractorOf(rows));
+    ASSIGN_OR_RETURN(c.feed, check::TileRows({&rows.feed, distractor}, batch));
     c.checked_block = rows.batch;
     ASSIGN_OR_RETURN(c.want, check::TileRows({&rows.want}, CheckedCount(batch, rows.batch)));
     cases.push_back(std::move(c));
@@ -152,13 +161,14 @@ absl::StatusOr<std::vector<CheckCase>> CasesFor(CheckRows& rows, const Graph& ra
   return cases;
 }
 
-absl::StatusOr<ref::TensorMap> CachedFeedFor(const CheckRows& rows, const Graph& raw, int64_t batch,
+absl::StatusOr<ref::TensorMap> CachedFeedFor(CheckRows& rows, const Graph& raw, int64_t batch,
                                              const ModelConfig& config, int64_t* block) {
   *block = 0;
   if (batch == rows.batch) return rows.feed;
   if (rows.tileable) {
     *block = rows.batch;
-    return check::TileRows({&rows.feed, &rows.distractor}, batch);
+    ASSIGN_OR_RETURN(const ref::TensorMap* distractor, DistractorOf(rows));
+    return check::TileRows({&rows.feed, distractor}, batch);
   }
   return check::RandomInputs(raw, RangesOf(config.warmup, raw));
 }

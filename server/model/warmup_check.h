@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,11 @@ struct CheckRows {
   int64_t batch = 0;
   std::unique_ptr<Graph> raw;  // the raw graph at `batch`
   ref::TensorMap feed, nonfinite;
-  ref::TensorMap distractor;  // rows placed between the checked ones in larger buckets
+  // Rows placed between the checked ones in larger buckets (and int8's calibration feed):
+  // made on first use (DistractorOf), since a check of one bucket (a shape built on demand)
+  // never reads them.
+  ref::TensorMap distractor;
+  std::optional<check::InputRanges> distractor_ranges;  // set until the rows are made
   // Every shipped sample set that fits `raw` (at most kMaxCalibrationSets): what int8
   // calibrates on (server/model/calibration.h); empty without samples.
   std::vector<ref::TensorMap> samples;
@@ -55,6 +60,8 @@ inline constexpr size_t kMaxCalibrationSets = 64;
 
 absl::StatusOr<CheckRows> MakeCheckRows(const Graph& imported, int64_t batch, bool batchable,
                                         const ModelConfig& config, const WarmupSamples& samples);
+// The distractor rows, made on the first call.
+absl::StatusOr<const ref::TensorMap*> DistractorOf(CheckRows& rows);
 // Runs the reference on the rows' feeds once (later calls return at once).
 absl::Status RunReference(CheckRows& rows, LoadTimes& times);
 
@@ -88,7 +95,7 @@ absl::StatusOr<std::vector<CheckCase>> CasesFor(CheckRows& rows, const Graph& ra
 // The feed a cached entry of this bucket was verified on (its stored outputs answer it),
 // without running the reference: the rows, or batches repeating them, or the bucket's own.
 // (`*block`: the case's checked_block.)
-absl::StatusOr<ref::TensorMap> CachedFeedFor(const CheckRows& rows, const Graph& raw, int64_t batch,
+absl::StatusOr<ref::TensorMap> CachedFeedFor(CheckRows& rows, const Graph& raw, int64_t batch,
                                              const ModelConfig& config, int64_t* block);
 
 }  // namespace kiln::server
