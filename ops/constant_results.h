@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -30,6 +31,23 @@ class ConstantResults {
                                                   const KernelInputs& inputs) const = 0;
   virtual void Store(const Node& node, const KernelInputs& inputs,
                      const std::vector<Tensor>& outputs) = 0;
+};
+
+// Finds in `base` and keeps nothing: for runs whose constants later runs do not share. A
+// shape built on demand folds its shape computations into small constants of its own, and a
+// node over one of them and a weight would be kept once per shape, in a cache that lives as
+// long as the model.
+class FindOnly : public ConstantResults {
+ public:
+  explicit FindOnly(std::shared_ptr<ConstantResults> base) : base_(std::move(base)) {}
+  std::optional<std::vector<Tensor>> Find(const Node& node,
+                                          const KernelInputs& inputs) const override {
+    return base_->Find(node, inputs);
+  }
+  void Store(const Node&, const KernelInputs&, const std::vector<Tensor>&) override {}
+
+ private:
+  std::shared_ptr<ConstantResults> base_;
 };
 
 }  // namespace kiln::ref

@@ -197,6 +197,9 @@ bool CpuEngine::EvaluateAtBuild(Node& node) {
     v->constant = std::move((*outs)[k]);
     ctx_.slots[s].storage = Storage::kConstant;
     ctx_.slots[s].blocked_ok = false;
+    // A constant is plain: a layout PlanLayoutTransposes gave the slot no longer holds.
+    ctx_.slots[s].md = dnnl::memory::desc();
+    ctx_.slots[s].request = -1;
   }
   ++info_.build_time_evaluated;
   return true;

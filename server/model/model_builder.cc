@@ -380,6 +380,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   const LadderStart ladder = StartLadder(config, cache, m.buckets.front(), pipeline, m.check);
   // The buckets' compiles fold each large constant once (a ViT-L/16: 1.2 GB of transposed
   // weights per bucket before), and so their engines share one prepacked copy of it.
+  const bool later_shape = fold_cache != nullptr;  // a shape of a model already loaded
   m.fold_cache = fold_cache ? std::move(fold_cache) : std::make_shared<passes::FoldCache>();
   pipeline.fold_cache = m.fold_cache;
   m.check.ok = true;
@@ -387,7 +388,10 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   if (config.warmup.enabled) {
     ASSIGN_OR_RETURN(
         rows, MakeCheckRows(imported, m.buckets.front(), m.signature.batchable, config, samples));
-    rows->constants = m.fold_cache.get();  // the reference finds the compiles' folds there
+    // The reference finds the compiles' folds there; it keeps its own at load only (a later
+    // shape's would be kept once per shape, see ref::FindOnly).
+    rows->constants = later_shape ? std::make_shared<ref::FindOnly>(m.fold_cache)
+                                  : std::shared_ptr<ref::ConstantResults>(m.fold_cache);
   }
   const std::vector<int64_t> order = BuildOrder(m.buckets);
   std::map<int64_t, std::string> precision_by_bucket;

@@ -99,9 +99,9 @@ absl::Status RunReference(CheckRows& rows, LoadTimes& times) {
   if (rows.ran) return absl::OkStatus();
   const Clock::time_point t0 = Clock::now();
   if (rows.want.empty()) {  // int8's calibration may have run it (calibration.h)
-    ASSIGN_OR_RETURN(rows.want, ref::Run(*rows.raw, rows.feed, rows.constants));
+    ASSIGN_OR_RETURN(rows.want, ref::Run(*rows.raw, rows.feed, rows.constants.get()));
   }
-  absl::StatusOr<ref::TensorMap> nf = ref::Run(*rows.raw, rows.nonfinite, rows.constants);
+  absl::StatusOr<ref::TensorMap> nf = ref::Run(*rows.raw, rows.nonfinite, rows.constants.get());
   if (!nf.ok() && !IsStopError(nf.status())) {
     rows.nonfinite_usable = false;
     rows.nonfinite_refusal = std::string(nf.status().message());
@@ -155,7 +155,7 @@ absl::StatusOr<std::vector<CheckCase>> CasesFor(CheckRows& rows, const Graph& ra
   CheckCase own;
   const Clock::time_point t0 = Clock::now();
   ASSIGN_OR_RETURN(own.feed, check::RandomInputs(raw, RangesOf(config.warmup, raw)));
-  ASSIGN_OR_RETURN(own.want, ref::Run(raw, own.feed, rows.constants));
+  ASSIGN_OR_RETURN(own.want, ref::Run(raw, own.feed, rows.constants.get()));
   times.reference_ms += MsSince(t0);
   cases.push_back(std::move(own));
   return cases;

@@ -51,9 +51,9 @@ struct CheckRows {
   ref::TensorMap want, want_nonfinite;
   bool nonfinite_usable = true;  // the reference accepted the non-finite feed
   std::string nonfinite_refusal;
-  // The model's kept results of nodes over its constants (its FoldCache), shared by every
-  // reference run of the check; null: computed each run.
-  ref::ConstantResults* constants = nullptr;
+  // The model's kept results of nodes over its constants (its FoldCache, or a find-only view
+  // of it), shared by every reference run of the check; null: computed each run.
+  std::shared_ptr<ref::ConstantResults> constants;
 };
 
 inline constexpr size_t kMaxCalibrationSets = 64;

@@ -40,6 +40,7 @@ std::vector<int64_t> ToFirst(size_t rank) {
 // What a case changes in the block.
 struct Variant {
   bool mlp_output_also_out = false;  // the MLP's output is a graph output too (read twice)
+  bool mlp_read_twice = false;       // the MLP's output also feeds a plain Relu
   bool permuted_is_output = false;   // the channels-last tensor is a graph output
   bool back_read_plain = false;      // the permuted-back tensor feeds a Softmax (plain reader)
   bool other_axis = false;           // permute spatial axes, not the channels
@@ -82,6 +83,9 @@ std::unique_ptr<Graph> Block(int64_t n, size_t rank, const Variant& v) {
   for (size_t d = 2; d < rank; ++d) scale.push_back(1);
   Value* r = b.Op("Add", {b.Op("Mul", {back, b.Constant("scale", Random(scale, 6))}), x});
   b.Output(dw(r, "w3", 7));
+  // Read last of all: were the MLP's output's buffer handed to the Transposes' readers
+  // only, it would be reused before this.
+  if (v.mlp_read_twice) b.Output(b.Op("Relu", {m}));
   return b.Build();
 }
 
@@ -153,6 +157,43 @@ TEST(CpuLayoutTranspose, InputReadTwiceKeepsItsCopy) {
   const int free = CheckEverywhere(4, {.mlp_output_also_out = true});
   if (ConvsStoreChannelsLast()) {  // the permute to channels-last only
     EXPECT_EQ(free, 1);
+  }
+}
+
+TEST(CpuLayoutTranspose, InputWithASecondReaderKeepsItsCopy) {
+  const int free = CheckEverywhere(4, {.mlp_read_twice = true});
+  if (ConvsStoreChannelsLast()) {  // the permute to channels-last only
+    EXPECT_EQ(free, 1);
+  }
+}
+
+// Expand(c [1, 1, 1, 32] -> [n, 24, 24, 32]) (74 KiB and more: left unfolded, folding
+// would inflate the model) ->
+// Transpose to channels-first -> + Conv(x) -> Conv. The Expand is evaluated when the engine is
+// built, and so is the Transpose after it: a constant, plain, whatever layout the Transpose's
+// output was placed in before.
+TEST(CpuLayoutTranspose, ConstantEvaluatedAtBuildIsReadPlain) {
+  constexpr int64_t kS = 24;
+  for (int64_t n : {1, 3}) {
+    GraphBuilder b;
+    Value* x = b.Input("x", DType::kFloat32, {n, kC, kS, kS});
+    Value* e = b.Op("Expand", {b.Constant("c", Random({1, 1, 1, kC}, 1)),
+                               b.Constant("shape", Tensor::FromInt64({n, kS, kS, kC}, {4}))});
+    Value* t = b.Op("Transpose", {e}, {{"perm", Attribute::Ints(ToFirst(4))}});
+    const Attribute pads = Attribute::Ints({1, 1, 1, 1});
+    Value* c = b.Op("Conv", {x, b.Constant("w0", Random({kC, kC, 3, 3}, 2))}, {{"pads", pads}});
+    Value* s = b.Op("Add", {c, t});
+    b.Output(b.Op("Conv", {s, b.Constant("w1", Random({kC, kC, 3, 3}, 3))}, {{"pads", pads}}));
+    auto g = b.Build();
+    CompileOptions co;
+    co.pipeline.level = OptLevel::kO2;
+    auto compiled = CompileGraph(*g, co);
+    ASSERT_TRUE(compiled.ok()) << compiled.status();
+    const Tensor xt = Random({n, kC, kS, kS}, 4);
+    for (auto layout : {cpu::ActivationLayout::kBlocked, cpu::ActivationLayout::kPrimitive}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " " << cpu::ActivationLayoutName(layout));
+      CheckBlock(*g, *compiled, xt, layout);
+    }
   }
 }
 
