@@ -24,22 +24,9 @@ std::optional<std::vector<int64_t>> LayoutPerm(const Node& node) {
   return perm;
 }
 
-std::vector<int64_t> ToLast(size_t rank) {
-  std::vector<int64_t> p = {0};
-  for (size_t d = 2; d < rank; ++d) p.push_back(static_cast<int64_t>(d));
-  p.push_back(1);
-  return p;
-}
-
-std::vector<int64_t> ToFirst(size_t rank) {
-  std::vector<int64_t> p = {0, static_cast<int64_t>(rank) - 1};
-  for (size_t d = 1; d + 1 < rank; ++d) p.push_back(static_cast<int64_t>(d));
-  return p;
-}
-
 bool IsChannelsFirstTranspose(const Node& node) {
   std::optional<std::vector<int64_t>> perm = LayoutPerm(node);
-  return perm && *perm == ToFirst(perm->size());
+  return perm && *perm == ChannelsFirstPerm(perm->size());
 }
 
 // `md` (of the Transpose output's dims) seen with the input's dims: input axis perm[j] is
@@ -77,9 +64,22 @@ Uses CountUses(const Graph& graph, const BuildContext& ctx) {
 
 }  // namespace
 
+std::vector<int64_t> ChannelsLastPerm(size_t rank) {
+  std::vector<int64_t> p = {0};
+  for (size_t d = 2; d < rank; ++d) p.push_back(static_cast<int64_t>(d));
+  p.push_back(1);
+  return p;
+}
+
+std::vector<int64_t> ChannelsFirstPerm(size_t rank) {
+  std::vector<int64_t> p = {0, static_cast<int64_t>(rank) - 1};
+  for (size_t d = 1; d + 1 < rank; ++d) p.push_back(static_cast<int64_t>(d));
+  return p;
+}
+
 bool IsChannelsLastTranspose(const Node& node) {
   std::optional<std::vector<int64_t>> perm = LayoutPerm(node);
-  return perm && *perm == ToLast(perm->size());
+  return perm && *perm == ChannelsLastPerm(perm->size());
 }
 
 void PlanLayoutTransposes(const Graph& graph, BuildContext& ctx) {

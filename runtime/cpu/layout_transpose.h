@@ -21,11 +21,17 @@
 //    the output is that buffer described channels-last.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "runtime/cpu/build_context.h"
 
 namespace kiln::cpu {
+
+// The perms moving axis 1 last ([0, 2, ..., r-1, 1]) and back ([0, r-1, 1, ..., r-2]).
+std::vector<int64_t> ChannelsLastPerm(size_t rank);
+std::vector<int64_t> ChannelsFirstPerm(size_t rank);
 
 // A float32 Transpose of rank 3..5 moving the channel axis (1) last, the rest in order.
 bool IsChannelsLastTranspose(const Node& node);

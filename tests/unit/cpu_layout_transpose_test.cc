@@ -15,6 +15,7 @@
 #include "runtime/check/compare.h"
 #include "runtime/cpu/cpu_engine.h"
 #include "runtime/cpu/isa.h"
+#include "runtime/cpu/layout_transpose.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln {
@@ -24,18 +25,8 @@ Tensor Random(const std::vector<int64_t>& shape, int seed) {
   return testing::SeededUniform(shape, static_cast<uint64_t>(seed));
 }
 
-std::vector<int64_t> ToLast(size_t rank) {
-  std::vector<int64_t> p = {0};
-  for (size_t d = 2; d < rank; ++d) p.push_back(static_cast<int64_t>(d));
-  p.push_back(1);
-  return p;
-}
-
-std::vector<int64_t> ToFirst(size_t rank) {
-  std::vector<int64_t> p = {0, static_cast<int64_t>(rank) - 1};
-  for (size_t d = 1; d + 1 < rank; ++d) p.push_back(static_cast<int64_t>(d));
-  return p;
-}
+std::vector<int64_t> ToLast(size_t rank) { return cpu::ChannelsLastPerm(rank); }
+std::vector<int64_t> ToFirst(size_t rank) { return cpu::ChannelsFirstPerm(rank); }
 
 // What a case changes in the block.
 struct Variant {
