@@ -123,10 +123,10 @@ std::unique_ptr<CpuKernel> MakeLayoutTransposeKernel(BuildContext& ctx, const No
     return std::make_unique<NoKernel>();
   }
   if (x.is_plain() && y.is_plain()) return nullptr;
-  if (!y.is_plain() || x.is_plain()) {
-    // Placed for sharing, but the input did not stay where it was put (a node evaluated at
-    // build became a constant): one reorder into the output's layout.
-    return MakeReorder(ctx, xs, ctx.StoredMd(xs), ys, AsInputDims(ctx.StoredMd(ys), *perm));
+  if (!y.is_plain()) {
+    // Placed for sharing, but the input is not in the shared buffer: one reorder into the
+    // output's layout.
+    return MakeReorder(ctx, xs, ctx.StoredMd(xs), ys, AsInputDims(y.md, *perm));
   }
   // The input is stored in a layout, the output wanted plain.
   const memory::desc plain_as_x = AsInputDims(ctx.PlainMd(ys), *perm);
