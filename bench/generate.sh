@@ -9,7 +9,8 @@
 # --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"),
 # MAX_BATCH (default 8), THREADS (default 2), PREFILL_LOGITS (last, the default, or all),
 # KV_IN_PLACE (auto or off), PREFILL_BUDGET (256), PRECISION (float32 by default; auto: bf16 where
-# the warm-up check allows it, docs/server.md Precision).
+# the warm-up check allows it, docs/server.md Precision), CACHE_MASK (auto, the default: a
+# decoder exported without a mask gets one; off: it runs at exact cache lengths).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD:-$root/build}"
@@ -24,7 +25,7 @@ device: cpu
 max_batch_size: ${MAX_BATCH:-8}
 cpu_threads: ${THREADS:-2}
 dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"}
-generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: ${PREFILL_CHUNK:-64}, prefill_budget: ${PREFILL_BUDGET:-256}, kv_in_place: ${KV_IN_PLACE:-auto}, prefill_logits: ${PREFILL_LOGITS:-last}}
+generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: ${PREFILL_CHUNK:-64}, prefill_budget: ${PREFILL_BUDGET:-256}, kv_in_place: ${KV_IN_PLACE:-auto}, prefill_logits: ${PREFILL_LOGITS:-last}, cache_mask: ${CACHE_MASK:-auto}}
 precision: {mode: ${PRECISION:-float32}}
 YAML
 port=$((20000 + RANDOM % 20000))
@@ -39,6 +40,7 @@ done
 echo "generate: kilnd READY in $(( $(date +%s) - start )) s"
 grep -o "prefill .*" "$work/kilnd.log" || true
 grep -o "version 1: precision .*" "$work/kilnd.log" || true
+grep -o "version 1: input '.*' added.*\|version 1: steps run at exact cache lengths.*" "$work/kilnd.log" || true
 # kilnd's CPU time while serving (user + system, clock ticks from /proc): steadier than wall
 # time on a shared host, and only Kiln's side (ONNX Runtime runs in the node process).
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' "/proc/$pid/stat"; }

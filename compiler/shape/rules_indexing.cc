@@ -1,6 +1,7 @@
 // Shape rules for indexing and generator operators: Gather, GatherElements, GatherND,
 // ScatterElements, ScatterND, OneHot, Trilu, EyeLike, Range. Sizes that come from tensor
-// values (OneHot's depth, Range's length) are static only when those inputs are constants.
+// values (OneHot's depth, Range's length) are static only when those inputs are constants,
+// or, for Range, when its limit is its start plus a constant (below).
 #include <string>
 
 #include "compiler/shape/reduction_rules.h"
@@ -89,6 +90,25 @@ absl::Status EyeLikeRule(InferContext& ctx) {
   return absl::OkStatus();
 }
 
+// The constant k when integer Range's limit is Add(start, k) or Add(k, start): the length is
+// then k / delta rounded up whatever the start is. Exporters write positions so
+// (torch.arange(past, past + seq)), and a start read at run time (a cache's length from a mask,
+// server/model/cache_mask.h) keeps the positions' count static.
+const Tensor* OffsetFromStart(const Node& range) {
+  const Value* start = range.input(0);
+  const Value* limit = range.input(1);
+  if (!start || !limit || !limit->producer || !IsIntegerDType(start->dtype)) return nullptr;
+  const Node& add = *limit->producer;
+  if (add.op_type != "Add" || !add.domain.empty() || add.inputs.size() != 2) return nullptr;
+  for (size_t i = 0; i < 2; ++i) {
+    const Value* other = add.input(1 - i);
+    if (add.input(i) == start && other && other->constant && other->constant->numel() == 1) {
+      return &*other->constant;
+    }
+  }
+  return nullptr;
+}
+
 absl::Status RangeRule(InferContext& ctx) {
   const Tensor* start = ctx.input_constant(0);
   const Tensor* limit = ctx.input_constant(1);
@@ -97,6 +117,11 @@ absl::Status RangeRule(InferContext& ctx) {
   if (start && limit && delta) {
     // The kernel's own length computation, so rule and kernel agree exactly.
     ASSIGN_OR_RETURN(int64_t n, ref::RangeLength(ctx.node(), *start, *limit, *delta));
+    length = Dim(n);
+  } else if (const Tensor* k = OffsetFromStart(ctx.node()); k && delta && !limit) {
+    // start 0, limit k: the same length as any start with limit start + k (integers).
+    const Tensor zero = Tensor::Scalar(k->dtype(), 0.0);
+    ASSIGN_OR_RETURN(int64_t n, ref::RangeLength(ctx.node(), zero, *k, *delta));
     length = Dim(n);
   }
   ctx.set_output(0, ctx.input_dtype(0), Shape{length});

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,10 @@ struct ModelSignature {
   // The sizes served per symbol, [min, max] inclusive (server/model/dim_profiles.h): a request
   // outside is INVALID_ARGUMENT.
   std::map<std::string, std::pair<int64_t, int64_t>> dim_ranges;
+  // Inputs a request may leave out, filled with ones of the size the other inputs give them:
+  // an attention mask the server added to a decoder exported without one
+  // (server/model/cache_mask.h), which a request written for the export does not send.
+  std::set<std::string> ones_when_absent;
   bool dynamic() const { return !default_dims.empty(); }
 };
 

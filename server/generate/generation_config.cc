@@ -14,6 +14,9 @@ absl::Status ValidateGenerationConfig(const GenerationConfig& c) {
   if (c.kv_in_place != "auto" && c.kv_in_place != "off") {
     return bad("kv_in_place", absl::StrCat("'", c.kv_in_place, "' is not one of: auto, off"));
   }
+  if (c.cache_mask != "auto" && c.cache_mask != "off") {
+    return bad("cache_mask", absl::StrCat("'", c.cache_mask, "' is not one of: auto, off"));
+  }
   if (c.prefill_logits != "last" && c.prefill_logits != "all") {
     return bad("prefill_logits", absl::StrCat("'", c.prefill_logits, "' is not one of: last, all"));
   }

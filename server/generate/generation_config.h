@@ -45,6 +45,9 @@ struct GenerationConfig {
   // last position (the model cut back from its logits, proven at load); all: every step
   // computes every position's logits.
   std::string prefill_logits = "last";
+  // auto: a decoder exported without an attention mask gets one (server/model/cache_mask.h),
+  // proven at load, so its steps pad to shape classes; off: it runs at exact cache lengths.
+  std::string cache_mask = "auto";
 };
 
 // INVALID_ARGUMENT "'generation.<key>': <why>" for a value outside its range (the model

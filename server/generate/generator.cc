@@ -271,14 +271,16 @@ void Generator::Decode() {
   group.erase(std::remove_if(group.begin(), group.end(), [](const SeqPtr& s) { return !s->running; }),
               group.end());
   // Rows of similar lengths run together: a step's past is padded to its longest row (at
-  // exact lengths, only rows of one length share a step).
+  // exact lengths, or when the model's positions follow its first row's length, only rows
+  // of one length share a step).
   std::stable_sort(group.begin(), group.end(),
                    [](const SeqPtr& a, const SeqPtr& b) { return a->cached < b->cached; });
   int64_t ordinal = 0;
   for (size_t at = 0, end = 0; at < group.size(); at = end, ++ordinal) {
     const size_t limit = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
     end = at + 1;
-    while (end < limit && (!setup_.exact || group[end]->cached == group[at]->cached)) ++end;
+    const bool one_length = setup_.exact || setup_.rows_share_length;
+    while (end < limit && (!one_length || group[end]->cached == group[at]->cached)) ++end;
     RunStep(std::vector<SeqPtr>(group.begin() + static_cast<std::ptrdiff_t>(at),
                                 group.begin() + static_cast<std::ptrdiff_t>(end)),
             1, ordinal);

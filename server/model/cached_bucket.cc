@@ -8,6 +8,7 @@
 #include "compiler/onnx/exporter.h"
 #include "server/model/bound_inputs.h"
 #include "server/model/bucket_engines.h"
+#include "server/model/cache_mask.h"
 #include "server/model/engine_factory.h"
 #include "server/model/precision.h"
 #include "server/model/warmup_check.h"
@@ -38,12 +39,12 @@ EngineCacheKey CacheKeyFor(const CacheContext& cache, const ModelConfig& config,
   key.model_hash = cache.model_hash;
   key.compiler_version = kCompilerVersion;
   // The level's pass list, not just its number: a registered test pass changes it.
-  key.options =
-      absl::StrCat("O", static_cast<int>(pipeline.level),
-                   ";passes=", absl::StrJoin(PipelinePasses(pipeline.level), ","),
-                   ";disabled=", absl::StrJoin(pipeline.disabled, ","),
-                   ";precision=", PrecisionKey(config, pipeline), ";warmup=", warmup,
-                   ";inputs=", InputDimsOf(config).ToString(), ";bound=", BoundInputsKey(config));
+  key.options = absl::StrCat("O", static_cast<int>(pipeline.level),
+                             ";passes=", absl::StrJoin(PipelinePasses(pipeline.level), ","),
+                             ";disabled=", absl::StrJoin(pipeline.disabled, ","),
+                             ";precision=", PrecisionKey(config, pipeline), ";warmup=", warmup,
+                             ";inputs=", InputDimsOf(config).ToString(),
+                             ";bound=", BoundInputsKey(config), ";", CacheMaskKey(config));
   key.device = DeviceFingerprint(config.device);
   key.batch = batch;
   return key;

@@ -29,6 +29,7 @@
 #include "ir/graph.h"
 #include "runtime/engine.h"
 #include "server/common/model_signature.h"
+#include "server/model/cache_mask.h"
 #include "server/model/engine_cache.h"
 #include "server/model/model_config.h"
 #include "server/model/padding_proof.h"
@@ -89,6 +90,9 @@ struct BuiltModel {
   std::string padding_refused;
   // The inputs fixed at load, one "name = value" line each (server/model/bound_inputs.h).
   std::vector<std::string> bound_inputs;
+  // A maskless decoder's added attention mask (server/model/cache_mask.h); nothing added for
+  // any other model.
+  CacheMaskOutcome cache_mask;
   // The folds of the model's large constants, shared by every later build of its shapes so
   // their engines share one prepacked copy of each weight.
   std::shared_ptr<passes::FoldCache> fold_cache;

@@ -147,6 +147,8 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
       RETURN_IF_ERROR(Read(v, full, g.prefix_cache));
     } else if (key == "prefill_logits") {
       RETURN_IF_ERROR(Read(v, full, g.prefill_logits));
+    } else if (key == "cache_mask") {
+      RETURN_IF_ERROR(Read(v, full, g.cache_mask));
     } else if (key == "tensors") {
       RETURN_IF_ERROR(ApplyTensorNames(v, g.tensors));
     } else {

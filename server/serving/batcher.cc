@@ -127,7 +127,9 @@ absl::StatusOr<std::future<Batcher::Result>> Batcher::Enqueue(
     }
   }
   Request r;
-  r.item = QueuedItem{rows, Clock::now(), deadline, hints.run_now, hints.append_in_place};
+  r.item =
+      QueuedItem{rows, Clock::now(), deadline, hints.run_now, hints.append_in_place || hints.alone};
+  r.appending = hints.append_in_place;
   r.reuse = std::move(hints.outputs);
   r.inputs = std::move(inputs);
   r.abandoned = std::move(abandoned);
@@ -305,7 +307,7 @@ absl::Status Batcher::Execute(int worker, std::vector<Request>& batch, int64_t b
     }
     // An appending request is never batched with another (DecideBatch) and fills its bucket
     // (Enqueue): it is alone, its outputs are its own.
-    const bool appending = batch.size() == 1 && batch[0].item.alone;
+    const bool appending = batch.size() == 1 && batch[0].appending;
     const Clock::time_point start = Clock::now();
     absl::Status status =
         appending ? run_appending_(worker, inputs, outputs) : run_(worker, inputs, outputs);

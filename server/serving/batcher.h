@@ -63,6 +63,9 @@ struct RunHints {
   // `outputs` hold the inputs the engine appends to in place (runtime::Engine::RunAppending):
   // the request runs alone, at a batch bucket's size, through the batcher's appending run.
   bool append_in_place = false;
+  // Never batched with another request: a model whose rows must share what its first row's
+  // mask says (server/model/cache_mask.h), fed rows another caller did not line up with it.
+  bool alone = false;
 };
 
 // What DecideBatch sees of a queued request.
@@ -73,7 +76,7 @@ struct QueuedItem {
   // Run without waiting max_queue_delay for more rows: the caller batched already (a
   // generation step, server/generate/).
   bool run_now = false;
-  // Never batched with another request (RunHints::append_in_place).
+  // Never batched with another request (RunHints::append_in_place, RunHints::alone).
   bool alone = false;
 };
 
@@ -137,6 +140,7 @@ class Batcher {
     AbandonFlag abandoned;
     RowFinish finish;
     std::vector<Tensor> reuse;  // RunHints::outputs
+    bool appending = false;     // RunHints::append_in_place
   };
   Batcher(BatchPolicy policy, BatchRunFn run, BatchRunFn run_appending)
       : policy_(std::move(policy)),

@@ -18,6 +18,7 @@
 #include "server/common/mapped_file.h"
 #include "server/metrics/kiln_metrics.h"
 #include "server/model/bound_inputs.h"
+#include "server/model/cache_mask.h"
 #include "server/serving/request_validation.h"
 
 namespace kiln::server {
@@ -156,6 +157,10 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
   for (const std::string& b : bound) {
     spdlog::info("model {} version {}: input bound: {}", mv.name(), mv.version(), b);
   }
+  ASSIGN_OR_RETURN(CacheMaskOutcome mask, AddCacheMask(*graph, mv.config()));
+  if (mask.added() || !mask.refused.empty()) {
+    spdlog::info("model {} version {}: {}", mv.name(), mv.version(), mask.ToString());
+  }
   CrashPoint("build-started");
   const auto build_start = std::chrono::steady_clock::now();
   ModelConfig config = mv.config();
@@ -170,6 +175,8 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
       mv.name(), CheckOutcome(built.status(), built.ok() ? &built->check : nullptr), build_start);
   if (!built.ok()) return built.status();
   built->bound_inputs = bound;
+  if (mask.added()) built->signature.ones_when_absent.insert(mask.input);
+  built->cache_mask = std::move(mask);
   built->times.import_ms =
       std::chrono::duration<double, std::milli>(build_start - import_start).count();
   spdlog::info("model {} version {}: built {} bucket(s): {}", mv.name(), mv.version(),

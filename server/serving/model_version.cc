@@ -123,6 +123,9 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
     std::vector<Tensor> inputs, int64_t rows, DimValues dims,
     std::optional<Clock::time_point> deadline, AbandonFlag abandoned, RunHints hints) {
   RowFinish finish;
+  // Its positions follow the first row's mask: rows of another request (another cache
+  // length, padded to the same class) must not join it.
+  if (built_.cache_mask.rows_share_length) hints.alone = true;
   if (shapes_) {
     // Validation has checked the sizes; requests at the warm-up sizes take the model's own
     // engines, any other shape its specialised ones (padded to its class first when the

@@ -153,6 +153,39 @@ absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(const ModelSigna
 
 namespace {
 
+// Ones for input `k` a request left out (ModelSignature::ones_when_absent), sized by the
+// inputs it gave: the batch of the first, each symbol from an input that has it.
+absl::StatusOr<Tensor> OnesFor(const ModelSignature& sig, size_t k,
+                               const std::vector<std::optional<Tensor>>& placed) {
+  std::map<std::string, int64_t> values;
+  int64_t rows = -1;
+  for (size_t j = 0; j < placed.size() && j < sig.dim_symbols.size(); ++j) {
+    if (!placed[j]) continue;
+    const std::vector<int64_t>& shape = placed[j]->shape();
+    if (rows < 0 && !shape.empty()) rows = shape[0];
+    for (size_t i = 1; i < shape.size() && i < sig.dim_symbols[j].size(); ++i) {
+      const std::string& s = sig.dim_symbols[j][i];
+      if (!s.empty() && !shape::IsDimExpr(s)) values.emplace(s, shape[i]);
+    }
+  }
+  const runtime::TensorSpec& spec = sig.inputs[k];
+  std::vector<int64_t> shape(spec.shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const std::string s = i < sig.dim_symbols[k].size() ? sig.dim_symbols[k][i] : "";
+    absl::StatusOr<int64_t> size = i == 0 && sig.batchable ? absl::StatusOr<int64_t>(rows)
+                                   : s.empty()             ? spec.shape[i]
+                                                           : shape::EvalDimExpr(s, values);
+    if (!size.ok() || *size < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "missing input '", spec.name, "': the other inputs do not give its dim ", i));
+    }
+    shape[i] = *size;
+  }
+  Tensor ones(spec.dtype, shape);
+  for (int64_t i = 0; i < ones.numel(); ++i) ones.SetDouble(i, 1.0);
+  return ones;
+}
+
 // The rules every transport's request meets once its inputs are decoded and placed in
 // signature order (nullopt: not given): every input present, dtypes and shapes, one batch
 // size, and a dynamic model's dims, computed here once and carried with the request.
@@ -161,6 +194,11 @@ absl::StatusOr<ValidatedInputs> ValidatePlaced(const ModelSignature& sig,
                                                Naming naming) {
   ValidatedInputs out;
   int64_t rows = -1;
+  for (size_t i = 0; i < sig.inputs.size(); ++i) {
+    if (!placed[i] && sig.ones_when_absent.count(sig.inputs[i].name)) {
+      ASSIGN_OR_RETURN(placed[i], OnesFor(sig, i, placed));
+    }
+  }
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
     const runtime::TensorSpec& spec = sig.inputs[i];
     if (!placed[i]) {

@@ -12,10 +12,16 @@
 //   token-exact on shape classes (the padding stays hidden); positions derived from the cache's
 //   length would see the padding (the padding proof refuses classes), so they generate at
 //   exact cache lengths, token-exact too;
-// - decoders without an attention mask (nothing could hide a padded cache): exact lengths,
-//   with no config at all; a configured cache range that cannot start empty is refused.
+// - decoders without an attention mask: the server adds one (server/model/cache_mask.h), proven
+//   at load, and they generate token-exact on shape classes with no config at all, building
+//   nothing after READY; a Predict may leave the added input out. With
+//   `generation.cache_mask: off` they run at exact lengths, token-exact too, and a configured
+//   cache range that cannot start empty is refused.
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "absl/strings/str_cat.h"
 #include "kiln/v1/generate.grpc.pb.h"
 #include "tests/server/generate_harness.h"
 #include "tests/server/test_server.h"
@@ -44,9 +50,23 @@ class ExportForms : public ::testing::Test {
     no_mask_ = new std::string(
         WriteDecoder(*server_, "decoder_step.py", "no_mask", "--no-mask --positions past"));
     fs::remove(server_->repo() / "no_mask/config.yaml");
-    // A maskless one whose configured cache range starts at 1.
+    // The same export on the CPU engine, rows batched: steps append in place.
+    const std::string on_cpu =
+        WriteDecoder(*server_, "decoder_step.py", "no_mask_cpu", "--no-mask --positions past");
+    std::ofstream(server_->repo() / "no_mask_cpu/config.yaml")
+        << "device: cpu\nmax_batch_size: 4\n"
+           "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16, classes: "
+           "[1, 16]}}\n";
+    // The same export kept as it is: exact lengths.
+    const std::string exact =
+        WriteDecoder(*server_, "decoder_step.py", "no_mask_exact", "--no-mask --positions past");
+    std::ofstream(server_->repo() / "no_mask_exact/config.yaml")
+        << "generation: {cache_mask: off}\n";
+    // A maskless one (positions fed) whose configured cache range starts at 1, kept as it is.
     const std::string from_one =
         WriteDecoder(*server_, "decoder_step.py", "no_mask_from_one", "--no-mask");
+    std::ofstream(server_->repo() / "no_mask_from_one/config.yaml", std::ios::app)
+        << "generation: {cache_mask: off}\n";
     // No config at all: the server's defaults and the decoder's own dims.
     bare_ = new std::string(WriteDecoder(*server_, "decoder_step.py", "bare"));
     fs::remove(server_->repo() / "bare/config.yaml");
@@ -59,7 +79,8 @@ class ExportForms : public ::testing::Test {
            "logits: scores, cache: {k_cache_0: k_cache_out_0, v_cache_0: v_cache_out_0, "
            "k_cache_1: k_cache_out_1, v_cache_1: v_cache_out_1}}}\n";
     if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past_->empty() ||
-        no_mask_->empty() || from_one.empty() || bare_->empty() || renamed.empty()) {
+        no_mask_->empty() || on_cpu.empty() || exact.empty() || from_one.empty() ||
+        bare_->empty() || renamed.empty()) {
       gpt_->clear();
       return;
     }
@@ -236,13 +257,110 @@ TEST_F(ExportForms, PositionsCountedFromTheCacheGenerateAtExactLengths) {
   EXPECT_GE(info.shape_counters().builds(), 60);
 }
 
-TEST_F(ExportForms, ADecoderWithNoMaskGeneratesAtExactLengthsWithNoConfig) {
+TEST_F(ExportForms, ADecoderWithNoMaskGetsOneAndGeneratesOnShapeClassesWithNoConfig) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("no_mask", 0, &info).ok());
-  ExpectExactLengths(info, "no input 'attention_mask'");
-  for (const auto& in : info.inputs()) EXPECT_NE(in.name(), "attention_mask");
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  const std::string& mask = info.generation().cache_mask();
+  EXPECT_EQ(mask.rfind("input 'attention_mask' added", 0), 0u) << mask;
+  EXPECT_NE(mask.find("rows of one cache length per step"), std::string::npos) << mask;
+  EXPECT_TRUE(info.generation().exact_lengths().empty()) << info.generation().exact_lengths();
+  EXPECT_TRUE(info.shape_classes().count("past_sequence_length"));
+  bool has_mask = false;
+  for (const auto& in : info.inputs()) has_mask |= in.name() == "attention_mask";
+  EXPECT_TRUE(has_mask);
   EXPECT_EQ(info.dynamic_dim_ranges().at("past_sequence_length").max(), 1023);
-  GenerateAndCheck("no_mask", *no_mask_, 20, 25, NoCache::kEmptyPast);
+  // Against the exported model (no mask), recomputed from an empty cache at every token; a
+  // 70-token prompt takes a whole chunk on the last-position engines.
+  GenerateAndCheck("no_mask", *no_mask_, 70, 25, NoCache::kEmptyPast);
+  ASSERT_TRUE(server_->GetModel("no_mask", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  EXPECT_GE(info.generation().steps_last_position(), 1);
+}
+
+TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReference) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("no_mask_cpu", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  EXPECT_TRUE(info.generation().kv_in_place());
+  // Rows of different lengths never share a step (positions follow the first row's mask):
+  // four streams at once (two of one length) give the tokens each gives alone, and one of
+  // them the reference's.
+  std::vector<std::vector<int64_t>> prompts, alone(4), together(4);
+  for (int i = 0; i < 4; ++i)
+    prompts.push_back(RandomPrompt(i == 3 ? 5 : 5 + 7 * i, 30 + i, kVocab));
+  for (int i = 0; i < 4; ++i) {
+    v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, "no_mask_cpu");
+    req.set_ignore_eos(true);
+    ASSERT_TRUE(StreamTokens(*stub_, req, alone[i]).ok());
+  }
+  std::vector<std::thread> threads;
+  std::vector<grpc::Status> status(4);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      auto stub = v1::GenerationService::NewStub(server_->channel());
+      v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, "no_mask_cpu");
+      req.set_ignore_eos(true);
+      status[i] = StreamTokens(*stub, req, together[i]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(status[i].ok()) << status[i].error_message();
+    EXPECT_EQ(together[i], alone[i]) << "stream " << i;
+  }
+  ExpectReferenceTokens(*no_mask_, prompts[1], alone[1], kVocab, NoCache::kEmptyPast);
+  ASSERT_TRUE(server_->GetModel("no_mask_cpu", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  EXPECT_GT(info.generation().steps_in_place(), 0);
+}
+
+TEST_F(ExportForms, APredictMayLeaveTheAddedMaskOut) {
+  // The export's own inputs only: the server feeds a mask of ones, which is what the export
+  // computes; an explicit mask of ones gives the same logits.
+  const std::vector<int64_t> ids = RandomPrompt(3, 41, kVocab);
+  auto request = [&](bool with_mask) {
+    v1::PredictRequest req;
+    req.set_model("no_mask");
+    v1::Tensor& t = (*req.mutable_inputs())["input_ids"];
+    t.set_dtype(v1::DATA_TYPE_INT64);
+    t.add_shape(1);
+    t.add_shape(3);
+    for (int64_t id : ids) t.add_int64_data(id);
+    for (int layer = 0; layer < 2; ++layer) {
+      for (const char* kind : {"key", "value"}) {
+        v1::Tensor& p = (*req.mutable_inputs())[absl::StrCat("past_key_values.", layer, ".", kind)];
+        p.set_dtype(v1::DATA_TYPE_FLOAT);
+        for (int64_t d : {1, 4, 2, 16}) p.add_shape(d);
+        for (int i = 0; i < 4 * 2 * 16; ++i) p.add_float_data(0.01f * static_cast<float>(i % 37));
+      }
+    }
+    if (with_mask) {
+      v1::Tensor& m = (*req.mutable_inputs())["attention_mask"];
+      m.set_dtype(v1::DATA_TYPE_INT64);
+      m.add_shape(1);
+      m.add_shape(5);
+      for (int i = 0; i < 5; ++i) m.add_int64_data(1);
+    }
+    return req;
+  };
+  v1::PredictResponse without, with;
+  grpc::Status s = server_->Predict(request(false), &without);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  s = server_->Predict(request(true), &with);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(without.outputs().at("logits").SerializeAsString(),
+            with.outputs().at("logits").SerializeAsString());
+}
+
+TEST_F(ExportForms, ADecoderWithNoMaskKeptAsItIsGeneratesAtExactLengths) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("no_mask_exact", 0, &info).ok());
+  ExpectExactLengths(info, "no input 'attention_mask'");
+  EXPECT_NE(info.generation().cache_mask().find("generation.cache_mask is off"), std::string::npos)
+      << info.generation().cache_mask();
+  for (const auto& in : info.inputs()) EXPECT_NE(in.name(), "attention_mask");
+  GenerateAndCheck("no_mask_exact", *no_mask_, 20, 25, NoCache::kEmptyPast);
 }
 
 TEST_F(ExportForms, ExactLengthsNeedACacheRangeFromZero) {

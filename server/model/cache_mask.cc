@@ -1,0 +1,233 @@
+#include "server/model/cache_mask.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/shape/infer.h"
+#include "server/generate/decoder_contract.h"
+#include "server/model/cache_mask_proof.h"
+#include "server/model/decoder_dims.h"
+
+namespace kiln::server {
+namespace {
+
+using generate::DecoderContract;
+
+// Sizes at which the keys' axis (past + sequence) and the batch are told apart from every
+// other dim: a dim that has them at both is theirs.
+struct Probe {
+  int64_t batch, past, seq;
+};
+constexpr Probe kProbes[] = {{3, 5, 2}, {2, 11, 4}};
+
+// Appends `op` (in the internal opset's form) and returns its one output.
+Value* Op(Graph& g, const std::string& op, std::vector<Value*> in,
+          std::map<std::string, Attribute> attrs = {}) {
+  Value* out = g.NewValue("kiln_mask_" + op);
+  Node* n = g.AddNode(op, std::move(in), {out});
+  n->attrs = std::move(attrs);
+  return out;
+}
+
+Value* Ints(Graph& g, std::vector<int64_t> v) {
+  const auto n = static_cast<int64_t>(v.size());
+  return g.AddConstant("kiln_mask_ints", Tensor::FromInt64(v, {n}));
+}
+
+// The inputs of the Softmaxes over the keys: reduced axis last, of size past + sequence, and
+// dim 0 the batch, at every probe; by name (which a clone keeps), with their rank.
+// FAILED_PRECONDITION for one that does not compute in float32.
+absl::StatusOr<std::map<std::string, size_t>> KeySoftmaxInputs(const Graph& g,
+                                                               const DecoderContract& c) {
+  std::map<std::string, size_t> found;
+  bool first = true;
+  for (const Probe& p : kProbes) {
+    std::unique_ptr<Graph> s = g.Clone();
+    RETURN_IF_ERROR(
+        shape::Specialize(*s, p.batch, {{c.past_symbol, p.past}, {c.sequence_symbol, p.seq}}));
+    std::map<std::string, size_t> here;
+    for (const auto& n : s->nodes()) {
+      const Value* x = n->input(0);
+      if (n->op_type != "Softmax" || !n->domain.empty() || !x || !x->shape) continue;
+      const auto r = static_cast<int64_t>(x->shape->size());
+      const int64_t axis = n->GetInt("axis", -1);
+      if (r < 2 || (axis != -1 && axis != r - 1)) continue;
+      if ((*x->shape)[r - 1].value != p.past + p.seq || (*x->shape)[0].value != p.batch) continue;
+      if (x->dtype != DType::kFloat32) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(n->Describe(), " computes in ", DTypeName(x->dtype), ", not float32"));
+      }
+      here.emplace(x->name, static_cast<size_t>(r));
+    }
+    if (!first) {
+      std::map<std::string, size_t> both;
+      for (const auto& [name, rank] : here) {
+        if (found.count(name)) both.emplace(name, rank);
+      }
+      here = std::move(both);
+    }
+    found = std::move(here);
+    first = false;
+  }
+  return found;
+}
+
+// (1 - mask) * lowest before every Softmax over the keys, as [batch, 1, ..., 1, keys].
+void MaskSoftmaxes(Graph& g, Value* mask_f, const std::map<std::string, size_t>& inputs) {
+  Value* one = g.AddConstant("kiln_mask_one", Tensor::Scalar(DType::kFloat32, 1.0));
+  Value* lowest = g.AddConstant(
+      "kiln_mask_lowest", Tensor::Scalar(DType::kFloat32, std::numeric_limits<float>::lowest()));
+  Value* bias = Op(g, "Mul", {Op(g, "Sub", {one, mask_f}), lowest});
+  std::map<size_t, Value*> by_rank;
+  std::vector<Node*> softmaxes;
+  for (const auto& n : g.nodes()) {
+    if (n->op_type == "Softmax" && n->domain.empty() && n->input(0) &&
+        inputs.count(n->input(0)->name)) {
+      softmaxes.push_back(n.get());
+    }
+  }
+  for (Node* n : softmaxes) {
+    Value* x = n->input(0);
+    const size_t r = inputs.at(x->name);
+    Value*& b = by_rank[r];
+    if (!b) {
+      std::vector<int64_t> axes;
+      for (size_t a = 1; a + 1 < r; ++a) axes.push_back(static_cast<int64_t>(a));
+      b = axes.empty() ? bias : Op(g, "Unsqueeze", {bias, Ints(g, axes)});
+    }
+    n->inputs[0] = Op(g, "Add", {x, b});
+  }
+}
+
+// The graph's Shapes of a past input, with that input's past axis.
+std::vector<std::pair<Node*, int64_t>> CacheShapes(const Graph& g, const DecoderContract& c) {
+  std::map<const Value*, int64_t> axis_of;
+  for (const auto& t : c.cache) axis_of[g.inputs[t.input]] = t.axis;
+  std::vector<std::pair<Node*, int64_t>> shapes;
+  for (const auto& n : g.nodes()) {
+    const Value* x = n->input(0);
+    if (n->op_type == "Shape" && n->domain.empty() && x && axis_of.count(x) && x->shape) {
+      shapes.emplace_back(n.get(), axis_of.at(x));
+    }
+  }
+  return shapes;
+}
+
+// Every Shape of a past input reads the cache's length from the mask: the ones over the
+// past of the batch's first row (its real length; the rows of a step share it). True when
+// the graph has such a Shape.
+bool LengthFromMask(Graph& g, Value* mask_f, const DecoderContract& c) {
+  const std::vector<std::pair<Node*, int64_t>> shapes = CacheShapes(g, c);
+  for (const auto& [n, axis] : shapes) {
+    Value* past = n->input(0);
+    const auto rank = static_cast<int64_t>(past->shape->size());
+    Value* full = Op(g, "Shape", {past});
+    Value* zero = Ints(g, {0});
+    Value* p = Op(g, "Slice", {full, Ints(g, {axis}), Ints(g, {axis + 1}), zero});
+    Value* ends = Op(g, "Concat", {Ints(g, {1}), p}, {{"axis", Attribute::Int(0)}});
+    Value* row0 = Op(g, "Slice", {mask_f, Ints(g, {0, 0}), ends, Ints(g, {0, 1})});
+    Value* sum = Op(g, "ReduceSum", {row0, Ints(g, {1})}, {{"keepdims", Attribute::Int(0)}});
+    Value* length =
+        Op(g, "Cast", {sum}, {{"to", Attribute::Int(static_cast<int64_t>(DType::kInt64))}});
+    Value* shape = Op(g, "Concat",
+                      {Op(g, "Slice", {full, zero, Ints(g, {axis}), zero}), length,
+                       Op(g, "Slice", {full, Ints(g, {axis + 1}), Ints(g, {rank}), zero})},
+                      {{"axis", Attribute::Int(0)}});
+    if (n->HasAttr("start") || n->HasAttr("end")) {  // Shape-15's window, as a Slice
+      shape = Op(g, "Slice",
+                 {shape, Ints(g, {n->GetInt("start", 0)}),
+                  Ints(g, {n->GetInt("end", std::numeric_limits<int64_t>::max())}), zero});
+    }
+    g.ReplaceAllUses(n->output(0), shape);
+  }
+  return !shapes.empty();
+}
+
+// The graph with the mask input (and, with `length_from_mask`, the cache's length read from
+// it); FAILED_PRECONDITION when no Softmax attends over the cache.
+absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const DecoderContract& c,
+                                               const std::string& name, bool length_from_mask,
+                                               bool* read_length) {
+  ASSIGN_OR_RETURN(const auto softmaxes, KeySoftmaxInputs(graph, c));
+  if (softmaxes.empty()) {
+    return absl::FailedPreconditionError(
+        "no Softmax over the cache's positions with the batch as its first dim");
+  }
+  std::unique_ptr<Graph> g = graph.Clone();
+  Value* mask = g->AddValue(name);
+  mask->dtype = DType::kInt64;
+  const Value* ids = g->inputs[c.input_ids];
+  mask->shape = Shape{(*ids->shape)[0], Dim::Symbol(c.past_symbol + " + " + c.sequence_symbol)};
+  g->inputs.push_back(mask);
+  // 1.0 where a key is real (any value but 0, as a mask of 0/1 or of booleans cast says), else
+  // 0.0: a stray 2 neither doubles a key nor overflows the bias.
+  Value* zero = g->AddConstant("kiln_mask_zero", Tensor::Scalar(DType::kInt64, 0.0));
+  Value* mask_f = Op(*g, "Cast", {Op(*g, "Not", {Op(*g, "Equal", {mask, zero})})},
+                     {{"to", Attribute::Int(static_cast<int64_t>(DType::kFloat32))}});
+  MaskSoftmaxes(*g, mask_f, softmaxes);
+  *read_length = length_from_mask && LengthFromMask(*g, mask_f, c);
+  if (!g->TopologicalSort()) return absl::InternalError("the masked decoder has a cycle");
+  return g;
+}
+
+}  // namespace
+
+std::string CacheMaskOutcome::ToString() const {
+  if (!added()) return absl::StrCat("steps run at exact cache lengths: ", refused);
+  return absl::StrCat("input '", input,
+                      "' added (the exported decoder has no attention mask; the padded form is "
+                      "proven against it): steps pad to shape classes",
+                      rows_share_length
+                          ? ", rows of one cache length per step (positions count from its length)"
+                          : "");
+}
+
+absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& config) {
+  CacheMaskOutcome out;
+  const generate::GenerationConfig& gc = config.generation;
+  if (gc.mode == "off") return out;
+  absl::StatusOr<DecoderContract> c =
+      generate::FindDecoderContract(DeclaredSignature(graph), gc.tensors);
+  if (!c.ok() || c->has_mask()) return out;
+  const std::string& name = gc.tensors.attention_mask;
+  if (gc.cache_mask == "off") {
+    out.refused = "generation.cache_mask is off";
+  } else if (graph.FindValue(name) != nullptr) {
+    out.refused = absl::StrCat("the graph has a value named '", name, "' already");
+  } else if (!graph.inputs[c->input_ids]->shape || graph.inputs[c->input_ids]->shape->empty()) {
+    out.refused = absl::StrCat("input '", graph.inputs[c->input_ids]->name, "' has no shape");
+  }
+  if (!out.refused.empty()) return out;
+  // The mask alone first (rows of any lengths share a step), then with the length read from
+  // it, where the model reads the cache's length at all.
+  const bool reads_length = !CacheShapes(graph, *c).empty();
+  std::vector<std::string> why;
+  for (bool length_from_mask : {false, true}) {
+    if (length_from_mask && !reads_length) break;
+    bool read_length = false;
+    absl::StatusOr<std::unique_ptr<Graph>> g =
+        Rewrite(graph, *c, name, length_from_mask, &read_length);
+    absl::Status proof = g.ok() ? ProveCacheMask(graph, **g, *c, read_length, config) : g.status();
+    if (proof.ok()) {
+      graph = std::move(**g);
+      out.input = name;
+      out.rows_share_length = read_length;
+      return out;
+    }
+    why.push_back(std::string(proof.message()));
+    if (!g.ok()) break;  // no Softmax to mask: the second form has none either
+  }
+  out.refused =
+      absl::StrCat("an added attention mask does not reproduce the model (", why.back(), ")");
+  return out;
+}
+
+std::string CacheMaskKey(const ModelConfig& config) {
+  return config.generation.mode == "off" ? "mask:off"
+                                         : absl::StrCat("mask:", config.generation.cache_mask);
+}
+
+}  // namespace kiln::server

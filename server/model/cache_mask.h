@@ -1,0 +1,55 @@
+// An attention mask for a decoder exported without one, so its steps pad like any decoder's.
+//
+// Why: a decoder with past and no attention mask (a plain torch.onnx.export of a model with
+// past writes one) attends to every cached position, so a cache padded to a shape class would
+// be seen, and such a model ran each step at its rows' exact cache length: an engine built and
+// checked per new length, ~30 ms a token where a masked decoder takes ~1 ms (docs/generation.md,
+// Exact lengths). With a mask input added, the loop pads its steps to classes and hides the
+// padding, and the model builds nothing after load.
+//
+// The rewrite, on a clone of the imported graph:
+//   - a new input (generation.tensors.attention_mask, "attention_mask" by default), int64
+//     [batch, "past + sequence"], the common exporters' form: 1 where a key is real;
+//   - before every Softmax whose reduced axis is the keys' (its size is past + sequence at two
+//     probe sizes) and whose dim 0 is the batch: Add((1 - mask) * lowest), broadcast over the
+//     heads and queries, so a padded key weighs exactly 0;
+//   - when the model counts its positions from the cache's length (Shape of a past input),
+//     that length is read from the mask instead (the ones over the past of the batch's first
+//     row), and the steps' rows must then share their cache length (`rows_share_length`).
+// Each form is proven before it is kept: the reference interpreter runs the original model on
+// two rows at their own lengths and the rewritten one on both rows padded together, and the
+// logits and presents of the real positions must match within the warm-up tolerance. The
+// mask-only form is tried first (rows of any lengths), then with the length read from the
+// mask; a model neither proves keeps running at exact lengths, as before.
+//
+// A client calling Predict on such a model may leave the added input out: the server feeds
+// ones (every key real), which is what the exported model computes (request_validation.h).
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "ir/graph.h"
+#include "server/model/model_config.h"
+
+namespace kiln::server {
+
+struct CacheMaskOutcome {
+  std::string input;               // the added input's name; empty when none was added
+  bool rows_share_length = false;  // positions read from the mask's first row
+  std::string refused;             // why no mask was added, for a maskless decoder only
+  bool added() const { return !input.empty(); }
+  // The load log's line: "input 'attention_mask' added: ..." or why not.
+  std::string ToString() const;
+};
+
+// Adds the mask to `graph` (replacing it with the proven rewrite) when generation is not off,
+// generation.cache_mask is auto, and the graph is a decoder with past without a mask input.
+// Anything else leaves `graph` alone and returns an outcome with nothing added (`refused` says
+// why for a maskless decoder). Errors only for a failure of the rewrite itself.
+absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& config);
+
+// What AddCacheMask depends on besides the model file, for the engine cache key.
+std::string CacheMaskKey(const ModelConfig& config);
+
+}  // namespace kiln::server
