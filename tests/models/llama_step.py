@@ -2,6 +2,7 @@
 """A LLaMA-style decoder step with a key/value cache, as exporters write "decoder with past".
 
   llama_step.py --write DIR [--hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 176 --vocab 1000]
+                [--positions input|past] [--no-mask]
 
 RMSNorm, rotary position embeddings (rotate-half, cos/sin tables gathered by position_ids),
 grouped-query attention (kv-heads key/value heads, each repeated for heads / kv-heads query
@@ -10,8 +11,10 @@ heads), a SwiGLU feed-forward and an untied output head. Inputs: input_ids and p
 past_key_values.{i}.key/value [batch, kv_heads, past_sequence_length, head_dim]. Outputs:
 logits [batch, sequence, vocab] and present.{i}.key/value (the past then the new positions,
 keys after the rotation). Attention is masked by the attention mask (additive -10000) and
-causally over the new positions. Random weights (seeded). Exit codes: 0 written, 77
-onnx/numpy missing.
+causally over the new positions. Random weights (seeded). --positions past drops the
+position_ids input (the positions are the cache's length onward, read from its shape);
+--no-mask drops the attention mask (attention is then causal only, over the whole cache).
+Exit codes: 0 written, 77 onnx/numpy missing.
 """
 import argparse
 import os
@@ -30,7 +33,8 @@ from text_model import Builder  # noqa: E402
 from decoder_step import causal_add, i64  # noqa: E402
 
 PAST, TOTAL = "past_sequence_length", "past_sequence_length + sequence"
-C = argparse.Namespace(hidden=64, layers=2, heads=4, kv_heads=2, ffn=176, vocab=1000, positions=1024)
+C = argparse.Namespace(hidden=64, layers=2, heads=4, kv_heads=2, ffn=176, vocab=1000, positions=1024,
+                       position_ids="input", mask=True)
 
 
 def rms_norm(b, x, p):
@@ -80,7 +84,9 @@ def block(b, x, mask_add, cos, sin, i, outputs):
     outputs += [f"present.{i}.key", f"present.{i}.value"]
     kt = b.op("Transpose", [repeat_kv(b, k_all, p + "rk.")], p + "kT", perm=[0, 1, 3, 2])
     scores = b.op("Mul", [b.op("MatMul", [q, kt], p + "qk"), "scale"], p + "qks")
-    scores = b.op("Add", [b.op("Add", [scores, mask_add], p + "m"), causal_add(b, q, k_all, p)], p + "mc")
+    if mask_add is not None:
+        scores = b.op("Add", [scores, mask_add], p + "m")
+    scores = b.op("Add", [scores, causal_add(b, q, k_all, p)], p + "mc")
     probs = b.op("Softmax", [scores], p + "probs", axis=-1)
     ctx = b.op("MatMul", [probs, repeat_kv(b, v_all, p + "rv.")], p + "ctx")
     ctx = b.op("Reshape", [b.op("Transpose", [ctx], p + "ctxT", perm=[0, 2, 1, 3]),
@@ -101,9 +107,16 @@ def rotary_tables(b):
     ang = np.outer(np.arange(C.positions), inv)
     b.const("rope_cos", np.cos(ang).astype(np.float32))
     b.const("rope_sin", np.sin(ang).astype(np.float32))
+    pos = "position_ids"
+    if C.position_ids == "past":  # past .. past + S - 1, as torch.arange(past, past + S) exports
+        s = b.op("Gather", [b.op("Shape", ["input_ids"], "p.ids_shape"), i64(b, "p.one", 1)], "p.S")
+        p = b.op("Gather", [b.op("Shape", ["past_key_values.0.key"], "p.kshape"), i64(b, "p.two", 2)],
+                 "p.P")
+        r = b.op("Range", [p, b.op("Add", [p, s], "p.end"), i64(b, "p.step", 1)], "p.range")
+        pos = b.op("Unsqueeze", [r, i64(b, "p.ax0", [0])], "p.pos")
     ax = i64(b, "rope_ax", [1])  # [B, S, half] -> [B, 1, S, half]: one angle per head
-    cos = b.op("Unsqueeze", [b.op("Gather", ["rope_cos", "position_ids"], "cos_g"), ax], "cos")
-    sin = b.op("Unsqueeze", [b.op("Gather", ["rope_sin", "position_ids"], "sin_g"), ax], "sin")
+    cos = b.op("Unsqueeze", [b.op("Gather", ["rope_cos", pos], "cos_g"), ax], "cos")
+    sin = b.op("Unsqueeze", [b.op("Gather", ["rope_sin", pos], "sin_g"), ax], "sin")
     return cos, sin
 
 
@@ -114,17 +127,20 @@ def build_model():
         b.const(name, np.float32(v))
     x = b.op("Gather", [b.weight("embed", C.vocab, C.hidden, scale=1.0), "input_ids"], "x0")
     cos, sin = rotary_tables(b)
-    m4 = b.op("Unsqueeze", ["attention_mask", i64(b, "ax12", [1, 2])], "m4")
-    mask_add = b.op("Mul", [b.op("Sub", ["one", b.op("Cast", [m4], "mf", to=TensorProto.FLOAT)], "inv"),
-                            "neg"], "mask_add")
+    mask_add = None
+    if C.mask:
+        m4 = b.op("Unsqueeze", ["attention_mask", i64(b, "ax12", [1, 2])], "m4")
+        mask_add = b.op("Mul", [b.op("Sub", ["one", b.op("Cast", [m4], "mf", to=TensorProto.FLOAT)],
+                                         "inv"), "neg"], "mask_add")
     outputs = []
     for i in range(C.layers):
         x = block(b, x, mask_add, cos, sin, i, outputs)
     b.op("MatMul", [rms_norm(b, x, "norm."), b.weight("lm_head", C.hidden, C.vocab)], "logits")
     cache = ["batch", C.kv_heads, PAST, head_dim]
     inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"])
-              for n in ("input_ids", "position_ids")]
-    inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", TOTAL]))
+              for n in ("input_ids", "position_ids") if n == "input_ids" or C.position_ids == "input"]
+    if C.mask:
+        inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", TOTAL]))
     inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, cache)
                for i in range(C.layers) for kind in ("key", "value")]
     outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "sequence", C.vocab])]
@@ -141,9 +157,13 @@ def main():
     ap.add_argument("--write", required=True, help="write DIR/model.onnx")
     for k in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab"):
         ap.add_argument("--" + k.replace("_", "-"), type=int, default=getattr(C, k))
+    ap.add_argument("--positions", choices=["input", "past"], default="input",
+                    help="position ids fed (input) or counted from the cache's length (past)")
+    ap.add_argument("--no-mask", action="store_true", help="no attention_mask input")
     a = ap.parse_args()
     for k in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab"):
         setattr(C, k, getattr(a, k))
+    C.position_ids, C.mask = a.positions, not a.no_mask
     if C.heads % C.kv_heads or (C.hidden // C.heads) % 2:
         sys.exit("heads must be a multiple of kv-heads and head_dim even")
     os.makedirs(a.write, exist_ok=True)

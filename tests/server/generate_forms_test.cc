@@ -50,6 +50,14 @@ class ExportForms : public ::testing::Test {
     no_mask_ = new std::string(
         WriteDecoder(*server_, "decoder_step.py", "no_mask", "--no-mask --positions past"));
     fs::remove(server_->repo() / "no_mask/config.yaml");
+    // The LLaMA-style step exported so (rotary angles gathered at the cache's length onward,
+    // grouped-query attention), on the CPU engine.
+    llama_no_mask_ = new std::string(
+        WriteDecoder(*server_, "llama_step.py", "llama_no_mask", "--no-mask --positions past"));
+    std::ofstream(server_->repo() / "llama_no_mask/config.yaml")
+        << "device: cpu\nmax_batch_size: 2\n"
+           "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16, classes: "
+           "[1, 16]}}\n";
     // The same export on the CPU engine, rows batched: steps append in place.
     const std::string on_cpu =
         WriteDecoder(*server_, "decoder_step.py", "no_mask_cpu", "--no-mask --positions past");
@@ -79,8 +87,8 @@ class ExportForms : public ::testing::Test {
            "logits: scores, cache: {k_cache_0: k_cache_out_0, v_cache_0: v_cache_out_0, "
            "k_cache_1: k_cache_out_1, v_cache_1: v_cache_out_1}}}\n";
     if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past_->empty() ||
-        no_mask_->empty() || on_cpu.empty() || exact.empty() || from_one.empty() ||
-        bare_->empty() || renamed.empty()) {
+        no_mask_->empty() || llama_no_mask_->empty() || on_cpu.empty() || exact.empty() ||
+        from_one.empty() || bare_->empty() || renamed.empty()) {
       gpt_->clear();
       return;
     }
@@ -94,6 +102,7 @@ class ExportForms : public ::testing::Test {
     delete from_mask_;
     delete from_past_;
     delete no_mask_;
+    delete llama_no_mask_;
     delete bare_;
   }
   void SetUp() override {
@@ -132,7 +141,7 @@ class ExportForms : public ::testing::Test {
   }
 
   static TestServer* server_;
-  static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *bare_;
+  static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *llama_no_mask_, *bare_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
@@ -143,6 +152,7 @@ std::string* ExportForms::llama_ = nullptr;
 std::string* ExportForms::from_mask_ = nullptr;
 std::string* ExportForms::from_past_ = nullptr;
 std::string* ExportForms::no_mask_ = nullptr;
+std::string* ExportForms::llama_no_mask_ = nullptr;
 std::string* ExportForms::bare_ = nullptr;
 bool ExportForms::ready_ = false;
 
@@ -276,6 +286,19 @@ TEST_F(ExportForms, ADecoderWithNoMaskGetsOneAndGeneratesOnShapeClassesWithNoCon
   ASSERT_TRUE(server_->GetModel("no_mask", 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
   EXPECT_GE(info.generation().steps_last_position(), 1);
+}
+
+TEST_F(ExportForms, ALlamaStyleDecoderWithNoMaskGetsOneAndMatchesTheReference) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("llama_no_mask", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  EXPECT_EQ(info.generation().cache_mask().rfind("input 'attention_mask' added", 0), 0u)
+      << info.generation().cache_mask();
+  EXPECT_TRUE(info.generation().kv_in_place());
+  // A 20-token prompt: a chunk of 16 on the last-position engines, then the remainder first.
+  GenerateAndCheck("llama_no_mask", *llama_no_mask_, 20, 26, NoCache::kEmptyPast);
+  ASSERT_TRUE(server_->GetModel("llama_no_mask", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
 }
 
 TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReference) {
