@@ -50,21 +50,22 @@ class ExportForms : public ::testing::Test {
     no_mask_ = new std::string(
         WriteDecoder(*server_, "decoder_step.py", "no_mask", "--no-mask --positions past"));
     fs::remove(server_->repo() / "no_mask/config.yaml");
+    // On the CPU engine, a cache range from an empty one: the maskless exports below.
+    auto on_cpu_engine = [](const std::string& model, int rows) {
+      std::ofstream(server_->repo() / model / "config.yaml")
+          << "device: cpu\nmax_batch_size: " << rows
+          << "\ndynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16, "
+             "classes: [1, 16]}}\n";
+    };
     // The LLaMA-style step exported so (rotary angles gathered at the cache's length onward,
-    // grouped-query attention), on the CPU engine.
+    // grouped-query attention).
     llama_no_mask_ = new std::string(
         WriteDecoder(*server_, "llama_step.py", "llama_no_mask", "--no-mask --positions past"));
-    std::ofstream(server_->repo() / "llama_no_mask/config.yaml")
-        << "device: cpu\nmax_batch_size: 2\n"
-           "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16, classes: "
-           "[1, 16]}}\n";
-    // The same export on the CPU engine, rows batched: steps append in place.
+    on_cpu_engine("llama_no_mask", 2);
+    // The GPT-2-style export, rows batched: steps append in place.
     const std::string on_cpu =
         WriteDecoder(*server_, "decoder_step.py", "no_mask_cpu", "--no-mask --positions past");
-    std::ofstream(server_->repo() / "no_mask_cpu/config.yaml")
-        << "device: cpu\nmax_batch_size: 4\n"
-           "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16, classes: "
-           "[1, 16]}}\n";
+    on_cpu_engine("no_mask_cpu", 4);
     // The same export kept as it is: exact lengths.
     const std::string exact =
         WriteDecoder(*server_, "decoder_step.py", "no_mask_exact", "--no-mask --positions past");
