@@ -119,6 +119,8 @@ class ClientWatch {
 void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   const generate::Generator* gen = mv.generator();
   g->set_enabled(gen != nullptr);
+  const CacheMaskOutcome& mask = mv.built().cache_mask;
+  if (mask.added() || !mask.refused.empty()) g->set_cache_mask(mask.ToString());
   if (gen == nullptr) {
     g->set_refused(mv.generation_refused());
     return;
@@ -142,8 +144,6 @@ void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   g->set_last_position(mv.last_position());
   g->set_steps_last_position(st.steps_last_position);
   g->set_exact_lengths(mv.exact_lengths());
-  const CacheMaskOutcome& mask = mv.built().cache_mask;
-  if (mask.added() || !mask.refused.empty()) g->set_cache_mask(mask.ToString());
   g->set_step_buffer_bytes(st.step_buffer_bytes);
 }
 

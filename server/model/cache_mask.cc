@@ -215,6 +215,7 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
       graph = std::move(**g);
       out.input = name;
       out.rows_share_length = read_length;
+      out.past_symbol = c->past_symbol;
       return out;
     }
     why.push_back(std::string(proof.message()));
@@ -225,9 +226,41 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
   return out;
 }
 
+absl::Status CheckRowsShareLength(const Tensor& mask, int64_t past) {
+  if (mask.rank() != 2 || past > mask.dim(1)) {
+    return absl::InvalidArgumentError("the attention mask is not [rows, past + new positions]");
+  }
+  int64_t first = 0;
+  for (int64_t r = 0; r < mask.dim(0); ++r) {
+    int64_t real = 0;
+    for (int64_t i = 0; i < past; ++i) real += mask.GetInt(r * mask.dim(1) + i) != 0 ? 1 : 0;
+    if (r == 0) first = real;
+    if (real != first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention_mask row ", r, " has ", real, " cached positions and row 0 has ", first,
+          ": this model (exported without a mask) reads its positions from the first row's, so "
+          "the rows of one request must share their cache length"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string CacheMaskKey(const ModelConfig& config) {
-  return config.generation.mode == "off" ? "mask:off"
-                                         : absl::StrCat("mask:", config.generation.cache_mask);
+  const generate::GenerationConfig& gc = config.generation;
+  if (gc.mode == "off") return "mask:off";
+  // The roles' names decide whether and what is added; the proof's feed and tolerance
+  // whether a form is kept.
+  const generate::DecoderTensorNames& t = gc.tensors;
+  std::string key = absl::StrCat("mask:", gc.cache_mask, ",", t.input_ids, ",", t.attention_mask,
+                                 ",", t.position_ids, ",", t.logits);
+  for (const auto& [past, present] : t.cache) absl::StrAppend(&key, ",", past, ">", present);
+  const WarmupConfig& w = config.warmup;
+  absl::StrAppend(&key, ",proof:", w.seed, ",", w.rtol, ",", w.atol, ",", w.int_lo, ",", w.int_hi,
+                  ",", w.float_lo, ",", w.float_hi);
+  for (const auto& [name, range] : w.input_ranges) {
+    absl::StrAppend(&key, ",", name, ":", range.first, ":", range.second);
+  }
+  return key;
 }
 
 }  // namespace kiln::server

@@ -37,6 +37,7 @@ namespace kiln::server {
 struct CacheMaskOutcome {
   std::string input;               // the added input's name; empty when none was added
   bool rows_share_length = false;  // positions read from the mask's first row
+  std::string past_symbol;         // the cache's length dim, when added
   std::string refused;             // why no mask was added, for a maskless decoder only
   bool added() const { return !input.empty(); }
   // The load log's line: "input 'attention_mask' added: ..." or why not.
@@ -48,6 +49,12 @@ struct CacheMaskOutcome {
 // Anything else leaves `graph` alone and returns an outcome with nothing added (`refused` says
 // why for a maskless decoder). Errors only for a failure of the rewrite itself.
 absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& config);
+
+// For a model whose rows share their cache length (`rows_share_length`): INVALID_ARGUMENT
+// when the rows of a request's `mask` ([rows, past + new]) do not count the same real
+// positions over its first `past` columns (the model would read every row's positions from
+// the first's).
+absl::Status CheckRowsShareLength(const Tensor& mask, int64_t past);
 
 // What AddCacheMask depends on besides the model file, for the engine cache key.
 std::string CacheMaskKey(const ModelConfig& config);

@@ -45,6 +45,17 @@ absl::StatusOr<Row> OriginalRow(const Graph& original, const DecoderContract& c,
   return row;
 }
 
+// The first node output whose shape is known only at run time, "" when none: such a value
+// makes the engine's memory plan and in-place cache append give way to dynamic regions.
+std::string FirstDynamic(const Graph& g) {
+  for (const auto& n : g.nodes()) {
+    for (const Value* v : n->outputs) {
+      if (v && (!v->shape || !IsStatic(*v->shape))) return absl::StrCat(n->Describe(), "'s output");
+    }
+  }
+  return "";
+}
+
 // Tensors of one row each (dim 0 of 1), stacked along dim 0.
 Tensor Stack(const std::vector<Tensor>& rows) {
   std::vector<int64_t> shape = rows[0].shape();
@@ -152,6 +163,16 @@ absl::Status ProveCacheMask(const Graph& original, const Graph& masked, const De
   std::unique_ptr<Graph> g = masked.Clone();
   RETURN_IF_ERROR(
       shape::Specialize(*g, static_cast<int64_t>(rows.size()), Sizes(c, kPadPast, kPadSeq)));
+  if (const std::string dynamic = FirstDynamic(*g); !dynamic.empty()) {
+    std::unique_ptr<Graph> export_at = original.Clone();
+    RETURN_IF_ERROR(shape::Specialize(*export_at, 1, Sizes(c, kPadPast, kPadSeq)));
+    if (FirstDynamic(*export_at).empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dynamic,
+                       " has a size known only at run time once the length is read "
+                       "from the mask"));
+    }
+  }
   ref::TensorMap feed;
   for (size_t k = 0; k < g->inputs.size(); ++k) feed[g->inputs[k]->name] = Stack(per_input[k]);
   ASSIGN_OR_RETURN(const ref::TensorMap padded, ref::Run(*g, feed));

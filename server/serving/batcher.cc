@@ -42,7 +42,8 @@ BatchDecision DecideBatch(const std::vector<QueuedItem>& queue, Clock::time_poin
     urgent |= q.run_now;
   }
   if (d.take.empty()) return d;  // nothing live: sleep until something arrives
-  const bool full = blocked || d.rows >= max_rows || !policy.batchable;
+  // An item that runs alone has no company to wait for.
+  const bool full = blocked || d.rows >= max_rows || !policy.batchable || queue[d.take[0]].alone;
   if (full || urgent || now - *oldest >= policy.max_queue_delay) {
     d.bucket = policy.batchable ? BucketFor(d.rows, policy.buckets) : d.rows;
     return d;

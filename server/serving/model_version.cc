@@ -11,6 +11,23 @@
 #include "server/serving/request_validation.h"
 
 namespace kiln::server {
+namespace {
+
+// A request's own rows of a model whose positions follow its first row (cache_mask.h) must
+// count the same cached positions; a generation step's are grouped so by the loop.
+absl::Status CheckOwnRowsShareLength(const BuiltModel& b, const std::vector<Tensor>& inputs,
+                                     const DimValues& dims, const RunHints& hints) {
+  if (hints.run_now) return absl::OkStatus();
+  auto past = dims.find(b.cache_mask.past_symbol);
+  for (size_t k = 0; k < inputs.size() && k < b.signature.inputs.size(); ++k) {
+    if (b.signature.inputs[k].name == b.cache_mask.input && past != dims.end()) {
+      return CheckRowsShareLength(inputs[k], past->second);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 const char* ModelStateName(ModelState s) {
   switch (s) {
@@ -124,8 +141,12 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
     std::optional<Clock::time_point> deadline, AbandonFlag abandoned, RunHints hints) {
   RowFinish finish;
   // Its positions follow the first row's mask: rows of another request (another cache
-  // length, padded to the same class) must not join it.
-  if (built_.cache_mask.rows_share_length) hints.alone = true;
+  // length, padded to the same class) must not join it, and a request's own rows must agree
+  // (a generation step's do: the loop groups them so, and pads with rows after them).
+  if (built_.cache_mask.rows_share_length) {
+    hints.alone = true;
+    RETURN_IF_ERROR(CheckOwnRowsShareLength(built_, inputs, dims, hints));
+  }
   if (shapes_) {
     // Validation has checked the sizes; requests at the warm-up sizes take the model's own
     // engines, any other shape its specialised ones (padded to its class first when the

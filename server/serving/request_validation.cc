@@ -168,6 +168,19 @@ absl::StatusOr<Tensor> OnesFor(const ModelSignature& sig, size_t k,
       if (!s.empty() && !shape::IsDimExpr(s)) values.emplace(s, shape[i]);
     }
   }
+  // Bounded before anything is allocated: the given inputs are not checked yet.
+  if (sig.batchable && (rows < 1 || rows > sig.max_batch_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", rows, " rows; the model takes 1..", sig.max_batch_size));
+  }
+  for (const auto& [symbol, size] : values) {
+    auto r = sig.dim_ranges.find(symbol);
+    if (r != sig.dim_ranges.end() && (size < r->second.first || size > r->second.second)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", symbol, "' is ", size,
+                                                     ", outside the sizes the model serves, [",
+                                                     r->second.first, ", ", r->second.second, "]"));
+    }
+  }
   const runtime::TensorSpec& spec = sig.inputs[k];
   std::vector<int64_t> shape(spec.shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -175,6 +188,11 @@ absl::StatusOr<Tensor> OnesFor(const ModelSignature& sig, size_t k,
     absl::StatusOr<int64_t> size = i == 0 && sig.batchable ? absl::StatusOr<int64_t>(rows)
                                    : s.empty()             ? spec.shape[i]
                                                            : shape::EvalDimExpr(s, values);
+    // Every symbol it names is bounded by its range (checked above), or it is refused.
+    for (const std::string& term :
+         s.empty() ? std::vector<std::string>{} : shape::DimExprSymbols(s)) {
+      if (!sig.dim_ranges.count(term)) size = absl::InvalidArgumentError("unbounded");
+    }
     if (!size.ok() || *size < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "missing input '", spec.name, "': the other inputs do not give its dim ", i));

@@ -19,6 +19,7 @@
 //   cache range that cannot start empty is refused.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -339,42 +340,75 @@ TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReferenc
   EXPECT_GT(info.generation().steps_in_place(), 0);
 }
 
-TEST_F(ExportForms, APredictMayLeaveTheAddedMaskOut) {
-  // The export's own inputs only: the server feeds a mask of ones, which is what the export
-  // computes; an explicit mask of ones gives the same logits.
-  const std::vector<int64_t> ids = RandomPrompt(3, 41, kVocab);
-  auto request = [&](bool with_mask) {
-    v1::PredictRequest req;
-    req.set_model("no_mask");
-    v1::Tensor& t = (*req.mutable_inputs())["input_ids"];
-    t.set_dtype(v1::DATA_TYPE_INT64);
-    t.add_shape(1);
-    t.add_shape(3);
-    for (int64_t id : ids) t.add_int64_data(id);
-    for (int layer = 0; layer < 2; ++layer) {
-      for (const char* kind : {"key", "value"}) {
-        v1::Tensor& p = (*req.mutable_inputs())[absl::StrCat("past_key_values.", layer, ".", kind)];
-        p.set_dtype(v1::DATA_TYPE_FLOAT);
-        for (int64_t d : {1, 4, 2, 16}) p.add_shape(d);
-        for (int i = 0; i < 4 * 2 * 16; ++i) p.add_float_data(0.01f * static_cast<float>(i % 37));
-      }
-    }
-    if (with_mask) {
-      v1::Tensor& m = (*req.mutable_inputs())["attention_mask"];
-      m.set_dtype(v1::DATA_TYPE_INT64);
-      m.add_shape(1);
-      m.add_shape(5);
-      for (int i = 0; i < 5; ++i) m.add_int64_data(1);
-    }
-    return req;
+// Two rows of 3 new tokens after 2 cached positions, as a request written for the export sends
+// them (and, given `mask`, with the added input).
+v1::PredictRequest MaskedPredict(const std::vector<int64_t>& ids, const std::vector<float>& past,
+                                 const std::vector<int64_t>& mask) {
+  v1::PredictRequest req;
+  req.set_model("no_mask_cpu");
+  auto add = [&](const std::string& name, v1::DataType dtype, std::vector<int64_t> shape) {
+    v1::Tensor& t = (*req.mutable_inputs())[name];
+    t.set_dtype(dtype);
+    for (int64_t d : shape) t.add_shape(d);
+    return &t;
   };
+  v1::Tensor* t = add("input_ids", v1::DATA_TYPE_INT64, {2, 3});
+  for (int64_t id : ids) t->add_int64_data(id);
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* kind : {"key", "value"}) {
+      t = add(absl::StrCat("past_key_values.", layer, ".", kind), v1::DATA_TYPE_FLOAT,
+              {2, 4, 2, 16});
+      for (float v : past) t->add_float_data(v);
+    }
+  }
+  if (!mask.empty()) {
+    t = add("attention_mask", v1::DATA_TYPE_INT64, {2, 5});
+    for (int64_t m : mask) t->add_int64_data(m);
+  }
+  return req;
+}
+
+std::vector<float> Floats(const v1::Tensor& t) {
+  if (t.raw_data().empty()) return {t.float_data().begin(), t.float_data().end()};
+  std::vector<float> v(t.raw_data().size() / sizeof(float));
+  std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
+  return v;
+}
+
+TEST_F(ExportForms, APredictMayLeaveTheAddedMaskOutAndGetsWhatTheExportComputes) {
+  std::vector<int64_t> ids = RandomPrompt(6, 41, kVocab);
+  std::vector<float> past(2 * 4 * 2 * 16);
+  for (size_t i = 0; i < past.size(); ++i) past[i] = 0.01f * static_cast<float>(i % 37);
   v1::PredictResponse without, with;
-  grpc::Status s = server_->Predict(request(false), &without);
+  grpc::Status s = server_->Predict(MaskedPredict(ids, past, {}), &without);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  s = server_->Predict(request(true), &with);
+  s = server_->Predict(MaskedPredict(ids, past, std::vector<int64_t>(10, 1)), &with);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(without.outputs().at("logits").SerializeAsString(),
-            with.outputs().at("logits").SerializeAsString());
+  EXPECT_EQ(Floats(without.outputs().at("logits")), Floats(with.outputs().at("logits")));
+  // The export itself on the reference, same feed.
+  auto graph = onnx_io::ImportModelBytes(*no_mask_);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ref::TensorMap feed{{"input_ids", Tensor::FromInt64(ids, {2, 3})}};
+  for (const Value* in : (*graph)->inputs) {
+    if (in->name != "input_ids") feed[in->name] = Tensor::FromFloat(past, {2, 4, 2, 16});
+  }
+  auto want = ref::Run(**graph, feed);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const std::vector<float> got = Floats(without.outputs().at("logits"));
+  const Tensor& w = want->at("logits");
+  ASSERT_EQ(static_cast<int64_t>(got.size()), w.numel());
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    ASSERT_NEAR(got[static_cast<size_t>(i)], w.GetDouble(i), 1e-4 * (1 + std::abs(w.GetDouble(i))))
+        << "logit " << i;
+  }
+  // Rows whose masks count different cached positions are refused: the model reads every
+  // row's positions from the first's.
+  std::vector<int64_t> uneven(10, 1);
+  uneven[5] = 0;
+  s = server_->Predict(MaskedPredict(ids, past, uneven), &with);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("share their cache length"), std::string::npos)
+      << s.error_message();
 }
 
 TEST_F(ExportForms, ADecoderWithNoMaskKeptAsItIsGeneratesAtExactLengths) {

@@ -62,6 +62,17 @@ TEST(DecideBatch, ARunNowRequestDoesNotWaitForTheDelay) {
   EXPECT_TRUE(DecideBatch({Item(1, 5), now}, kT0, Policy({1, 2, 4, 8}, 1000)).take.empty());
 }
 
+TEST(DecideBatch, ARequestThatRunsAloneDoesNotWaitForCompany) {
+  QueuedItem alone = Item(1, 0);
+  alone.alone = true;
+  BatchDecision d = DecideBatch({alone, Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0}));  // not joined by the one behind it
+  EXPECT_EQ(d.bucket, 1);
+  d = DecideBatch({alone}, kT0, Policy({1, 2, 4}, 1000));
+  EXPECT_EQ(d.take, (std::vector<size_t>{0}));  // and run before the delay
+  EXPECT_TRUE(DecideBatch({Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000)).take.empty());
+}
+
 TEST(DecideBatch, NextRequestNotFittingClosesTheBatchFifo) {
   // 3 rows queued, the next request has 2: it would overflow 4, and is never jumped over.
   BatchDecision d = DecideBatch({Item(3, 0), Item(2, 0), Item(1, 0)}, kT0, Policy({1, 2, 4}, 1000));

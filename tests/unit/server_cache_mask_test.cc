@@ -23,6 +23,7 @@ struct Form {
   bool positions_from_past = true;  // Range(past, past + sequence); else a position_ids input
   bool heads_first = false;         // the scores laid out [sequence, batch, 1, keys]
   bool mean_over_keys = false;      // the context also averages every cached key
+  bool sliced_positions = false;    // the position rows sliced [past, past + sequence)
 };
 
 Value* I64(GraphBuilder& b, const std::string& name, std::vector<int64_t> v, bool scalar = false) {
@@ -40,15 +41,22 @@ std::unique_ptr<Graph> Decoder(const Form& f) {
   Value* past = b.Input("past_key_values.0.key", DType::kFloat32,
                         {batch, 1, Dim::Symbol("past_sequence_length"), kHidden});
   Value* pos = nullptr;
-  if (f.positions_from_past) {
+  Value* wpe = b.Constant("wpe", Random({kTable, kHidden}, 2));
+  Value* pos_rows = nullptr;
+  if (f.sliced_positions) {
+    Value* p = b.Op("Slice", {b.Op("Shape", {past}), I64(b, "s2", {2}), I64(b, "s3", {3})});
+    Value* s = b.Op("Slice", {b.Op("Shape", {ids}), I64(b, "s1", {1}), I64(b, "s2b", {2})});
+    pos_rows = b.Op("Slice", {wpe, p, b.Op("Add", {p, s}), I64(b, "s0", {0})});
+  } else if (f.positions_from_past) {
     Value* p = b.Op("Gather", {b.Op("Shape", {past}), I64(b, "two", {2}, true)});
     Value* s = b.Op("Gather", {b.Op("Shape", {ids}), I64(b, "one", {1}, true)});
     pos = b.Op("Range", {p, b.Op("Add", {p, s}), I64(b, "step", {1}, true)});
   } else {
     pos = b.Input("position_ids", DType::kInt64, {batch, seq});
   }
-  Value* x = b.Op("Add", {b.Op("Gather", {b.Constant("wte", Random({kVocab, kHidden}, 1)), ids}),
-                          b.Op("Gather", {b.Constant("wpe", Random({kTable, kHidden}, 2)), pos})});
+  if (!pos_rows) pos_rows = b.Op("Gather", {wpe, pos});
+  Value* x = b.Op(
+      "Add", {b.Op("Gather", {b.Constant("wte", Random({kVocab, kHidden}, 1)), ids}), pos_rows});
   Value* axis1 = I64(b, "axis1", {1});
   auto proj = [&](const char* w, uint64_t seed) {
     return b.Op("Unsqueeze",
@@ -200,6 +208,24 @@ TEST(CacheMask, AModelThatReadsEveryCachedKeyOutsideItsSoftmaxIsRefusedByTheProo
   ExpectRefused({.mean_over_keys = true}, Config(), "does not reproduce the model");
 }
 
+TEST(CacheMask, ALengthThatLeavesSizesKnownOnlyAtRunTimeIsRefused) {
+  // Position rows sliced at [past, past + sequence): read from the mask, the slice's size is
+  // known only when it runs, which would cost the engine its static plan.
+  ExpectRefused({.sliced_positions = true}, Config(), "known only at run time");
+}
+
+TEST(CacheMask, RowsOfARequestMustShareTheirCacheLength) {
+  Tensor mask(DType::kInt64, {2, 6});  // past 4: rows with 3 and 3 real, then 2 and 3
+  for (int64_t i : {0, 1, 2, 4, 6, 7, 8, 10}) mask.SetInt(i, 1);
+  EXPECT_TRUE(CheckRowsShareLength(mask, 4).ok());
+  mask.SetInt(8, 0);
+  absl::Status s = CheckRowsShareLength(mask, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("row 1 has 2 cached positions and row 0 has 3"), std::string::npos)
+      << s;
+  EXPECT_FALSE(CheckRowsShareLength(mask, 7).ok());  // past beyond the mask
+}
+
 TEST(CacheMask, OffInTheConfigKeepsTheExport) {
   ModelConfig off = Config();
   off.generation.cache_mask = "off";
@@ -273,6 +299,16 @@ TEST(CacheMaskRequest, TheAddedMaskIsOnesWhenLeftOut) {
   in.erase(in.begin());
   absl::Status s = ValidateNamedInputs(sig, in).status();
   EXPECT_NE(s.message().find("missing input 'input_ids'"), std::string::npos) << s;
+  // The ones are sized only within what the model serves: a past of 2^40 (a tensor with a
+  // zero dim carries any other) or too many rows is refused before anything is allocated.
+  std::vector<NamedTensor> huge{{"input_ids", Tensor(DType::kInt64, {3, 2})},
+                                {"past", Tensor(DType::kFloat32, {3, 0, int64_t{1} << 40, 4})}};
+  s = ValidateNamedInputs(sig, huge).status();
+  EXPECT_NE(s.message().find("outside the sizes the model serves"), std::string::npos) << s;
+  std::vector<NamedTensor> rows{{"input_ids", Tensor(DType::kInt64, {9, 2})},
+                                {"past", Tensor(DType::kFloat32, {9, 2, 5, 4})}};
+  s = ValidateNamedInputs(sig, rows).status();
+  EXPECT_NE(s.message().find("batch of 9 rows"), std::string::npos) << s;
 }
 
 }  // namespace
