@@ -153,34 +153,11 @@ absl::StatusOr<std::map<std::string, int64_t>> DynamicDimValues(const ModelSigna
 
 namespace {
 
-// Ones for input `k` a request left out (ModelSignature::ones_when_absent), sized by the
-// inputs it gave: the batch of the first, each symbol from an input that has it.
-absl::StatusOr<Tensor> OnesFor(const ModelSignature& sig, size_t k,
-                               const std::vector<std::optional<Tensor>>& placed) {
-  std::map<std::string, int64_t> values;
-  int64_t rows = -1;
-  for (size_t j = 0; j < placed.size() && j < sig.dim_symbols.size(); ++j) {
-    if (!placed[j]) continue;
-    const std::vector<int64_t>& shape = placed[j]->shape();
-    if (rows < 0 && !shape.empty()) rows = shape[0];
-    for (size_t i = 1; i < shape.size() && i < sig.dim_symbols[j].size(); ++i) {
-      const std::string& s = sig.dim_symbols[j][i];
-      if (!s.empty() && !shape::IsDimExpr(s)) values.emplace(s, shape[i]);
-    }
-  }
-  // Bounded before anything is allocated: the given inputs are not checked yet.
-  if (sig.batchable && (rows < 1 || rows > sig.max_batch_size)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch of ", rows, " rows; the model takes 1..", sig.max_batch_size));
-  }
-  for (const auto& [symbol, size] : values) {
-    auto r = sig.dim_ranges.find(symbol);
-    if (r != sig.dim_ranges.end() && (size < r->second.first || size > r->second.second)) {
-      return absl::InvalidArgumentError(absl::StrCat("'", symbol, "' is ", size,
-                                                     ", outside the sizes the model serves, [",
-                                                     r->second.first, ", ", r->second.second, "]"));
-    }
-  }
+// Ones for input `k` a request left out (ModelSignature::ones_when_absent), sized by what
+// the given inputs say, already checked: their batch (`rows`) and their dims' values within
+// the model's ranges (`values`), so nothing unbounded is allocated.
+absl::StatusOr<Tensor> OnesFor(const ModelSignature& sig, size_t k, int64_t rows,
+                               const std::map<std::string, int64_t>& values) {
   const runtime::TensorSpec& spec = sig.inputs[k];
   std::vector<int64_t> shape(spec.shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -188,7 +165,7 @@ absl::StatusOr<Tensor> OnesFor(const ModelSignature& sig, size_t k,
     absl::StatusOr<int64_t> size = i == 0 && sig.batchable ? absl::StatusOr<int64_t>(rows)
                                    : s.empty()             ? spec.shape[i]
                                                            : shape::EvalDimExpr(s, values);
-    // Every symbol it names is bounded by its range (checked above), or it is refused.
+    // Every symbol it names is bounded by its range, or it is refused.
     for (const std::string& term :
          s.empty() ? std::vector<std::string>{} : shape::DimExprSymbols(s)) {
       if (!sig.dim_ranges.count(term)) size = absl::InvalidArgumentError("unbounded");
@@ -206,19 +183,22 @@ absl::StatusOr<Tensor> OnesFor(const ModelSignature& sig, size_t k,
 
 // The rules every transport's request meets once its inputs are decoded and placed in
 // signature order (nullopt: not given): every input present, dtypes and shapes, one batch
-// size, and a dynamic model's dims, computed here once and carried with the request.
+// size, and a dynamic model's dims, computed here once and carried with the request. An input
+// the server may fill (ones_when_absent) is made after the given ones are checked: its size
+// comes from them (an absent input, undefined until then, gives no dim).
 absl::StatusOr<ValidatedInputs> ValidatePlaced(const ModelSignature& sig,
                                                std::vector<std::optional<Tensor>> placed,
                                                Naming naming) {
   ValidatedInputs out;
   int64_t rows = -1;
-  for (size_t i = 0; i < sig.inputs.size(); ++i) {
-    if (!placed[i] && sig.ones_when_absent.count(sig.inputs[i].name)) {
-      ASSIGN_OR_RETURN(placed[i], OnesFor(sig, i, placed));
-    }
-  }
+  std::vector<size_t> filled;
   for (size_t i = 0; i < sig.inputs.size(); ++i) {
     const runtime::TensorSpec& spec = sig.inputs[i];
+    if (!placed[i] && sig.ones_when_absent.count(spec.name)) {
+      filled.push_back(i);
+      out.tensors.emplace_back();
+      continue;
+    }
     if (!placed[i]) {
       return absl::InvalidArgumentError(
           absl::StrCat("missing input '", spec.name, "' (", SpecText(spec, naming), ")"));
@@ -228,6 +208,9 @@ absl::StatusOr<ValidatedInputs> ValidatePlaced(const ModelSignature& sig,
   }
   if (sig.dynamic()) {
     ASSIGN_OR_RETURN(out.dims, DynamicDimValues(sig, out.tensors));
+  }
+  for (size_t i : filled) {
+    ASSIGN_OR_RETURN(out.tensors[i], OnesFor(sig, i, rows, out.dims));
   }
   out.rows = sig.batchable ? rows : 1;
   return out;

@@ -299,16 +299,24 @@ TEST(CacheMaskRequest, TheAddedMaskIsOnesWhenLeftOut) {
   in.erase(in.begin());
   absl::Status s = ValidateNamedInputs(sig, in).status();
   EXPECT_NE(s.message().find("missing input 'input_ids'"), std::string::npos) << s;
-  // The ones are sized only within what the model serves: a past of 2^40 (a tensor with a
-  // zero dim carries any other) or too many rows is refused before anything is allocated.
-  std::vector<NamedTensor> huge{{"input_ids", Tensor(DType::kInt64, {3, 2})},
-                                {"past", Tensor(DType::kFloat32, {3, 0, int64_t{1} << 40, 4})}};
-  s = ValidateNamedInputs(sig, huge).status();
+  // The ones are sized only by inputs already checked: a past of 2^40 carried by a zero dim (a
+  // tensor with one needs no bytes) is refused by its spec before anything is allocated, with
+  // the zero in the batch or in a fixed dim; a sequence of 9 (the range is [1, 8]), by the range.
+  for (const std::vector<int64_t>& past : {std::vector<int64_t>{0, 2, int64_t{1} << 40, 4},
+                                           std::vector<int64_t>{3, 0, int64_t{1} << 40, 4}}) {
+    std::vector<NamedTensor> huge{{"input_ids", Tensor(DType::kInt64, {past[0], 2})},
+                                  {"past", Tensor(DType::kFloat32, past)}};
+    s = ValidateNamedInputs(sig, huge).status();
+    EXPECT_NE(s.message().find("the model takes"), std::string::npos) << s;
+  }
+  std::vector<NamedTensor> long_ids{{"input_ids", Tensor(DType::kInt64, {3, 9})},
+                                    {"past", Tensor(DType::kFloat32, {3, 2, 5, 4})}};
+  s = ValidateNamedInputs(sig, long_ids).status();
   EXPECT_NE(s.message().find("outside the sizes the model serves"), std::string::npos) << s;
   std::vector<NamedTensor> rows{{"input_ids", Tensor(DType::kInt64, {9, 2})},
                                 {"past", Tensor(DType::kFloat32, {9, 2, 5, 4})}};
   s = ValidateNamedInputs(sig, rows).status();
-  EXPECT_NE(s.message().find("batch of 9 rows"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("batch of 9 exceeds max_batch_size 4"), std::string::npos) << s;
 }
 
 }  // namespace
