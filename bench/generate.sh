@@ -10,7 +10,8 @@
 # MAX_BATCH (default 8), THREADS (default 2), PREFILL_LOGITS (last, the default, or all),
 # KV_IN_PLACE (auto or off), PREFILL_BUDGET (256), PRECISION (float32 by default; auto: bf16 where
 # the warm-up check allows it, docs/server.md Precision), CACHE_MASK (auto, the default: a
-# decoder exported without a mask gets one; off: it runs at exact cache lengths).
+# decoder exported without a mask gets one, and one that counts its positions from its cache's
+# length reads them from its mask; off: both run at exact cache lengths).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD:-$root/build}"
@@ -40,7 +41,7 @@ done
 echo "generate: kilnd READY in $(( $(date +%s) - start )) s"
 grep -o "prefill .*" "$work/kilnd.log" || true
 grep -o "version 1: precision .*" "$work/kilnd.log" || true
-grep -o "version 1: input '.*' added.*\|version 1: steps run at exact cache lengths.*" "$work/kilnd.log" || true
+grep -o "version 1: input '.*' added.*\|version 1: positions read from.*\|version 1: steps run at exact cache lengths.*" "$work/kilnd.log" || true
 # kilnd's CPU time while serving (user + system, clock ticks from /proc): steadier than wall
 # time on a shared host, and only Kiln's side (ONNX Runtime runs in the node process).
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' "/proc/$pid/stat"; }

@@ -8,8 +8,10 @@
 // over the past and new positions hides it. Position ids are fed when the model takes them; a
 // model without them derives its positions itself, which the padding proof
 // (server/model/padding_proof.h) then decides: from the mask (its cumulative sum) the padding
-// stays hidden, from the cache's length it does not. A model with no mask, or one the proof
-// refuses, still generates, each step at its rows' exact cache length (GeneratorSetup::exact).
+// stays hidden, from the cache's length it does not unless they are read from the mask at
+// load (server/model/mask_positions.h). A model with no mask (and none added:
+// server/model/cache_mask.h), or one the proof refuses, still generates, each step at its
+// rows' exact cache length (GeneratorSetup::exact).
 #pragma once
 
 #include <cstdint>

@@ -46,7 +46,9 @@ struct GenerationConfig {
   // computes every position's logits.
   std::string prefill_logits = "last";
   // auto: a decoder exported without an attention mask gets one (server/model/cache_mask.h),
-  // proven at load, so its steps pad to shape classes; off: it runs at exact cache lengths.
+  // and one that counts its positions from its cache's length reads them from its mask
+  // (server/model/mask_positions.h), each proven at load, so their steps pad to shape classes;
+  // off: they run at exact cache lengths.
   std::string cache_mask = "auto";
 };
 

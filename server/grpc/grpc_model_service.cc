@@ -120,7 +120,7 @@ void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   const generate::Generator* gen = mv.generator();
   g->set_enabled(gen != nullptr);
   const CacheMaskOutcome& mask = mv.built().cache_mask;
-  if (mask.added() || !mask.refused.empty()) g->set_cache_mask(mask.ToString());
+  if (mask.reported()) g->set_cache_mask(mask.ToString());
   if (gen == nullptr) {
     g->set_refused(mv.generation_refused());
     return;

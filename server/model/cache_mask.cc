@@ -8,34 +8,19 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/shape/infer.h"
 #include "server/generate/decoder_contract.h"
+#include "server/model/cache_mask_graph.h"
 #include "server/model/cache_mask_proof.h"
 #include "server/model/decoder_dims.h"
+#include "server/model/mask_positions.h"
 
 namespace kiln::server {
 namespace {
 
 using generate::DecoderContract;
-
-// Sizes at which the keys' axis (past + sequence) and the batch are told apart from every
-// other dim: a dim that has them at both is theirs.
-struct Probe {
-  int64_t batch, past, seq;
-};
-constexpr Probe kProbes[] = {{3, 5, 2}, {2, 11, 4}};
-
-// Appends `op` (in the internal opset's form) and returns its one output.
-Value* Op(Graph& g, const std::string& op, std::vector<Value*> in,
-          std::map<std::string, Attribute> attrs = {}) {
-  Value* out = g.NewValue("kiln_mask_" + op);
-  Node* n = g.AddNode(op, std::move(in), {out});
-  n->attrs = std::move(attrs);
-  return out;
-}
-
-Value* Ints(Graph& g, std::vector<int64_t> v) {
-  const auto n = static_cast<int64_t>(v.size());
-  return g.AddConstant("kiln_mask_ints", Tensor::FromInt64(v, {n}));
-}
+using mask_graph::Ints;
+using mask_graph::kProbes;
+using mask_graph::Op;
+using mask_graph::Probe;
 
 // The inputs of the Softmaxes over the keys: reduced axis last, of size past + sequence, and
 // dim 0 the batch, at every probe; by name (which a clone keeps), with their rank.
@@ -162,11 +147,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const Decoder
   const Value* ids = g->inputs[c.input_ids];
   mask->shape = Shape{(*ids->shape)[0], Dim::Symbol(c.past_symbol + " + " + c.sequence_symbol)};
   g->inputs.push_back(mask);
-  // 1.0 where a key is real (any value but 0, as a mask of 0/1 or of booleans cast says), else
-  // 0.0: a stray 2 neither doubles a key nor overflows the bias.
-  Value* zero = g->AddConstant("kiln_mask_zero", Tensor::Scalar(DType::kInt64, 0.0));
-  Value* mask_f = Op(*g, "Cast", {Op(*g, "Not", {Op(*g, "Equal", {mask, zero})})},
-                     {{"to", Attribute::Int(static_cast<int64_t>(DType::kFloat32))}});
+  Value* mask_f = mask_graph::Real(*g, mask);
   MaskSoftmaxes(*g, mask_f, softmaxes);
   *read_length = length_from_mask && LengthFromMask(*g, mask_f, c);
   if (!g->TopologicalSort()) return absl::InternalError("the masked decoder has a cycle");
@@ -176,6 +157,12 @@ absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const Decoder
 }  // namespace
 
 std::string CacheMaskOutcome::ToString() const {
+  if (positions_from_mask) {
+    return absl::StrCat("positions read from '", mask,
+                        "' (the model counts them from its cache's length; the padded form is "
+                        "proven against it): steps pad to shape classes, rows of one cache "
+                        "length per step");
+  }
   if (!added()) return absl::StrCat("steps run at exact cache lengths: ", refused);
   return absl::StrCat("input '", input,
                       "' added (the exported decoder has no attention mask; the padded form is "
@@ -191,7 +178,8 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
   if (gc.mode == "off") return out;
   absl::StatusOr<DecoderContract> c =
       generate::FindDecoderContract(DeclaredSignature(graph), gc.tensors);
-  if (!c.ok() || c->has_mask()) return out;
+  if (!c.ok()) return out;
+  if (c->has_mask()) return ReadPositionsFromMask(graph, *c, config);
   const std::string& name = gc.tensors.attention_mask;
   if (gc.cache_mask == "off") {
     out.refused = "generation.cache_mask is off";
@@ -214,6 +202,7 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
     if (proof.ok()) {
       graph = std::move(**g);
       out.input = name;
+      out.mask = name;
       out.rows_share_length = read_length;
       out.past_symbol = c->past_symbol;
       return out;
@@ -251,8 +240,9 @@ std::string CacheMaskKey(const ModelConfig& config) {
   // The roles' names decide whether and what is added; the proof's feed and tolerance
   // whether a form is kept.
   const generate::DecoderTensorNames& t = gc.tensors;
-  std::string key = absl::StrCat("mask:", gc.cache_mask, ",", t.input_ids, ",", t.attention_mask,
-                                 ",", t.position_ids, ",", t.logits);
+  // "positions": masked decoders' positions may be read from their mask (mask_positions.h).
+  std::string key = absl::StrCat("mask:", gc.cache_mask, ",positions", ",", t.input_ids, ",",
+                                 t.attention_mask, ",", t.position_ids, ",", t.logits);
   for (const auto& [past, present] : t.cache) absl::StrAppend(&key, ",", past, ">", present);
   const WarmupConfig& w = config.warmup;
   absl::StrAppend(&key, ",proof:", w.seed, ",", w.rtol, ",", w.atol, ",", w.int_lo, ",", w.int_hi,

@@ -35,19 +35,29 @@
 namespace kiln::server {
 
 struct CacheMaskOutcome {
-  std::string input;               // the added input's name; empty when none was added
-  bool rows_share_length = false;  // positions read from the mask's first row
-  std::string past_symbol;         // the cache's length dim, when added
-  std::string refused;             // why no mask was added, for a maskless decoder only
+  std::string input;  // the added input's name; empty when none was added
+  // The mask the cache's length is read from (the added one, or the model's own for
+  // `positions_from_mask`), when `rows_share_length`.
+  std::string mask;
+  // A decoder with a mask of its own whose positions now start at the mask's extent
+  // (mask_positions.h); else the length is the count over the first row of the added mask.
+  bool positions_from_mask = false;
+  bool rows_share_length = false;  // the cache's length is read from the mask
+  std::string past_symbol;         // the cache's length dim, when changed
+  std::string refused;             // why the steps keep exact lengths, when a rewrite was needed
   bool added() const { return !input.empty(); }
+  // Whether the load log and GetModel have something to say.
+  bool reported() const { return added() || positions_from_mask || !refused.empty(); }
   // The load log's line: "input 'attention_mask' added: ..." or why not.
   std::string ToString() const;
 };
 
 // Adds the mask to `graph` (replacing it with the proven rewrite) when generation is not off,
-// generation.cache_mask is auto, and the graph is a decoder with past without a mask input.
-// Anything else leaves `graph` alone and returns an outcome with nothing added (`refused` says
-// why for a maskless decoder). Errors only for a failure of the rewrite itself.
+// generation.cache_mask is auto, and the graph is a decoder with past without a mask input;
+// for a decoder with a mask, reads its positions from it where it counts them from the
+// cache's length (mask_positions.h). Anything else leaves `graph` alone and returns an
+// outcome with nothing changed (`refused` says why where a rewrite was needed). Errors only
+// for a failure of a rewrite itself.
 absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& config);
 
 // For a model whose rows share their cache length (`rows_share_length`): INVALID_ARGUMENT

@@ -45,6 +45,12 @@ absl::StatusOr<Row> OriginalRow(const Graph& original, const DecoderContract& c,
   Row row;
   row.past = past;
   ASSIGN_OR_RETURN(row.feed, check::RandomInputs(*g, ranges));
+  if (c.has_mask()) {  // the model's own mask: every position real, as a row of the loop
+    const Value* m = g->inputs[c.attention_mask];
+    Tensor ones(m->dtype, {1, past + kSeq});
+    for (int64_t i = 0; i < ones.numel(); ++i) ones.SetDouble(i, 1.0);
+    row.feed[m->name] = std::move(ones);
+  }
   ASSIGN_OR_RETURN(row.want, ref::Run(*g, row.feed, &constants));
   return row;
 }

@@ -1,6 +1,6 @@
-// The proof that a decoder with an added attention mask (cache_mask.h) computes, with its
-// steps padded the way the generation loop pads them, what the exported decoder computes at
-// each row's own cache length.
+// The proof that a decoder with an added attention mask (cache_mask.h), or with positions read
+// from its own (mask_positions.h), computes, with its steps padded the way the generation loop
+// pads them, what the exported decoder computes at each row's own cache length.
 #pragma once
 
 #include "base/status.h"
@@ -13,7 +13,8 @@ namespace kiln::server {
 // The reference interpreter runs `original` on two rows, each at batch 1 with its own cache
 // length (different ones unless `rows_share_length`) and two new positions, and `masked` on
 // both rows at once, each padded to an 8-position cache and 3 new positions (zeros, the mask
-// 0 there, 1 over its real positions). Every output's real positions (the logits of the new
+// 0 there, 1 over its real positions; a mask of the model's own is 1 over the real positions
+// of both runs, as the loop feeds it). Every output's real positions (the logits of the new
 // ones; the presents' past then new ones) must match within the warm-up tolerance, scaled to
 // the outputs. FAILED_PRECONDITION naming the output that moved, or the run that failed.
 absl::Status ProveCacheMask(const Graph& original, const Graph& masked,

@@ -158,7 +158,7 @@ absl::Status ModelRegistry::BuildLocked(ModelVersion& mv, const std::string& pat
     spdlog::info("model {} version {}: input bound: {}", mv.name(), mv.version(), b);
   }
   ASSIGN_OR_RETURN(CacheMaskOutcome mask, AddCacheMask(*graph, mv.config()));
-  if (mask.added() || !mask.refused.empty()) {
+  if (mask.reported()) {
     spdlog::info("model {} version {}: {}", mv.name(), mv.version(), mask.ToString());
   }
   CrashPoint("build-started");

@@ -7,21 +7,26 @@
 #include <set>
 
 #include "base/stop.h"
+#include "server/model/mask_positions.h"
 #include "server/serving/model_registry.h"
 #include "server/serving/request_validation.h"
 
 namespace kiln::server {
 namespace {
 
-// A request's own rows of a model whose positions follow its first row (cache_mask.h) must
-// count the same cached positions; a generation step's are grouped so by the loop.
+// A request's own rows of a model whose cache length is read from its mask must give that
+// length: counted over the first row of an added mask, each row's count must agree
+// (cache_mask.h); from the extent of a model's own mask, some row must hold its last cached
+// position (mask_positions.h). A generation step's rows are grouped and padded so by the loop.
 absl::Status CheckOwnRowsShareLength(const BuiltModel& b, const std::vector<Tensor>& inputs,
                                      const DimValues& dims, const RunHints& hints) {
   if (hints.run_now) return absl::OkStatus();
-  auto past = dims.find(b.cache_mask.past_symbol);
+  const CacheMaskOutcome& m = b.cache_mask;
+  auto past = dims.find(m.past_symbol);
   for (size_t k = 0; k < inputs.size() && k < b.signature.inputs.size(); ++k) {
-    if (b.signature.inputs[k].name == b.cache_mask.input && past != dims.end()) {
-      return CheckRowsShareLength(inputs[k], past->second);
+    if (b.signature.inputs[k].name == m.mask && past != dims.end()) {
+      return m.positions_from_mask ? CheckLastCachedReal(inputs[k], past->second)
+                                   : CheckRowsShareLength(inputs[k], past->second);
     }
   }
   return absl::OkStatus();

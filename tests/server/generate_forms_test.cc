@@ -9,9 +9,11 @@
 //   use_cache_branch false) over the whole sequence;
 // - prefix sharing on the real engines: a repeated prompt's whole pages come from the cache;
 // - decoders without a position_ids input: positions derived from the attention mask generate
-//   token-exact on shape classes (the padding stays hidden); positions derived from the cache's
-//   length would see the padding (the padding proof refuses classes), so they generate at
-//   exact cache lengths, token-exact too;
+//   token-exact on shape classes (the padding stays hidden); positions counted from the cache's
+//   length are read from the mask's extent (server/model/mask_positions.h) and generate
+//   token-exact on shape classes too, alone and four streams at once; a Predict gets the
+//   export's positions, or is refused where no row holds its last cached position; kept as
+//   they are (`cache_mask: off`) they generate at exact cache lengths, token-exact;
 // - decoders without an attention mask: the server adds one (server/model/cache_mask.h), proven
 //   at load, and they generate token-exact on shape classes with no config at all, building
 //   nothing after READY; a Predict may leave the added input out. With
@@ -43,9 +45,16 @@ class ExportForms : public ::testing::Test {
         new std::string(WriteDecoder(*server_, "decoder_step.py", "from_mask", "--positions mask"));
     from_past_ =
         new std::string(WriteDecoder(*server_, "decoder_step.py", "from_past", "--positions past"));
-    std::ofstream(server_->repo() / "from_past/config.yaml")
+    const std::string past_dims =
+        "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16}}\n";
+    std::ofstream(server_->repo() / "from_past/config.yaml") << "device: cpu\nmax_batch_size: 2\n"
+                                                             << past_dims;
+    // The same export kept as it is: exact lengths.
+    const std::string from_past_exact =
+        WriteDecoder(*server_, "decoder_step.py", "from_past_exact", "--positions past");
+    std::ofstream(server_->repo() / "from_past_exact/config.yaml")
         << "device: cpu\nmax_batch_size: 2\n"
-           "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16}}\n";
+        << past_dims << "generation: {cache_mask: off}\n";
     // The export a plain torch.onnx.export of a decoder with past gives: no mask, positions
     // from the cache's length; no config.
     no_mask_ = new std::string(
@@ -63,6 +72,10 @@ class ExportForms : public ::testing::Test {
     llama_no_mask_ = new std::string(
         WriteDecoder(*server_, "llama_step.py", "llama_no_mask", "--no-mask --positions past"));
     on_cpu_engine("llama_no_mask", 2);
+    // With its mask, positions still counted from the cache's length.
+    llama_from_past_ = new std::string(
+        WriteDecoder(*server_, "llama_step.py", "llama_from_past", "--positions past"));
+    on_cpu_engine("llama_from_past", 2);
     // The GPT-2-style export, rows batched: steps append in place.
     const std::string on_cpu =
         WriteDecoder(*server_, "decoder_step.py", "no_mask_cpu", "--no-mask --positions past");
@@ -89,8 +102,9 @@ class ExportForms : public ::testing::Test {
            "logits: scores, cache: {k_cache_0: k_cache_out_0, v_cache_0: v_cache_out_0, "
            "k_cache_1: k_cache_out_1, v_cache_1: v_cache_out_1}}}\n";
     if (gpt_->empty() || llama_->empty() || from_mask_->empty() || from_past_->empty() ||
-        no_mask_->empty() || llama_no_mask_->empty() || on_cpu.empty() || exact.empty() ||
-        from_one.empty() || bare_->empty() || renamed.empty()) {
+        no_mask_->empty() || llama_no_mask_->empty() || llama_from_past_->empty() ||
+        on_cpu.empty() || exact.empty() || from_one.empty() || bare_->empty() || renamed.empty() ||
+        from_past_exact.empty()) {
       gpt_->clear();
       return;
     }
@@ -105,6 +119,7 @@ class ExportForms : public ::testing::Test {
     delete from_past_;
     delete no_mask_;
     delete llama_no_mask_;
+    delete llama_from_past_;
     delete bare_;
   }
   void SetUp() override {
@@ -143,7 +158,8 @@ class ExportForms : public ::testing::Test {
   }
 
   static TestServer* server_;
-  static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *llama_no_mask_, *bare_;
+  static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *llama_no_mask_,
+      *llama_from_past_, *bare_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
@@ -155,6 +171,7 @@ std::string* ExportForms::from_mask_ = nullptr;
 std::string* ExportForms::from_past_ = nullptr;
 std::string* ExportForms::no_mask_ = nullptr;
 std::string* ExportForms::llama_no_mask_ = nullptr;
+std::string* ExportForms::llama_from_past_ = nullptr;
 std::string* ExportForms::bare_ = nullptr;
 bool ExportForms::ready_ = false;
 
@@ -259,12 +276,39 @@ void ExpectExactLengths(const v1::ModelInfo& info, const std::string& why) {
   EXPECT_EQ(info.dynamic_dim_ranges().at("past_sequence_length").min(), 0);
 }
 
-TEST_F(ExportForms, PositionsCountedFromTheCacheGenerateAtExactLengths) {
+TEST_F(ExportForms, PositionsCountedFromTheCacheAreReadFromTheMaskOnShapeClasses) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("from_past", 0, &info).ok());
-  ExpectExactLengths(info, "no shape classes over 'past_sequence_length'");
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  const std::string& how = info.generation().cache_mask();
+  EXPECT_EQ(how.rfind("positions read from 'attention_mask'", 0), 0u) << how;
+  EXPECT_TRUE(info.generation().exact_lengths().empty()) << info.generation().exact_lengths();
+  EXPECT_TRUE(info.shape_classes().count("past_sequence_length"));
+  EXPECT_TRUE(info.generation().kv_in_place());
+  // Against the export, recomputed from an empty cache at every token.
   GenerateAndCheck("from_past", *from_past_, 13, 24, NoCache::kEmptyPast);
   ASSERT_TRUE(server_->GetModel("from_past", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+}
+
+TEST_F(ExportForms, ALlamaStyleDecoderCountingPositionsFromTheCacheReadsThemFromItsMask) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("llama_from_past", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  EXPECT_EQ(info.generation().cache_mask().rfind("positions read from 'attention_mask'", 0), 0u)
+      << info.generation().cache_mask();
+  EXPECT_TRUE(info.generation().kv_in_place());
+  GenerateAndCheck("llama_from_past", *llama_from_past_, 20, 27, NoCache::kEmptyPast);
+  ASSERT_TRUE(server_->GetModel("llama_from_past", 0, &info).ok());
+  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+}
+
+TEST_F(ExportForms, PositionsCountedFromTheCacheKeptAsTheyAreGenerateAtExactLengths) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("from_past_exact", 0, &info).ok());
+  ExpectExactLengths(info, "no shape classes over 'past_sequence_length'");
+  GenerateAndCheck("from_past_exact", *from_past_, 13, 24, NoCache::kEmptyPast);
+  ASSERT_TRUE(server_->GetModel("from_past_exact", 0, &info).ok());
   // The prompt's step at an empty cache, then one shape per decode step.
   EXPECT_GE(info.shape_counters().builds(), 60);
 }
@@ -303,30 +347,27 @@ TEST_F(ExportForms, ALlamaStyleDecoderWithNoMaskGetsOneAndMatchesTheReference) {
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
 }
 
-TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReference) {
-  v1::ModelInfo info;
-  ASSERT_TRUE(server_->GetModel("no_mask_cpu", 0, &info).ok());
-  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
-  EXPECT_TRUE(info.generation().kv_in_place());
-  // Rows of different lengths never share a step (positions follow the first row's mask):
-  // four streams at once (two of one length) give the tokens each gives alone, and one of
-  // them the reference's.
+// Four streams at once on `model` (two of one length) give the tokens each gives alone, and
+// one of them the reference's (`onnx` recomputed from an empty cache); nothing is built after
+// READY and the cache is appended in place.
+void ExpectConcurrentStreamsMatch(TestServer& server, v1::GenerationService::Stub& stub,
+                                  const std::string& model, const std::string& onnx) {
   std::vector<std::vector<int64_t>> prompts, alone(4), together(4);
   for (int i = 0; i < 4; ++i)
     prompts.push_back(RandomPrompt(i == 3 ? 5 : 5 + 7 * i, 30 + i, kVocab));
   for (int i = 0; i < 4; ++i) {
-    v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, "no_mask_cpu");
+    v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, model);
     req.set_ignore_eos(true);
-    ASSERT_TRUE(StreamTokens(*stub_, req, alone[i]).ok());
+    ASSERT_TRUE(StreamTokens(stub, req, alone[i]).ok());
   }
   std::vector<std::thread> threads;
   std::vector<grpc::Status> status(4);
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
-      auto stub = v1::GenerationService::NewStub(server_->channel());
-      v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, "no_mask_cpu");
+      auto own = v1::GenerationService::NewStub(server.channel());
+      v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, model);
       req.set_ignore_eos(true);
-      status[i] = StreamTokens(*stub, req, together[i]);
+      status[i] = StreamTokens(*own, req, together[i]);
     });
   }
   for (auto& t : threads) t.join();
@@ -334,18 +375,33 @@ TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReferenc
     ASSERT_TRUE(status[i].ok()) << status[i].error_message();
     EXPECT_EQ(together[i], alone[i]) << "stream " << i;
   }
-  ExpectReferenceTokens(*no_mask_, prompts[1], alone[1], kVocab, NoCache::kEmptyPast);
-  ASSERT_TRUE(server_->GetModel("no_mask_cpu", 0, &info).ok());
+  ExpectReferenceTokens(onnx, prompts[1], alone[1], kVocab, NoCache::kEmptyPast);
+  v1::ModelInfo info;
+  ASSERT_TRUE(server.GetModel(model, 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
   EXPECT_GT(info.generation().steps_in_place(), 0);
+}
+
+TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReference) {
+  v1::ModelInfo info;
+  ASSERT_TRUE(server_->GetModel("no_mask_cpu", 0, &info).ok());
+  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+  EXPECT_TRUE(info.generation().kv_in_place());
+  // Rows of different lengths never share a step (positions follow the first row's mask).
+  ExpectConcurrentStreamsMatch(*server_, *stub_, "no_mask_cpu", *no_mask_);
+}
+
+TEST_F(ExportForms, ConcurrentStreamsOfPositionsFromTheMaskMatchTheReference) {
+  ExpectConcurrentStreamsMatch(*server_, *stub_, "from_past", *from_past_);
 }
 
 // Two rows of 3 new tokens after 2 cached positions, as a request written for the export sends
 // them (and, given `mask`, with the added input).
 v1::PredictRequest MaskedPredict(const std::vector<int64_t>& ids, const std::vector<float>& past,
-                                 const std::vector<int64_t>& mask) {
+                                 const std::vector<int64_t>& mask,
+                                 const std::string& model = "no_mask_cpu") {
   v1::PredictRequest req;
-  req.set_model("no_mask_cpu");
+  req.set_model(model);
   auto add = [&](const std::string& name, v1::DataType dtype, std::vector<int64_t> shape) {
     v1::Tensor& t = (*req.mutable_inputs())[name];
     t.set_dtype(dtype);
@@ -375,32 +431,69 @@ std::vector<float> Floats(const v1::Tensor& t) {
   return v;
 }
 
-TEST_F(ExportForms, APredictMayLeaveTheAddedMaskOutAndGetsWhatTheExportComputes) {
-  std::vector<int64_t> ids = RandomPrompt(6, 41, kVocab);
+// The export itself on the reference, fed what MaskedPredict sends, computes `got`'s logits.
+void ExpectExportLogits(const std::string& onnx, const std::vector<int64_t>& ids,
+                        const std::vector<float>& past, const std::vector<int64_t>& mask,
+                        const v1::PredictResponse& got) {
+  auto graph = onnx_io::ImportModelBytes(onnx);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ref::TensorMap feed{{"input_ids", Tensor::FromInt64(ids, {2, 3})}};
+  for (const Value* in : (*graph)->inputs) {
+    if (in->name == "attention_mask") {
+      feed[in->name] = Tensor::FromInt64(mask, {2, 5});
+    } else if (in->name != "input_ids") {
+      feed[in->name] = Tensor::FromFloat(past, {2, 4, 2, 16});
+    }
+  }
+  auto want = ref::Run(**graph, feed);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const std::vector<float> logits = Floats(got.outputs().at("logits"));
+  const Tensor& w = want->at("logits");
+  ASSERT_EQ(static_cast<int64_t>(logits.size()), w.numel());
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    ASSERT_NEAR(logits[static_cast<size_t>(i)], w.GetDouble(i),
+                1e-4 * (1 + std::abs(w.GetDouble(i))))
+        << "logit " << i;
+  }
+}
+
+std::vector<float> SomePast() {
   std::vector<float> past(2 * 4 * 2 * 16);
   for (size_t i = 0; i < past.size(); ++i) past[i] = 0.01f * static_cast<float>(i % 37);
+  return past;
+}
+
+TEST_F(ExportForms, APredictWithPositionsFromItsMaskGetsWhatTheExportComputes) {
+  // Rows padded on the left (their first cached position hidden) and row 1 hiding its last:
+  // the model counts positions from the cache's length, and so does the server while the
+  // first row holds its last cached position.
+  const std::vector<int64_t> ids = RandomPrompt(6, 42, kVocab);
+  const std::vector<float> past = SomePast();
+  std::vector<int64_t> mask(10, 1);
+  mask[0] = mask[5] = mask[6] = 0;
+  v1::PredictResponse got;
+  grpc::Status s = server_->Predict(MaskedPredict(ids, past, mask, "from_past"), &got);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectExportLogits(*from_past_, ids, past, mask, got);
+  // The first row hides its last cached position: refused, not computed at other positions.
+  mask[1] = 0;
+  mask[6] = 1;
+  s = server_->Predict(MaskedPredict(ids, past, mask, "from_past"), &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("row 0 hides its last cached position"), std::string::npos)
+      << s.error_message();
+}
+
+TEST_F(ExportForms, APredictMayLeaveTheAddedMaskOutAndGetsWhatTheExportComputes) {
+  std::vector<int64_t> ids = RandomPrompt(6, 41, kVocab);
+  const std::vector<float> past = SomePast();
   v1::PredictResponse without, with;
   grpc::Status s = server_->Predict(MaskedPredict(ids, past, {}), &without);
   ASSERT_TRUE(s.ok()) << s.error_message();
   s = server_->Predict(MaskedPredict(ids, past, std::vector<int64_t>(10, 1)), &with);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(Floats(without.outputs().at("logits")), Floats(with.outputs().at("logits")));
-  // The export itself on the reference, same feed.
-  auto graph = onnx_io::ImportModelBytes(*no_mask_);
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  ref::TensorMap feed{{"input_ids", Tensor::FromInt64(ids, {2, 3})}};
-  for (const Value* in : (*graph)->inputs) {
-    if (in->name != "input_ids") feed[in->name] = Tensor::FromFloat(past, {2, 4, 2, 16});
-  }
-  auto want = ref::Run(**graph, feed);
-  ASSERT_TRUE(want.ok()) << want.status();
-  const std::vector<float> got = Floats(without.outputs().at("logits"));
-  const Tensor& w = want->at("logits");
-  ASSERT_EQ(static_cast<int64_t>(got.size()), w.numel());
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    ASSERT_NEAR(got[static_cast<size_t>(i)], w.GetDouble(i), 1e-4 * (1 + std::abs(w.GetDouble(i))))
-        << "logit " << i;
-  }
+  ExpectExportLogits(*no_mask_, ids, past, {}, without);
   // Rows whose masks count different cached positions are refused: the model reads every
   // row's positions from the first's.
   std::vector<int64_t> uneven(10, 1);
