@@ -89,6 +89,10 @@ int CheckBlock(const Graph& g, const CompiledGraph& compiled, const Tensor& x,
   cpu::CpuEngineOptions eo;
   eo.layout = layout;
   eo.threads = 2;
+  // The layouts are under test, not the products: below a batch of 4 the Winograd kernel is
+  // kept where a timed trial finds it faster (a busy host decides either way), and its error
+  // exceeds this test's tolerance (cpu_winograd_test checks it against its own).
+  eo.winograd = false;
   auto engine = cpu::BuildCpuEngine(compiled, eo);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok() || !want.ok()) return -1;
