@@ -67,14 +67,7 @@ void MaskSoftmaxes(Graph& g, Value* mask_f, const std::map<std::string, size_t>&
       "kiln_mask_lowest", Tensor::Scalar(DType::kFloat32, std::numeric_limits<float>::lowest()));
   Value* bias = Op(g, "Mul", {Op(g, "Sub", {one, mask_f}), lowest});
   std::map<size_t, Value*> by_rank;
-  std::vector<Node*> softmaxes;
-  for (const auto& n : g.nodes()) {
-    if (n->op_type == "Softmax" && n->domain.empty() && n->input(0) &&
-        inputs.count(n->input(0)->name)) {
-      softmaxes.push_back(n.get());
-    }
-  }
-  for (Node* n : softmaxes) {
+  for (Node* n : mask_graph::NodesReading(g, "Softmax", inputs)) {
     Value* x = n->input(0);
     const size_t r = inputs.at(x->name);
     Value*& b = by_rank[r];
@@ -102,9 +95,8 @@ std::vector<std::pair<Node*, int64_t>> CacheShapes(const Graph& g, const Decoder
 }
 
 // Every Shape of a past input reads the cache's length from the mask: the ones over the
-// past of the batch's first row (its real length; the rows of a step share it). True when
-// the graph has such a Shape.
-bool LengthFromMask(Graph& g, Value* mask_f, const DecoderContract& c) {
+// past of the batch's first row (its real length; the rows of a step share it).
+void LengthFromMask(Graph& g, Value* mask_f, const DecoderContract& c) {
   const std::vector<std::pair<Node*, int64_t>> shapes = CacheShapes(g, c);
   for (const auto& [n, axis] : shapes) {
     Value* past = n->input(0);
@@ -128,19 +120,21 @@ bool LengthFromMask(Graph& g, Value* mask_f, const DecoderContract& c) {
     }
     g.ReplaceAllUses(n->output(0), shape);
   }
-  return !shapes.empty();
 }
 
-// The graph with the mask input (and, with `length_from_mask`, the cache's length read from
-// it); FAILED_PRECONDITION when no Softmax attends over the cache.
+// Where the added mask's positions come from: none read (the model's own stay), each row's
+// count of real cached positions (positions [1, n] made [rows, n]), or the first row's count
+// for every row (each Shape of a past input).
+enum class Form { kMaskOnly, kRowCounts, kFirstRowCount };
+
+// The graph with the mask input before the Softmaxes whose inputs are `softmaxes`, and its
+// positions read per `form` (`starts`: the Ranges over the cache's length, for kRowCounts;
+// FAILED_PRECONDITION where one is read otherwise than as positions [1, n]).
 absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const DecoderContract& c,
-                                               const std::string& name, bool length_from_mask,
-                                               bool* read_length) {
-  ASSIGN_OR_RETURN(const auto softmaxes, KeySoftmaxInputs(graph, c));
-  if (softmaxes.empty()) {
-    return absl::FailedPreconditionError(
-        "no Softmax over the cache's positions with the batch as its first dim");
-  }
+                                               const std::string& name,
+                                               const std::map<std::string, size_t>& softmaxes,
+                                               const std::map<std::string, DType>& starts,
+                                               Form form) {
   std::unique_ptr<Graph> g = graph.Clone();
   Value* mask = g->AddValue(name);
   mask->dtype = DType::kInt64;
@@ -149,7 +143,18 @@ absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const Decoder
   g->inputs.push_back(mask);
   Value* mask_f = mask_graph::Real(*g, mask);
   MaskSoftmaxes(*g, mask_f, softmaxes);
-  *read_length = length_from_mask && LengthFromMask(*g, mask_f, c);
+  if (form == Form::kRowCounts) {
+    Value* real = mask_graph::PastColumns(*g, mask_f, c, /*first_row=*/false);
+    Value* counts = mask_graph::CastTo(
+        *g, Op(*g, "ReduceSum", {real, Ints(*g, {1})}, {{"keepdims", Attribute::Int(1)}}),
+        DType::kInt64);
+    if (!mask_graph::PerRowPositions(*g, counts, starts)) {
+      return absl::FailedPreconditionError(
+          "a Range over the cache's length is read otherwise than as positions [1, n]");
+    }
+  } else if (form == Form::kFirstRowCount) {
+    LengthFromMask(*g, mask_f, c);
+  }
   if (!g->TopologicalSort()) return absl::InternalError("the masked decoder has a cycle");
   return g;
 }
@@ -157,19 +162,20 @@ absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const Decoder
 }  // namespace
 
 std::string CacheMaskOutcome::ToString() const {
+  const char* rows = rows_share_length ? ", rows of one cache length per step"
+                     : per_row         ? ", each row's positions from its own mask row"
+                                       : "";
   if (positions_from_mask) {
     return absl::StrCat("positions read from '", mask,
                         "' (the model counts them from its cache's length; the padded form is "
-                        "proven against it): steps pad to shape classes, rows of one cache "
-                        "length per step");
+                        "proven against it): steps pad to shape classes",
+                        rows);
   }
   if (!added()) return absl::StrCat("steps run at exact cache lengths: ", refused);
   return absl::StrCat("input '", input,
                       "' added (the exported decoder has no attention mask; the padded form is "
                       "proven against it): steps pad to shape classes",
-                      rows_share_length
-                          ? ", rows of one cache length per step (positions count from its length)"
-                          : "");
+                      rows, rows_share_length ? " (positions count from its length)" : "");
 }
 
 absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& config) {
@@ -189,29 +195,37 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
     out.refused = absl::StrCat("input '", graph.inputs[c->input_ids]->name, "' has no shape");
   }
   if (!out.refused.empty()) return out;
-  // The mask alone first (rows of any lengths share a step), then with the length read from
-  // it, where the model reads the cache's length at all.
+  absl::StatusOr<std::map<std::string, size_t>> softmaxes = KeySoftmaxInputs(graph, *c);
+  if (softmaxes.ok() && softmaxes->empty()) {
+    softmaxes = absl::FailedPreconditionError(
+        "no Softmax over the cache's positions with the batch as its first dim");
+  }
+  std::string why = softmaxes.ok() ? "" : std::string(softmaxes.status().message());
+  // The mask alone first (rows of any lengths share a step), then, where the model reads the
+  // cache's length, each row's positions read from it, then the first row's for every row.
   const bool reads_length = !CacheShapes(graph, *c).empty();
-  std::vector<std::string> why;
-  for (bool length_from_mask : {false, true}) {
-    if (length_from_mask && !reads_length) break;
-    bool read_length = false;
-    absl::StatusOr<std::unique_ptr<Graph>> g =
-        Rewrite(graph, *c, name, length_from_mask, &read_length);
-    absl::Status proof = g.ok() ? ProveCacheMask(graph, **g, *c, read_length, config) : g.status();
+  std::map<std::string, DType> starts;
+  if (softmaxes.ok() && reads_length) {
+    ASSIGN_OR_RETURN(starts, mask_graph::LengthStarts(graph, *c));
+  }
+  for (Form form : {Form::kMaskOnly, Form::kRowCounts, Form::kFirstRowCount}) {
+    if (!softmaxes.ok() || (form != Form::kMaskOnly && !reads_length)) break;
+    if (form == Form::kRowCounts && starts.empty()) continue;
+    const bool first_row = form == Form::kFirstRowCount;
+    absl::StatusOr<std::unique_ptr<Graph>> g = Rewrite(graph, *c, name, *softmaxes, starts, form);
+    absl::Status proof = g.ok() ? ProveCacheMask(graph, **g, *c, first_row, config) : g.status();
     if (proof.ok()) {
       graph = std::move(**g);
       out.input = name;
       out.mask = name;
-      out.rows_share_length = read_length;
+      out.per_row = form == Form::kRowCounts;
+      out.rows_share_length = first_row;
       out.past_symbol = c->past_symbol;
       return out;
     }
-    why.push_back(std::string(proof.message()));
-    if (!g.ok()) break;  // no Softmax to mask: the second form has none either
+    why = std::string(proof.message());
   }
-  out.refused =
-      absl::StrCat("an added attention mask does not reproduce the model (", why.back(), ")");
+  out.refused = absl::StrCat("an added attention mask does not reproduce the model (", why, ")");
   return out;
 }
 
@@ -240,8 +254,9 @@ std::string CacheMaskKey(const ModelConfig& config) {
   // The roles' names decide whether and what is added; the proof's feed and tolerance
   // whether a form is kept.
   const generate::DecoderTensorNames& t = gc.tensors;
-  // "positions": masked decoders' positions may be read from their mask (mask_positions.h).
-  std::string key = absl::StrCat("mask:", gc.cache_mask, ",positions", ",", t.input_ids, ",",
+  // "positions:rows": positions are read from the mask, each row's where they can be
+  // (mask_positions.h), which changes the graphs an older key named.
+  std::string key = absl::StrCat("mask:", gc.cache_mask, ",positions:rows", ",", t.input_ids, ",",
                                  t.attention_mask, ",", t.position_ids, ",", t.logits);
   for (const auto& [past, present] : t.cache) absl::StrAppend(&key, ",", past, ">", present);
   const WarmupConfig& w = config.warmup;

@@ -36,13 +36,14 @@ namespace kiln::server {
 
 struct CacheMaskOutcome {
   std::string input;  // the added input's name; empty when none was added
-  // The mask the cache's length is read from (the added one, or the model's own for
-  // `positions_from_mask`), when `rows_share_length`.
+  // The mask the positions are read from (the added one, or the model's own for
+  // `positions_from_mask`), when `per_row` or `rows_share_length`.
   std::string mask;
   // A decoder with a mask of its own whose positions now start at the mask's extent
-  // (mask_positions.h); else the length is the count over the first row of the added mask.
+  // (mask_positions.h); else the length is the count of the added mask's real positions.
   bool positions_from_mask = false;
-  bool rows_share_length = false;  // the cache's length is read from the mask
+  bool per_row = false;            // each row's positions read from its own mask row
+  bool rows_share_length = false;  // every row's positions read from the first row's
   std::string past_symbol;         // the cache's length dim, when changed
   std::string refused;             // why the steps keep exact lengths, when a rewrite was needed
   bool added() const { return !input.empty(); }

@@ -1,6 +1,11 @@
 #include "server/model/cache_mask_graph.h"
 
+#include <algorithm>
+#include <iterator>
+#include <memory>
 #include <utility>
+
+#include "compiler/shape/infer.h"
 
 namespace kiln::server::mask_graph {
 
@@ -25,6 +30,83 @@ Value* Real(Graph& g, Value* mask) {
   Value* zero = g.AddConstant("kiln_mask_zero", Tensor::Scalar(DType::kFloat32, 0.0));
   Value* as_float = mask->dtype == DType::kFloat32 ? mask : CastTo(g, mask, DType::kFloat32);
   return CastTo(g, Op(g, "Not", {Op(g, "Equal", {as_float, zero})}), DType::kFloat32);
+}
+
+absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g,
+                                                          const generate::DecoderContract& c) {
+  std::map<std::string, DType> starts;
+  for (const auto& n : g.nodes()) {
+    const Value* s = n->input(0);
+    if (n->op_type == "Range" && n->domain.empty() && s && !s->constant) {
+      starts.emplace(s->name, DType::kInt64);
+    }
+  }
+  for (const Probe& p : kProbes) {
+    if (starts.empty()) break;
+    std::unique_ptr<Graph> at = g.Clone();
+    RETURN_IF_ERROR(
+        shape::Specialize(*at, p.batch, {{c.past_symbol, p.past}, {c.sequence_symbol, p.seq}}));
+    for (auto it = starts.begin(); it != starts.end();) {
+      const Value* v = at->FindValue(it->first);
+      const bool is_past = v && v->constant && v->constant->numel() == 1 &&
+                           IsIntegerDType(v->constant->dtype()) && v->constant->GetInt(0) == p.past;
+      if (is_past) it->second = v->constant->dtype();
+      it = is_past ? std::next(it) : starts.erase(it);
+    }
+  }
+  return starts;
+}
+
+Value* PastColumns(Graph& g, Value* real, const generate::DecoderContract& c, bool first_row) {
+  const generate::CacheTensor& t = c.cache.front();
+  Value* zero = Ints(g, {0});
+  Value* past =
+      Op(g, "Slice",
+         {Op(g, "Shape", {g.inputs[t.input]}), Ints(g, {t.axis}), Ints(g, {t.axis + 1}), zero});
+  if (!first_row) return Op(g, "Slice", {real, zero, past, Ints(g, {1})});
+  Value* ends = Op(g, "Concat", {Ints(g, {1}), past}, {{"axis", Attribute::Int(0)}});
+  return Op(g, "Slice", {real, Ints(g, {0, 0}), ends, Ints(g, {0, 1})});
+}
+
+namespace {
+
+// The Unsqueeze of axis 0 that is `range`'s one reader, or null.
+Node* RowOfPositions(const Graph& g, const Node& range) {
+  const Value* out = range.output(0);
+  const std::vector<Node*> readers = g.Consumers(out);
+  if (readers.size() != 1 || std::count(g.outputs.begin(), g.outputs.end(), out) != 0) {
+    return nullptr;
+  }
+  Node* u = readers[0];
+  const Value* axes = u->input(1);
+  if (u->op_type != "Unsqueeze" || !u->domain.empty() || u->input(0) != out || !axes ||
+      !axes->constant || axes->constant->numel() != 1) {
+    return nullptr;
+  }
+  const int64_t axis = axes->constant->GetInt(0);
+  return axis == 0 || axis == -2 ? u : nullptr;
+}
+
+}  // namespace
+
+bool PerRowPositions(Graph& g, Value* row_starts, const std::map<std::string, DType>& starts) {
+  std::vector<std::pair<Node*, Node*>> found;  // Range, its Unsqueeze
+  for (Node* n : NodesReading(g, "Range", starts)) {
+    Node* u = RowOfPositions(g, *n);
+    if (!u) return false;
+    found.emplace_back(n, u);
+  }
+  for (const auto& [range, unsqueeze] : found) {
+    Value* start = range->input(0);
+    const DType dtype = starts.at(start->name);
+    Value* zero = g.AddConstant("kiln_mask_zero", Tensor::Scalar(dtype, 0.0));
+    // limit - start is a constant once the sizes are bound: the offsets fold.
+    Value* offsets =
+        Op(g, "Range", {zero, Op(g, "Sub", {range->input(1), start}), range->input(2)});
+    Value* from = dtype == DType::kInt64 ? row_starts : CastTo(g, row_starts, dtype);
+    g.ReplaceAllUses(unsqueeze->output(0), Op(g, "Add", {from, offsets}));
+  }
+  return !found.empty();
 }
 
 }  // namespace kiln::server::mask_graph

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "ir/graph.h"
+#include "server/generate/decoder_contract.h"
 
 namespace kiln::server::mask_graph {
 
@@ -23,6 +25,18 @@ inline constexpr Probe kProbes[] = {{3, 5, 2}, {2, 11, 4}};
 Value* Op(Graph& g, const std::string& op, std::vector<Value*> in,
           std::map<std::string, Attribute> attrs = {});
 
+// The nodes of `op` (ai.onnx) whose first input's name is a key of `names`, in graph order.
+template <class Names>
+std::vector<Node*> NodesReading(const Graph& g, const std::string& op, const Names& names) {
+  std::vector<Node*> found;
+  for (const auto& n : g.nodes()) {
+    if (n->op_type == op && n->domain.empty() && n->input(0) && names.count(n->input(0)->name)) {
+      found.push_back(n.get());
+    }
+  }
+  return found;
+}
+
 // A 1-D int64 constant.
 Value* Ints(Graph& g, std::vector<int64_t> v);
 
@@ -32,5 +46,22 @@ Value* Real(Graph& g, Value* mask);
 
 // Cast of `x` to `to`.
 Value* CastTo(Graph& g, Value* x, DType to);
+
+// The values (by name, which a clone keeps) that start a Range and are the cache's length at
+// every probe, with their integer dtype (the imported graph's types are inferred only on its
+// specialized clones): the positions an export counts from its cache's length,
+// torch.arange(past, past + sequence).
+absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g,
+                                                          const generate::DecoderContract& c);
+
+// The cache's columns of `real` ([rows, past + sequence]): [rows, past], or [1, past] for the
+// first row alone.
+Value* PastColumns(Graph& g, Value* real, const generate::DecoderContract& c, bool first_row);
+
+// Each row's own positions: every Range started at `starts` whose one reader is an Unsqueeze
+// of axis 0 (positions [1, n], as torch.arange(...).unsqueeze(0) exports them) is replaced by
+// `row_starts` + Range(0, limit - start, delta), [rows, n], as a position_ids input would be.
+// `row_starts`: int64 [rows, 1]. False, the graph untouched, when a Range is read otherwise.
+bool PerRowPositions(Graph& g, Value* row_starts, const std::map<std::string, DType>& starts);
 
 }  // namespace kiln::server::mask_graph

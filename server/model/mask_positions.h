@@ -8,23 +8,25 @@
 // every step ran at its rows' exact cache length: an engine built and checked per token.
 //
 // The rewrite: every integer Range whose start is the cache's length (at two probe sizes)
-// starts instead at the extent of the mask's real cached positions (one past the last cached
-// column the batch's first row holds real) and keeps its length (limit - start). Every other use of
-// the cache's length (a causal mask's size, say) keeps the padded length, as the padded layout
-// needs it.
-//   - In the generation loop a row's cache is real from its start to its length and zeros
-//     after it, so the extent is the row's length: a step's rows must share it
-//     (`rows_share_length`, as for a maskless decoder whose length is read from its added
-//     mask).
-//   - A Predict pads its cache at the end, so the extent is the request's own cache length
-//     whenever its first row holds its last cached position, and the model computes what the
-//     export computes (the other rows may hide any of theirs: left padding). A request whose
-//     first row hides it is refused (CheckLastCachedReal): its extent would be shorter than
-//     its cache.
+// starts instead at the mask's extent: one past the last cached column a row holds real. Every
+// other use of the cache's length (a causal mask's size, say) keeps the padded length, as the
+// padded layout needs it. Two forms, the first that proves kept:
+//   - each row's own: a Range read only as positions [1, n] (torch.arange(...).unsqueeze(0))
+//     becomes extent[row] + Range(0, n), [rows, n], as a position_ids input would be. Rows of
+//     any lengths then share a step, as in a masked export with position ids;
+//   - the first row's for all (the Range keeps its length, limit - start): a step's rows must
+//     share their cache length (`rows_share_length`, as for a maskless decoder whose length
+//     is read from its added mask).
+// In the generation loop a row's cache is real from its start to its length and zeros after
+// it, so its extent is its length. A Predict pads its cache at the end, so the extent is the
+// request's own cache length wherever the row read holds its last cached position, and the
+// model computes what the export computes (earlier positions may be hidden: left padding). A
+// request where a row read hides it is refused (CheckLastCachedReal): its extent would be
+// shorter than its cache.
 // Proven as the added mask is (cache_mask_proof.h): the export at each row's own length against
 // the rewrite padded, every output's real positions. Nothing changes for a model that pads as
 // it is (positions from the mask's cumulative sum, or from position ids), or with
-// generation.cache_mask off; a model the proof refuses keeps running at exact lengths.
+// generation.cache_mask off; a model neither form proves keeps running at exact lengths.
 #pragma once
 
 #include "base/status.h"
@@ -43,8 +45,8 @@ absl::StatusOr<CacheMaskOutcome> ReadPositionsFromMask(Graph& graph,
                                                        const ModelConfig& config);
 
 // For a model whose positions start at the mask's extent: INVALID_ARGUMENT when the request's
-// cache (its first `past` mask columns, `mask` [rows, past + new]) is not empty and its first
-// row hides its last cached position.
-absl::Status CheckLastCachedReal(const Tensor& mask, int64_t past);
+// cache (its first `past` mask columns, `mask` [rows, past + new]) is not empty and a row read
+// (every row, or the first alone) hides its last cached position.
+absl::Status CheckLastCachedReal(const Tensor& mask, int64_t past, bool every_row);
 
 }  // namespace kiln::server

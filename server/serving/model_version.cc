@@ -14,10 +14,11 @@
 namespace kiln::server {
 namespace {
 
-// A request's own rows of a model whose cache length is read from its mask must give that
+// A request's own rows of a model whose positions are read from its mask must give its cache's
 // length: counted over the first row of an added mask, each row's count must agree
-// (cache_mask.h); from the extent of a model's own mask, some row must hold its last cached
-// position (mask_positions.h). A generation step's rows are grouped and padded so by the loop.
+// (cache_mask.h); from the extent of a model's own mask, the rows read (each, or the first)
+// must hold their last cached position (mask_positions.h). A generation step's rows are
+// grouped and padded so by the loop.
 absl::Status CheckOwnRowsShareLength(const BuiltModel& b, const std::vector<Tensor>& inputs,
                                      const DimValues& dims, const RunHints& hints) {
   if (hints.run_now) return absl::OkStatus();
@@ -25,8 +26,9 @@ absl::Status CheckOwnRowsShareLength(const BuiltModel& b, const std::vector<Tens
   auto past = dims.find(m.past_symbol);
   for (size_t k = 0; k < inputs.size() && k < b.signature.inputs.size(); ++k) {
     if (b.signature.inputs[k].name == m.mask && past != dims.end()) {
-      return m.positions_from_mask ? CheckLastCachedReal(inputs[k], past->second)
-                                   : CheckRowsShareLength(inputs[k], past->second);
+      return m.positions_from_mask
+                 ? CheckLastCachedReal(inputs[k], past->second, !m.rows_share_length)
+                 : CheckRowsShareLength(inputs[k], past->second);
     }
   }
   return absl::OkStatus();
@@ -145,11 +147,13 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
     std::vector<Tensor> inputs, int64_t rows, DimValues dims,
     std::optional<Clock::time_point> deadline, AbandonFlag abandoned, RunHints hints) {
   RowFinish finish;
-  // Its positions follow the first row's mask: rows of another request (another cache
-  // length, padded to the same class) must not join it, and a request's own rows must agree
-  // (a generation step's do: the loop groups them so, and pads with rows after them).
-  if (built_.cache_mask.rows_share_length) {
-    hints.alone = true;
+  // Positions that follow the first row's mask: rows of another request (another cache
+  // length, padded to the same class) must not join it. Positions read from the mask: a
+  // request's own rows must give them (a generation step's do: the loop groups them so, and
+  // pads with rows after them).
+  const CacheMaskOutcome& mask = built_.cache_mask;
+  if (mask.rows_share_length) hints.alone = true;
+  if (mask.rows_share_length || mask.positions_from_mask) {
     RETURN_IF_ERROR(CheckOwnRowsShareLength(built_, inputs, dims, hints));
   }
   if (shapes_) {

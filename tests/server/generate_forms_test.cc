@@ -157,6 +157,23 @@ class ExportForms : public ::testing::Test {
     ExpectReferenceTokens(onnx, prompt, ids, kVocab, how);
   }
 
+  // `model` generates on shape classes over the cache's length, appending in place, GetModel's
+  // cache_mask starting with `how`: 64 tokens after a prompt of `n`, each the export's
+  // (recomputed from an empty cache), and nothing built after READY.
+  void ExpectRewriteGenerates(const std::string& model, const std::string& onnx,
+                              const std::string& how, int64_t n, uint32_t seed) {
+    v1::ModelInfo info;
+    ASSERT_TRUE(server_->GetModel(model, 0, &info).ok());
+    ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
+    EXPECT_EQ(info.generation().cache_mask().rfind(how, 0), 0u) << info.generation().cache_mask();
+    EXPECT_TRUE(info.generation().exact_lengths().empty()) << info.generation().exact_lengths();
+    EXPECT_TRUE(info.shape_classes().count("past_sequence_length"));
+    EXPECT_TRUE(info.generation().kv_in_place());
+    GenerateAndCheck(model, onnx, n, seed, NoCache::kEmptyPast);
+    ASSERT_TRUE(server_->GetModel(model, 0, &info).ok());
+    EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  }
+
   static TestServer* server_;
   static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *llama_no_mask_,
       *llama_from_past_, *bare_;
@@ -277,30 +294,12 @@ void ExpectExactLengths(const v1::ModelInfo& info, const std::string& why) {
 }
 
 TEST_F(ExportForms, PositionsCountedFromTheCacheAreReadFromTheMaskOnShapeClasses) {
-  v1::ModelInfo info;
-  ASSERT_TRUE(server_->GetModel("from_past", 0, &info).ok());
-  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
-  const std::string& how = info.generation().cache_mask();
-  EXPECT_EQ(how.rfind("positions read from 'attention_mask'", 0), 0u) << how;
-  EXPECT_TRUE(info.generation().exact_lengths().empty()) << info.generation().exact_lengths();
-  EXPECT_TRUE(info.shape_classes().count("past_sequence_length"));
-  EXPECT_TRUE(info.generation().kv_in_place());
-  // Against the export, recomputed from an empty cache at every token.
-  GenerateAndCheck("from_past", *from_past_, 13, 24, NoCache::kEmptyPast);
-  ASSERT_TRUE(server_->GetModel("from_past", 0, &info).ok());
-  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  ExpectRewriteGenerates("from_past", *from_past_, "positions read from 'attention_mask'", 13, 24);
 }
 
 TEST_F(ExportForms, ALlamaStyleDecoderCountingPositionsFromTheCacheReadsThemFromItsMask) {
-  v1::ModelInfo info;
-  ASSERT_TRUE(server_->GetModel("llama_from_past", 0, &info).ok());
-  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
-  EXPECT_EQ(info.generation().cache_mask().rfind("positions read from 'attention_mask'", 0), 0u)
-      << info.generation().cache_mask();
-  EXPECT_TRUE(info.generation().kv_in_place());
-  GenerateAndCheck("llama_from_past", *llama_from_past_, 20, 27, NoCache::kEmptyPast);
-  ASSERT_TRUE(server_->GetModel("llama_from_past", 0, &info).ok());
-  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  ExpectRewriteGenerates("llama_from_past", *llama_from_past_,
+                         "positions read from 'attention_mask'", 20, 27);
 }
 
 TEST_F(ExportForms, PositionsCountedFromTheCacheKeptAsTheyAreGenerateAtExactLengths) {
@@ -319,7 +318,9 @@ TEST_F(ExportForms, ADecoderWithNoMaskGetsOneAndGeneratesOnShapeClassesWithNoCon
   ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
   const std::string& mask = info.generation().cache_mask();
   EXPECT_EQ(mask.rfind("input 'attention_mask' added", 0), 0u) << mask;
-  EXPECT_NE(mask.find("rows of one cache length per step"), std::string::npos) << mask;
+  // Its positions are arange(past, past + sequence).unsqueeze(0): each row's are read from its
+  // own mask row, so rows of any lengths share a step.
+  EXPECT_NE(mask.find("each row's positions from its own mask row"), std::string::npos) << mask;
   EXPECT_TRUE(info.generation().exact_lengths().empty()) << info.generation().exact_lengths();
   EXPECT_TRUE(info.shape_classes().count("past_sequence_length"));
   bool has_mask = false;
@@ -335,16 +336,8 @@ TEST_F(ExportForms, ADecoderWithNoMaskGetsOneAndGeneratesOnShapeClassesWithNoCon
 }
 
 TEST_F(ExportForms, ALlamaStyleDecoderWithNoMaskGetsOneAndMatchesTheReference) {
-  v1::ModelInfo info;
-  ASSERT_TRUE(server_->GetModel("llama_no_mask", 0, &info).ok());
-  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
-  EXPECT_EQ(info.generation().cache_mask().rfind("input 'attention_mask' added", 0), 0u)
-      << info.generation().cache_mask();
-  EXPECT_TRUE(info.generation().kv_in_place());
   // A 20-token prompt: a chunk of 16 on the last-position engines, then the remainder first.
-  GenerateAndCheck("llama_no_mask", *llama_no_mask_, 20, 26, NoCache::kEmptyPast);
-  ASSERT_TRUE(server_->GetModel("llama_no_mask", 0, &info).ok());
-  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
+  ExpectRewriteGenerates("llama_no_mask", *llama_no_mask_, "input 'attention_mask' added", 20, 26);
 }
 
 // Four streams at once on `model` (two of one length) give the tokens each gives alone, and
@@ -387,7 +380,7 @@ TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReferenc
   ASSERT_TRUE(server_->GetModel("no_mask_cpu", 0, &info).ok());
   ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
   EXPECT_TRUE(info.generation().kv_in_place());
-  // Rows of different lengths never share a step (positions follow the first row's mask).
+  // Rows of different lengths share a step, each row's positions its own.
   ExpectConcurrentStreamsMatch(*server_, *stub_, "no_mask_cpu", *no_mask_);
 }
 
@@ -464,23 +457,22 @@ std::vector<float> SomePast() {
 }
 
 TEST_F(ExportForms, APredictWithPositionsFromItsMaskGetsWhatTheExportComputes) {
-  // Rows padded on the left (their first cached position hidden) and row 1 hiding its last:
-  // the model counts positions from the cache's length, and so does the server while the
-  // first row holds its last cached position.
+  // Row 1 padded on the left (its first cached position hidden): the model counts positions
+  // from the cache's length, and so does the server while each row holds its last cached
+  // position.
   const std::vector<int64_t> ids = RandomPrompt(6, 42, kVocab);
   const std::vector<float> past = SomePast();
   std::vector<int64_t> mask(10, 1);
-  mask[0] = mask[5] = mask[6] = 0;
+  mask[5] = 0;
   v1::PredictResponse got;
   grpc::Status s = server_->Predict(MaskedPredict(ids, past, mask, "from_past"), &got);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectExportLogits(*from_past_, ids, past, mask, got);
-  // The first row hides its last cached position: refused, not computed at other positions.
-  mask[1] = 0;
-  mask[6] = 1;
+  // Row 1 hides its last cached position: refused, not computed at other positions.
+  mask[6] = 0;
   s = server_->Predict(MaskedPredict(ids, past, mask, "from_past"), &got);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-  EXPECT_NE(s.error_message().find("row 0 hides its last cached position"), std::string::npos)
+  EXPECT_NE(s.error_message().find("row 1 hides its last cached position"), std::string::npos)
       << s.error_message();
 }
 
@@ -494,14 +486,19 @@ TEST_F(ExportForms, APredictMayLeaveTheAddedMaskOutAndGetsWhatTheExportComputes)
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(Floats(without.outputs().at("logits")), Floats(with.outputs().at("logits")));
   ExpectExportLogits(*no_mask_, ids, past, {}, without);
-  // Rows whose masks count different cached positions are refused: the model reads every
-  // row's positions from the first's.
+  // Each row's positions are read from its own mask row: row 1 counting one cached position
+  // leaves row 0 as it was.
   std::vector<int64_t> uneven(10, 1);
-  uneven[5] = 0;
+  uneven[6] = 0;
   s = server_->Predict(MaskedPredict(ids, past, uneven), &with);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-  EXPECT_NE(s.error_message().find("share their cache length"), std::string::npos)
-      << s.error_message();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::vector<float> all = Floats(without.outputs().at("logits"));
+  const std::vector<float> row1_short = Floats(with.outputs().at("logits"));
+  const size_t row = all.size() / 2;
+  EXPECT_EQ(std::vector<float>(all.begin(), all.begin() + row),
+            std::vector<float>(row1_short.begin(), row1_short.begin() + row));
+  EXPECT_NE(std::vector<float>(all.begin() + row, all.end()),
+            std::vector<float>(row1_short.begin() + row, row1_short.end()));
 }
 
 TEST_F(ExportForms, ADecoderWithNoMaskKeptAsItIsGeneratesAtExactLengths) {
