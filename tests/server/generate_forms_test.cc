@@ -21,18 +21,13 @@
 //   cache range that cannot start empty is refused.
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <thread>
-
-#include "absl/strings/str_cat.h"
 #include "kiln/v1/generate.grpc.pb.h"
+#include "tests/server/generate_forms_util.h"
 #include "tests/server/generate_harness.h"
 #include "tests/server/test_server.h"
 
 namespace kiln::server::testing {
 namespace {
-
-constexpr int64_t kVocab = 1000;  // the step models' test size
 
 class ExportForms : public ::testing::Test {
  protected:
@@ -72,6 +67,14 @@ class ExportForms : public ::testing::Test {
     llama_no_mask_ = new std::string(
         WriteDecoder(*server_, "llama_step.py", "llama_no_mask", "--no-mask --positions past"));
     on_cpu_engine("llama_no_mask", 2);
+    // Written in PyTorch as transformers' GPT-2 computes and exported by torch.onnx.export,
+    // with and without its mask (no torch: those tests skip).
+    torch_gpt_ = new std::string(WriteDecoder(*server_, "torch_decoder.py", "torch_gpt"));
+    torch_no_mask_ =
+        new std::string(WriteDecoder(*server_, "torch_decoder.py", "torch_no_mask", "--no-mask"));
+    for (const char* m : {"torch_gpt", "torch_no_mask"}) {
+      if (fs::exists(server_->repo() / m)) on_cpu_engine(m, 4);
+    }
     // With its mask, positions still counted from the cache's length.
     llama_from_past_ = new std::string(
         WriteDecoder(*server_, "llama_step.py", "llama_from_past", "--positions past"));
@@ -120,6 +123,8 @@ class ExportForms : public ::testing::Test {
     delete no_mask_;
     delete llama_no_mask_;
     delete llama_from_past_;
+    delete torch_gpt_;
+    delete torch_no_mask_;
     delete bare_;
   }
   void SetUp() override {
@@ -176,7 +181,7 @@ class ExportForms : public ::testing::Test {
 
   static TestServer* server_;
   static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *llama_no_mask_,
-      *llama_from_past_, *bare_;
+      *llama_from_past_, *torch_gpt_, *torch_no_mask_, *bare_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
@@ -189,6 +194,8 @@ std::string* ExportForms::from_past_ = nullptr;
 std::string* ExportForms::no_mask_ = nullptr;
 std::string* ExportForms::llama_no_mask_ = nullptr;
 std::string* ExportForms::llama_from_past_ = nullptr;
+std::string* ExportForms::torch_gpt_ = nullptr;
+std::string* ExportForms::torch_no_mask_ = nullptr;
 std::string* ExportForms::bare_ = nullptr;
 bool ExportForms::ready_ = false;
 
@@ -284,15 +291,6 @@ TEST_F(ExportForms, PositionsDerivedFromTheMaskGenerateTokenExact) {
   EXPECT_EQ(info.shape_counters().builds(), 0);
 }
 
-// Generates at exact lengths: every step a shape of its own, built on its first use.
-void ExpectExactLengths(const v1::ModelInfo& info, const std::string& why) {
-  ASSERT_TRUE(info.generation().enabled()) << info.generation().refused();
-  EXPECT_NE(info.generation().exact_lengths().find(why), std::string::npos)
-      << info.generation().exact_lengths();
-  EXPECT_FALSE(info.generation().kv_in_place());
-  EXPECT_EQ(info.dynamic_dim_ranges().at("past_sequence_length").min(), 0);
-}
-
 TEST_F(ExportForms, PositionsCountedFromTheCacheAreReadFromTheMaskOnShapeClasses) {
   ExpectRewriteGenerates("from_past", *from_past_, "positions read from 'attention_mask'", 13, 24);
 }
@@ -340,41 +338,6 @@ TEST_F(ExportForms, ALlamaStyleDecoderWithNoMaskGetsOneAndMatchesTheReference) {
   ExpectRewriteGenerates("llama_no_mask", *llama_no_mask_, "input 'attention_mask' added", 20, 26);
 }
 
-// Four streams at once on `model` (two of one length) give the tokens each gives alone, and
-// one of them the reference's (`onnx` recomputed from an empty cache); nothing is built after
-// READY and the cache is appended in place.
-void ExpectConcurrentStreamsMatch(TestServer& server, v1::GenerationService::Stub& stub,
-                                  const std::string& model, const std::string& onnx) {
-  std::vector<std::vector<int64_t>> prompts, alone(4), together(4);
-  for (int i = 0; i < 4; ++i)
-    prompts.push_back(RandomPrompt(i == 3 ? 5 : 5 + 7 * i, 30 + i, kVocab));
-  for (int i = 0; i < 4; ++i) {
-    v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, model);
-    req.set_ignore_eos(true);
-    ASSERT_TRUE(StreamTokens(stub, req, alone[i]).ok());
-  }
-  std::vector<std::thread> threads;
-  std::vector<grpc::Status> status(4);
-  for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&, i] {
-      auto own = v1::GenerationService::NewStub(server.channel());
-      v1::GenerateRequest req = GenerateRequestFor(prompts[i], 20, model);
-      req.set_ignore_eos(true);
-      status[i] = StreamTokens(*own, req, together[i]);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(status[i].ok()) << status[i].error_message();
-    EXPECT_EQ(together[i], alone[i]) << "stream " << i;
-  }
-  ExpectReferenceTokens(onnx, prompts[1], alone[1], kVocab, NoCache::kEmptyPast);
-  v1::ModelInfo info;
-  ASSERT_TRUE(server.GetModel(model, 0, &info).ok());
-  EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
-  EXPECT_GT(info.generation().steps_in_place(), 0);
-}
-
 TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReference) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("no_mask_cpu", 0, &info).ok());
@@ -388,72 +351,15 @@ TEST_F(ExportForms, ConcurrentStreamsOfPositionsFromTheMaskMatchTheReference) {
   ExpectConcurrentStreamsMatch(*server_, *stub_, "from_past", *from_past_);
 }
 
-// Two rows of 3 new tokens after 2 cached positions, as a request written for the export sends
-// them (and, given `mask`, with the added input).
-v1::PredictRequest MaskedPredict(const std::vector<int64_t>& ids, const std::vector<float>& past,
-                                 const std::vector<int64_t>& mask,
-                                 const std::string& model = "no_mask_cpu") {
-  v1::PredictRequest req;
-  req.set_model(model);
-  auto add = [&](const std::string& name, v1::DataType dtype, std::vector<int64_t> shape) {
-    v1::Tensor& t = (*req.mutable_inputs())[name];
-    t.set_dtype(dtype);
-    for (int64_t d : shape) t.add_shape(d);
-    return &t;
-  };
-  v1::Tensor* t = add("input_ids", v1::DATA_TYPE_INT64, {2, 3});
-  for (int64_t id : ids) t->add_int64_data(id);
-  for (int layer = 0; layer < 2; ++layer) {
-    for (const char* kind : {"key", "value"}) {
-      t = add(absl::StrCat("past_key_values.", layer, ".", kind), v1::DATA_TYPE_FLOAT,
-              {2, 4, 2, 16});
-      for (float v : past) t->add_float_data(v);
-    }
-  }
-  if (!mask.empty()) {
-    t = add("attention_mask", v1::DATA_TYPE_INT64, {2, 5});
-    for (int64_t m : mask) t->add_int64_data(m);
-  }
-  return req;
+TEST_F(ExportForms, ATorchExportOfAGpt2ReadsItsPositionsFromItsMask) {
+  if (torch_gpt_->empty()) GTEST_SKIP() << "tests/models/torch_decoder.py failed (no torch?)";
+  ExpectRewriteGenerates("torch_gpt", *torch_gpt_, "positions read from 'attention_mask'", 13, 28);
+  ExpectConcurrentStreamsMatch(*server_, *stub_, "torch_gpt", *torch_gpt_);
 }
 
-std::vector<float> Floats(const v1::Tensor& t) {
-  if (t.raw_data().empty()) return {t.float_data().begin(), t.float_data().end()};
-  std::vector<float> v(t.raw_data().size() / sizeof(float));
-  std::memcpy(v.data(), t.raw_data().data(), v.size() * sizeof(float));
-  return v;
-}
-
-// The export itself on the reference, fed what MaskedPredict sends, computes `got`'s logits.
-void ExpectExportLogits(const std::string& onnx, const std::vector<int64_t>& ids,
-                        const std::vector<float>& past, const std::vector<int64_t>& mask,
-                        const v1::PredictResponse& got) {
-  auto graph = onnx_io::ImportModelBytes(onnx);
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  ref::TensorMap feed{{"input_ids", Tensor::FromInt64(ids, {2, 3})}};
-  for (const Value* in : (*graph)->inputs) {
-    if (in->name == "attention_mask") {
-      feed[in->name] = Tensor::FromInt64(mask, {2, 5});
-    } else if (in->name != "input_ids") {
-      feed[in->name] = Tensor::FromFloat(past, {2, 4, 2, 16});
-    }
-  }
-  auto want = ref::Run(**graph, feed);
-  ASSERT_TRUE(want.ok()) << want.status();
-  const std::vector<float> logits = Floats(got.outputs().at("logits"));
-  const Tensor& w = want->at("logits");
-  ASSERT_EQ(static_cast<int64_t>(logits.size()), w.numel());
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    ASSERT_NEAR(logits[static_cast<size_t>(i)], w.GetDouble(i),
-                1e-4 * (1 + std::abs(w.GetDouble(i))))
-        << "logit " << i;
-  }
-}
-
-std::vector<float> SomePast() {
-  std::vector<float> past(2 * 4 * 2 * 16);
-  for (size_t i = 0; i < past.size(); ++i) past[i] = 0.01f * static_cast<float>(i % 37);
-  return past;
+TEST_F(ExportForms, ATorchExportOfAGpt2WithNoMaskGetsOne) {
+  if (torch_no_mask_->empty()) GTEST_SKIP() << "tests/models/torch_decoder.py failed (no torch?)";
+  ExpectRewriteGenerates("torch_no_mask", *torch_no_mask_, "input 'attention_mask' added", 13, 29);
 }
 
 TEST_F(ExportForms, APredictWithPositionsFromItsMaskGetsWhatTheExportComputes) {
