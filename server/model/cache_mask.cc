@@ -208,12 +208,13 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
   if (softmaxes.ok() && reads_length) {
     ASSIGN_OR_RETURN(starts, mask_graph::LengthStarts(graph, *c));
   }
+  CacheMaskProver prover(graph, *c, config);
   for (Form form : {Form::kMaskOnly, Form::kRowCounts, Form::kFirstRowCount}) {
     if (!softmaxes.ok() || (form != Form::kMaskOnly && !reads_length)) break;
     if (form == Form::kRowCounts && starts.empty()) continue;
     const bool first_row = form == Form::kFirstRowCount;
     absl::StatusOr<std::unique_ptr<Graph>> g = Rewrite(graph, *c, name, *softmaxes, starts, form);
-    absl::Status proof = g.ok() ? ProveCacheMask(graph, **g, *c, first_row, config) : g.status();
+    absl::Status proof = g.ok() ? prover.Prove(**g, first_row) : g.status();
     if (proof.ok()) {
       graph = std::move(**g);
       out.input = name;

@@ -1,8 +1,10 @@
 #include "server/model/cache_mask_proof.h"
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -156,20 +158,40 @@ absl::StatusOr<ref::TensorMap> RowOutputs(const Graph& masked, const ref::Tensor
 
 }  // namespace
 
-absl::Status ProveCacheMask(const Graph& original, const Graph& masked, const DecoderContract& c,
-                            bool rows_share_length, const ModelConfig& config) {
+struct CacheMaskProver::State {
+  const Graph& original;
+  DecoderContract contract;
+  ModelConfig config;
+  passes::FoldCache constants;
+  std::map<std::pair<size_t, int64_t>, Row> rows;  // by (position in the batch, cache length)
+};
+
+CacheMaskProver::CacheMaskProver(const Graph& original, const DecoderContract& c,
+                                 const ModelConfig& config)
+    : state_(new State{original, c, config, {}, {}}) {}
+
+CacheMaskProver::~CacheMaskProver() = default;
+
+absl::Status CacheMaskProver::Prove(const Graph& masked, bool rows_share_length) {
+  const Graph& original = state_->original;
+  const DecoderContract& c = state_->contract;
+  const ModelConfig& config = state_->config;
   const std::vector<int64_t> pasts =
       rows_share_length ? std::vector<int64_t>{3, 3} : std::vector<int64_t>{1, 5};
-  passes::FoldCache constants;
-  std::vector<Row> rows;
+  passes::FoldCache& constants = state_->constants;
+  std::vector<const Row*> rows;
   for (size_t b = 0; b < pasts.size(); ++b) {
-    ASSIGN_OR_RETURN(Row row,
-                     OriginalRow(original, c, pasts[b], config.warmup.seed + b, config, constants));
-    rows.push_back(std::move(row));
+    auto it = state_->rows.find({b, pasts[b]});
+    if (it == state_->rows.end()) {
+      ASSIGN_OR_RETURN(
+          Row row, OriginalRow(original, c, pasts[b], config.warmup.seed + b, config, constants));
+      it = state_->rows.emplace(std::make_pair(b, pasts[b]), std::move(row)).first;
+    }
+    rows.push_back(&it->second);
   }
   std::vector<std::vector<Tensor>> per_input(masked.inputs.size());
-  for (const Row& row : rows) {
-    ASSIGN_OR_RETURN(std::vector<Tensor> in, PaddedInputs(masked, c, row));
+  for (const Row* row : rows) {
+    ASSIGN_OR_RETURN(std::vector<Tensor> in, PaddedInputs(masked, c, *row));
     for (size_t k = 0; k < in.size(); ++k) per_input[k].push_back(std::move(in[k]));
   }
   std::unique_ptr<Graph> g = masked.Clone();
@@ -189,14 +211,15 @@ absl::Status ProveCacheMask(const Graph& original, const Graph& masked, const De
   for (size_t k = 0; k < g->inputs.size(); ++k) feed[g->inputs[k]->name] = Stack(per_input[k]);
   ASSIGN_OR_RETURN(const ref::TensorMap padded, ref::Run(*g, feed, &constants));
   for (size_t b = 0; b < rows.size(); ++b) {
+    const Row& row = *rows[b];
     ASSIGN_OR_RETURN(const ref::TensorMap got,
-                     RowOutputs(masked, padded, c, rows[b], static_cast<int64_t>(b)));
+                     RowOutputs(masked, padded, c, row, static_cast<int64_t>(b)));
     const check::Tolerance tol = ToleranceFor(
-        original, rows[b].want, check::Tolerance{config.warmup.rtol, config.warmup.atol, {}});
-    const check::Divergence d = check::CompareOutputs(rows[b].want, got, tol);
+        original, row.want, check::Tolerance{config.warmup.rtol, config.warmup.atol, {}});
+    const check::Divergence d = check::CompareOutputs(row.want, got, tol);
     if (!d.ok) {
-      return absl::FailedPreconditionError(absl::StrCat("padded, a row with ", rows[b].past,
-                                                        " cached positions moves: ", d.message));
+      return absl::FailedPreconditionError(
+          absl::StrCat("padded, a row with ", row.past, " cached positions moves: ", d.message));
     }
   }
   return absl::OkStatus();

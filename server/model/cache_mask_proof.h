@@ -3,6 +3,8 @@
 // pads them, what the exported decoder computes at each row's own cache length.
 #pragma once
 
+#include <memory>
+
 #include "base/status.h"
 #include "ir/graph.h"
 #include "server/generate/decoder_contract.h"
@@ -16,9 +18,22 @@ namespace kiln::server {
 // 0 there, 1 over its real positions; a mask of the model's own is 1 over the real positions
 // of both runs, as the loop feeds it). Every output's real positions (the logits of the new
 // ones; the presents' past then new ones) must match within the warm-up tolerance, scaled to
-// the outputs. FAILED_PRECONDITION naming the output that moved, or the run that failed.
-absl::Status ProveCacheMask(const Graph& original, const Graph& masked,
-                            const generate::DecoderContract& contract, bool rows_share_length,
-                            const ModelConfig& config);
+// the outputs. One prover serves the forms one load tries: the export's rows and the results
+// of nodes over the weights (a tied embedding's Transpose) are computed once for all of them.
+class CacheMaskProver {
+ public:
+  CacheMaskProver(const Graph& original, const generate::DecoderContract& contract,
+                  const ModelConfig& config);
+  ~CacheMaskProver();
+  CacheMaskProver(const CacheMaskProver&) = delete;
+  CacheMaskProver& operator=(const CacheMaskProver&) = delete;
+
+  // FAILED_PRECONDITION naming the output that moved, or the run that failed.
+  absl::Status Prove(const Graph& masked, bool rows_share_length);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace kiln::server

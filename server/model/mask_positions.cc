@@ -83,12 +83,13 @@ absl::StatusOr<CacheMaskOutcome> ReadPositionsFromMask(Graph& graph, const Decod
   if (starts.empty()) return out;
   // A model that pads as it is (the Range feeds nothing the outputs show) needs nothing, and
   // keeps rows of any lengths in one step.
-  if (ProveCacheMask(graph, graph, c, /*rows_share_length=*/false, config).ok()) return out;
+  CacheMaskProver prover(graph, c, config);
+  if (prover.Prove(graph, /*rows_share_length=*/false).ok()) return out;
   // Each row's positions first (rows of any lengths share a step), then the first row's.
   std::string why;
   for (bool per_row : {true, false}) {
     absl::StatusOr<std::unique_ptr<Graph>> g = Rewrite(graph, c, starts, per_row);
-    absl::Status proof = g.ok() ? ProveCacheMask(graph, **g, c, !per_row, config) : g.status();
+    absl::Status proof = g.ok() ? prover.Prove(**g, !per_row) : g.status();
     if (proof.ok()) {
       graph = std::move(**g);
       out.mask = graph.inputs[c.attention_mask]->name;
