@@ -123,13 +123,13 @@ void LengthFromMask(Graph& g, Value* mask_f, const DecoderContract& c) {
 }
 
 // Where the added mask's positions come from: none read (the model's own stay), each row's
-// count of real cached positions (positions [1, n] made [rows, n]), or the first row's count
-// for every row (each Shape of a past input).
+// count of real cached positions (positions [1, n] made [rows, n], other readers of the Range
+// left alone), or the first row's count for every row (each Shape of a past input).
 enum class Form { kMaskOnly, kRowCounts, kFirstRowCount };
 
 // The graph with the mask input before the Softmaxes whose inputs are `softmaxes`, and its
 // positions read per `form` (`starts`: the Ranges over the cache's length, for kRowCounts;
-// FAILED_PRECONDITION where one is read otherwise than as positions [1, n]).
+// FAILED_PRECONDITION where none is made positions [1, n]).
 absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const DecoderContract& c,
                                                const std::string& name,
                                                const std::map<std::string, size_t>& softmaxes,
@@ -150,7 +150,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const Decoder
         DType::kInt64);
     if (!mask_graph::PerRowPositions(*g, counts, starts)) {
       return absl::FailedPreconditionError(
-          "a Range over the cache's length is read otherwise than as positions [1, n]");
+          "no Range over the cache's length is made positions [1, n]");
     }
   } else if (form == Form::kFirstRowCount) {
     LengthFromMask(*g, mask_f, c);

@@ -70,31 +70,25 @@ Value* PastColumns(Graph& g, Value* real, const generate::DecoderContract& c, bo
 
 namespace {
 
-// The Unsqueeze of axis 0 that is `range`'s one reader, or null.
-Node* RowOfPositions(const Graph& g, const Node& range) {
-  const Value* out = range.output(0);
-  const std::vector<Node*> readers = g.Consumers(out);
-  if (readers.size() != 1 || std::count(g.outputs.begin(), g.outputs.end(), out) != 0) {
-    return nullptr;
-  }
-  Node* u = readers[0];
-  const Value* axes = u->input(1);
-  if (u->op_type != "Unsqueeze" || !u->domain.empty() || u->input(0) != out || !axes ||
+// Whether `u` makes positions [1, n] of `range`'s output: an Unsqueeze of axis 0.
+bool MakesRowOfPositions(const Node& u, const Value* range_out) {
+  const Value* axes = u.input(1);
+  if (u.op_type != "Unsqueeze" || !u.domain.empty() || u.input(0) != range_out || !axes ||
       !axes->constant || axes->constant->numel() != 1) {
-    return nullptr;
+    return false;
   }
   const int64_t axis = axes->constant->GetInt(0);
-  return axis == 0 || axis == -2 ? u : nullptr;
+  return axis == 0 || axis == -2;
 }
 
 }  // namespace
 
 bool PerRowPositions(Graph& g, Value* row_starts, const std::map<std::string, DType>& starts) {
-  std::vector<std::pair<Node*, Node*>> found;  // Range, its Unsqueeze
+  std::vector<std::pair<Node*, Node*>> found;  // a Range, an Unsqueeze of it to [1, n]
   for (Node* n : NodesReading(g, "Range", starts)) {
-    Node* u = RowOfPositions(g, *n);
-    if (!u) return false;
-    found.emplace_back(n, u);
+    for (Node* u : g.Consumers(n->output(0))) {
+      if (MakesRowOfPositions(*u, n->output(0))) found.emplace_back(n, u);
+    }
   }
   for (const auto& [range, unsqueeze] : found) {
     Value* start = range->input(0);

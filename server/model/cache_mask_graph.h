@@ -58,10 +58,12 @@ absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g,
 // first row alone.
 Value* PastColumns(Graph& g, Value* real, const generate::DecoderContract& c, bool first_row);
 
-// Each row's own positions: every Range started at `starts` whose one reader is an Unsqueeze
-// of axis 0 (positions [1, n], as torch.arange(...).unsqueeze(0) exports them) is replaced by
-// `row_starts` + Range(0, limit - start, delta), [rows, n], as a position_ids input would be.
-// `row_starts`: int64 [rows, 1]. False, the graph untouched, when a Range is read otherwise.
+// Each row's own positions: every Unsqueeze of axis 0 of a Range started at `starts`
+// (positions [1, n], as torch.arange(...).unsqueeze(0) exports them) reads `row_starts` +
+// Range(0, limit - start, delta) instead, [rows, n], as a position_ids input would be. The
+// Range's other readers keep it: a causal mask placed by the same Range (transformers'
+// cache_position) needs the padded layout's positions. `row_starts`: int64 [rows, 1]. False,
+// the graph untouched, when no such Unsqueeze reads a Range.
 bool PerRowPositions(Graph& g, Value* row_starts, const std::map<std::string, DType>& starts);
 
 }  // namespace kiln::server::mask_graph

@@ -40,8 +40,8 @@ Value* Extent(Graph& g, const DecoderContract& c, bool first_row) {
   return CastTo(g, most, DType::kInt64);
 }
 
-// The graph with its positions read from the mask: each row's own (`per_row`: Ranges read as
-// [1, n] positions become [rows, n]; FAILED_PRECONDITION for a Range read otherwise), or the
+// The graph with its positions read from the mask: each row's own (`per_row`: positions [1, n]
+// made of a Range become [rows, n]; FAILED_PRECONDITION where there are none), or the
 // first row's for all, every Range started at `starts` started at its extent instead, its
 // length kept.
 absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const DecoderContract& c,
@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const Decoder
   if (per_row) {
     if (!mask_graph::PerRowPositions(*g, extent, starts)) {
       return absl::FailedPreconditionError(
-          "a Range over the cache's length is read otherwise than as positions [1, n]");
+          "no Range over the cache's length is made positions [1, n]");
     }
   } else {
     for (Node* n : mask_graph::NodesReading(*g, "Range", starts)) {

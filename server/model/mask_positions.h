@@ -11,9 +11,11 @@
 // starts instead at the mask's extent: one past the last cached column a row holds real. Every
 // other use of the cache's length (a causal mask's size, say) keeps the padded length, as the
 // padded layout needs it. Two forms, the first that proves kept:
-//   - each row's own: a Range read only as positions [1, n] (torch.arange(...).unsqueeze(0))
-//     becomes extent[row] + Range(0, n), [rows, n], as a position_ids input would be. Rows of
-//     any lengths then share a step, as in a masked export with position ids;
+//   - each row's own: positions [1, n] made of a Range (torch.arange(...).unsqueeze(0))
+//     become extent[row] + Range(0, n), [rows, n], as a position_ids input would be, and the
+//     Range's other readers keep the padded layout's positions (a causal mask placed by the
+//     same Range, as transformers' cache_position is). Rows of any lengths then share a step,
+//     as in a masked export with position ids;
 //   - the first row's for all (the Range keeps its length, limit - start): a step's rows must
 //     share their cache length (`rows_share_length`, as for a maskless decoder whose length
 //     is read from its added mask).

@@ -3,7 +3,7 @@
 GPT2Model computes, and exported by torch.onnx.export (not built node by node): what kilnd
 meets when a user exports such a model with input_ids, attention_mask and the past.
 
-  torch_decoder.py --write DIR [--no-mask]
+  torch_decoder.py --write DIR [--no-mask] [--cache-position]
 
 Its positions are counted from the past's length (torch.arange(past, past + seq).unsqueeze(0)
 .view(-1, seq), no position_ids input); the mask enters as (1 - mask) * -10000 over
@@ -11,7 +11,10 @@ Its positions are counted from the past's length (torch.arange(past, past + seq)
 length; an untied output head. Inputs input_ids [batch, sequence], attention_mask [batch,
 "past_sequence_length + sequence"] (absent with --no-mask), past_key_values.{i}.key/value
 [batch, 4, past_sequence_length, 16]; outputs logits [batch, sequence, 1000] and
-present.{i}.key/value. Random weights (seeded). Exit codes: 0 written, 77 torch missing.
+present.{i}.key/value. --cache-position writes the later transformers form instead (4.4x):
+cache_position = arange(past, past + seq) gives both the positions (unsqueeze(0)) and the
+causal mask (triu, then arange(keys) > cache_position.reshape(-1, 1)). Random weights
+(seeded). Exit codes: 0 written, 77 torch missing.
 """
 import argparse
 import os
@@ -20,7 +23,14 @@ import sys
 HIDDEN, LAYERS, HEADS, VOCAB = 64, 2, 4, 1000
 
 
-def build(torch, with_mask):
+def causal_from_cache_position(torch, cache_position, seq, keys):
+    """[1, 1, seq, keys]: -1e4 where key j comes after query i's position cache_position[i]."""
+    causal = torch.triu(torch.full((seq, keys), -1e4), diagonal=1)
+    causal = causal * (torch.arange(keys) > cache_position.reshape(-1, 1))
+    return causal[None, None, :, :]
+
+
+def build(torch, with_mask, cache_position_form):
     nn = torch.nn
     head_dim = HIDDEN // HEADS
 
@@ -31,7 +41,7 @@ def build(torch, with_mask):
             self.c_proj = nn.Linear(HIDDEN, HIDDEN)
             self.register_buffer("bias", torch.tril(torch.ones(1024, 1024)).view(1, 1, 1024, 1024))
 
-        def forward(self, x, past_k, past_v, mask):
+        def forward(self, x, past_k, past_v, mask, causal_add):
             q, k, v = self.c_attn(x).split(HIDDEN, dim=2)
 
             def heads(t):
@@ -40,9 +50,12 @@ def build(torch, with_mask):
             q, k, v = heads(q), heads(k), heads(v)
             k, v = torch.cat((past_k, k), dim=-2), torch.cat((past_v, v), dim=-2)
             w = torch.matmul(q, k.transpose(-1, -2)) / (head_dim ** 0.5)
-            queries, keys = q.size(-2), k.size(-2)
-            causal = self.bias[:, :, keys - queries:keys, :keys].bool()
-            w = torch.where(causal, w, torch.tensor(-1e4, dtype=w.dtype))
+            if causal_add is None:
+                queries, keys = q.size(-2), k.size(-2)
+                causal = self.bias[:, :, keys - queries:keys, :keys].bool()
+                w = torch.where(causal, w, torch.tensor(-1e4, dtype=w.dtype))
+            else:
+                w = w + causal_add
             if mask is not None:
                 w = w + mask
             o = torch.matmul(torch.softmax(w, dim=-1), v).permute(0, 2, 1, 3).contiguous()
@@ -54,8 +67,8 @@ def build(torch, with_mask):
             self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(HIDDEN), Attention(), nn.LayerNorm(HIDDEN)
             self.fc, self.proj = nn.Linear(HIDDEN, 4 * HIDDEN), nn.Linear(4 * HIDDEN, HIDDEN)
 
-        def forward(self, x, past_k, past_v, mask):
-            a, k, v = self.attn(self.ln_1(x), past_k, past_v, mask)
+        def forward(self, x, past_k, past_v, mask, causal_add):
+            a, k, v = self.attn(self.ln_1(x), past_k, past_v, mask, causal_add)
             x = x + a
             return x + self.proj(nn.functional.gelu(self.fc(self.ln_2(x)))), k, v
 
@@ -72,14 +85,21 @@ def build(torch, with_mask):
             mask, past = (rest[0], rest[1:]) if with_mask else (None, rest)
             seq = input_ids.size(-1)
             past_length = past[0].size(-2)
-            positions = torch.arange(past_length, seq + past_length, dtype=torch.long)
-            positions = positions.unsqueeze(0).view(-1, seq)
+            causal_add = None
+            if cache_position_form:
+                cache_position = torch.arange(past_length, past_length + seq, dtype=torch.long)
+                positions = cache_position.unsqueeze(0)
+                causal_add = causal_from_cache_position(torch, cache_position, seq,
+                                                        past_length + seq)
+            else:
+                positions = torch.arange(past_length, seq + past_length, dtype=torch.long)
+                positions = positions.unsqueeze(0).view(-1, seq)
             if mask is not None:
                 mask = (1.0 - mask[:, None, None, :].to(torch.float32)) * -10000.0
             x = self.wte(input_ids) + self.wpe(positions)
             presents = []
             for i, block in enumerate(self.h):
-                x, k, v = block(x, past[2 * i], past[2 * i + 1], mask)
+                x, k, v = block(x, past[2 * i], past[2 * i + 1], mask, causal_add)
                 presents += [k, v]
             return (self.ln_f(x) @ self.head,) + tuple(presents)
 
@@ -90,13 +110,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", required=True, help="write DIR/model.onnx")
     ap.add_argument("--no-mask", action="store_true", help="no attention_mask input")
+    ap.add_argument("--cache-position", action="store_true",
+                    help="positions and causal mask from one cache_position Range")
     a = ap.parse_args()
     try:
         import torch
     except ImportError:
         return 77
     torch.manual_seed(0)
-    model = build(torch, not a.no_mask)
+    model = build(torch, not a.no_mask, a.cache_position)
     batch, past_len, seq = 2, 3, 2
     past_names = [f"past_key_values.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value")]
     inputs = ["input_ids"] + ([] if a.no_mask else ["attention_mask"]) + past_names

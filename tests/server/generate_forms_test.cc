@@ -68,11 +68,14 @@ class ExportForms : public ::testing::Test {
         WriteDecoder(*server_, "llama_step.py", "llama_no_mask", "--no-mask --positions past"));
     on_cpu_engine("llama_no_mask", 2);
     // Written in PyTorch as transformers' GPT-2 computes and exported by torch.onnx.export,
-    // with and without its mask (no torch: those tests skip).
+    // with and without its mask, and in the later form with a cache_position (no torch: those
+    // tests skip).
     torch_gpt_ = new std::string(WriteDecoder(*server_, "torch_decoder.py", "torch_gpt"));
     torch_no_mask_ =
         new std::string(WriteDecoder(*server_, "torch_decoder.py", "torch_no_mask", "--no-mask"));
-    for (const char* m : {"torch_gpt", "torch_no_mask"}) {
+    torch_cache_position_ = new std::string(
+        WriteDecoder(*server_, "torch_decoder.py", "torch_cache_position", "--cache-position"));
+    for (const char* m : {"torch_gpt", "torch_no_mask", "torch_cache_position"}) {
       if (fs::exists(server_->repo() / m)) on_cpu_engine(m, 4);
     }
     // With its mask, positions still counted from the cache's length.
@@ -125,6 +128,7 @@ class ExportForms : public ::testing::Test {
     delete llama_from_past_;
     delete torch_gpt_;
     delete torch_no_mask_;
+    delete torch_cache_position_;
     delete bare_;
   }
   void SetUp() override {
@@ -181,7 +185,7 @@ class ExportForms : public ::testing::Test {
 
   static TestServer* server_;
   static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *llama_no_mask_,
-      *llama_from_past_, *torch_gpt_, *torch_no_mask_, *bare_;
+      *llama_from_past_, *torch_gpt_, *torch_no_mask_, *torch_cache_position_, *bare_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
@@ -196,6 +200,7 @@ std::string* ExportForms::llama_no_mask_ = nullptr;
 std::string* ExportForms::llama_from_past_ = nullptr;
 std::string* ExportForms::torch_gpt_ = nullptr;
 std::string* ExportForms::torch_no_mask_ = nullptr;
+std::string* ExportForms::torch_cache_position_ = nullptr;
 std::string* ExportForms::bare_ = nullptr;
 bool ExportForms::ready_ = false;
 
@@ -355,6 +360,17 @@ TEST_F(ExportForms, ATorchExportOfAGpt2ReadsItsPositionsFromItsMask) {
   if (torch_gpt_->empty()) GTEST_SKIP() << "tests/models/torch_decoder.py failed (no torch?)";
   ExpectRewriteGenerates("torch_gpt", *torch_gpt_, "positions read from 'attention_mask'", 13, 28);
   ExpectConcurrentStreamsMatch(*server_, *stub_, "torch_gpt", *torch_gpt_);
+}
+
+TEST_F(ExportForms, ATorchExportWithACachePositionReadsItsPositionsPerRow) {
+  // transformers' later form: one Range gives the positions and places the causal mask. The
+  // positions are read per row, the causal mask keeps the padded layout's.
+  if (torch_cache_position_->empty()) {
+    GTEST_SKIP() << "tests/models/torch_decoder.py failed (no torch?)";
+  }
+  ExpectRewriteGenerates("torch_cache_position", *torch_cache_position_,
+                         "positions read from 'attention_mask'", 13, 30);
+  ExpectConcurrentStreamsMatch(*server_, *stub_, "torch_cache_position", *torch_cache_position_);
 }
 
 TEST_F(ExportForms, ATorchExportOfAGpt2WithNoMaskGetsOne) {

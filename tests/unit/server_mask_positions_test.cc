@@ -63,6 +63,25 @@ TEST(MaskPositions, PositionsReadAsRowsStartAtEachRowsExtent) {
   ExpectPaddedRowsMatch(*original, g, {5}, 5);
 }
 
+TEST(MaskPositions, ACausalMaskPlacedByTheSameRangeKeepsThePaddedPositions) {
+  // As transformers' cache_position: the Range makes the positions [1, n] and places the
+  // causal mask. Read per row, the positions are each row's; the causal mask keeps the padded
+  // layout's (query i at the padded cache's end plus i), with its mask of its own or an added
+  // one.
+  for (const bool own_mask : {true, false}) {
+    SCOPED_TRACE(own_mask ? "own mask" : "added mask");
+    const Form f{.own_mask = own_mask, .causal = true, .unsqueezed = true};
+    std::unique_ptr<Graph> original = Decoder(f);
+    Graph g = std::move(*Decoder(f));
+    absl::StatusOr<CacheMaskOutcome> out = AddCacheMask(g, Config());
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(out->per_row) << out->refused;
+    EXPECT_EQ(out->positions_from_mask, own_mask);
+    ExpectPaddedRowsMatch(*original, g, {0, 3, 7}, 8);
+    ExpectPaddedRowsMatch(*original, g, {5}, 5);
+  }
+}
+
 TEST(MaskPositions, AClientMaskGivesTheExportsPositionsWhileARowHoldsItsLastCachedPosition) {
   std::unique_ptr<Graph> original = Decoder({.own_mask = true});
   Graph g = std::move(*Decoder({.own_mask = true}));
