@@ -117,8 +117,8 @@ struct GeneratorSetup {
   // For a model the loop cannot pad: no attention mask, or positions counted from the cache's
   // length (the padding proof refused it). Required when the contract has no mask.
   bool exact = false;
-  // Padded steps whose rows must share their cache length: the model reads its positions
-  // from the length the added mask gives for its first row (server/model/cache_mask.h).
+  // Padded steps whose rows must share their cache length: the model reads every row's
+  // positions from its mask's first row (server/model/cache_mask.h, mask_positions.h).
   bool rows_share_length = false;
   GenerationHooks hooks;
   // The model's SentencePiece tokenizer when its folder ships one (text in and out), else null.

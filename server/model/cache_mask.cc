@@ -25,16 +25,13 @@ using mask_graph::Probe;
 // The inputs of the Softmaxes over the keys: reduced axis last, of size past + sequence, and
 // dim 0 the batch, at every probe; by name (which a clone keeps), with their rank.
 // FAILED_PRECONDITION for one that does not compute in float32.
-absl::StatusOr<std::map<std::string, size_t>> KeySoftmaxInputs(const Graph& g,
-                                                               const DecoderContract& c) {
+absl::StatusOr<std::map<std::string, size_t>> KeySoftmaxInputs(mask_graph::Probed& probed) {
+  ASSIGN_OR_RETURN(const std::vector<std::unique_ptr<Graph>>* at, probed.Graphs());
   std::map<std::string, size_t> found;
-  bool first = true;
-  for (const Probe& p : kProbes) {
-    std::unique_ptr<Graph> s = g.Clone();
-    RETURN_IF_ERROR(
-        shape::Specialize(*s, p.batch, {{c.past_symbol, p.past}, {c.sequence_symbol, p.seq}}));
+  for (size_t i = 0; i < at->size(); ++i) {
+    const Probe& p = kProbes[i];
     std::map<std::string, size_t> here;
-    for (const auto& n : s->nodes()) {
+    for (const auto& n : (*at)[i]->nodes()) {
       const Value* x = n->input(0);
       if (n->op_type != "Softmax" || !n->domain.empty() || !x || !x->shape) continue;
       const auto r = static_cast<int64_t>(x->shape->size());
@@ -45,17 +42,9 @@ absl::StatusOr<std::map<std::string, size_t>> KeySoftmaxInputs(const Graph& g,
         return absl::FailedPreconditionError(
             absl::StrCat(n->Describe(), " computes in ", DTypeName(x->dtype), ", not float32"));
       }
-      here.emplace(x->name, static_cast<size_t>(r));
-    }
-    if (!first) {
-      std::map<std::string, size_t> both;
-      for (const auto& [name, rank] : here) {
-        if (found.count(name)) both.emplace(name, rank);
-      }
-      here = std::move(both);
+      if (i == 0 || found.count(x->name)) here.emplace(x->name, static_cast<size_t>(r));
     }
     found = std::move(here);
-    first = false;
   }
   return found;
 }
@@ -94,21 +83,26 @@ std::vector<std::pair<Node*, int64_t>> CacheShapes(const Graph& g, const Decoder
   return shapes;
 }
 
+// int64 [rows, 1] (`keepdims`) or [1]: how many of `columns` ([rows, n] of 0.0 / 1.0) are real.
+Value* RealCount(Graph& g, Value* columns, bool keepdims) {
+  Value* sum =
+      Op(g, "ReduceSum", {columns, Ints(g, {1})}, {{"keepdims", Attribute::Int(keepdims ? 1 : 0)}});
+  return mask_graph::CastTo(g, sum, DType::kInt64);
+}
+
 // Every Shape of a past input reads the cache's length from the mask: the ones over the
 // past of the batch's first row (its real length; the rows of a step share it).
 void LengthFromMask(Graph& g, Value* mask_f, const DecoderContract& c) {
   const std::vector<std::pair<Node*, int64_t>> shapes = CacheShapes(g, c);
+  if (shapes.empty()) return;
+  Value* length = RealCount(
+      g, mask_graph::PastColumns(g, mask_f, mask_graph::CacheLength(g, c), /*first_row=*/true),
+      /*keepdims=*/false);  // [1]
   for (const auto& [n, axis] : shapes) {
     Value* past = n->input(0);
     const auto rank = static_cast<int64_t>(past->shape->size());
     Value* full = Op(g, "Shape", {past});
     Value* zero = Ints(g, {0});
-    Value* p = Op(g, "Slice", {full, Ints(g, {axis}), Ints(g, {axis + 1}), zero});
-    Value* ends = Op(g, "Concat", {Ints(g, {1}), p}, {{"axis", Attribute::Int(0)}});
-    Value* row0 = Op(g, "Slice", {mask_f, Ints(g, {0, 0}), ends, Ints(g, {0, 1})});
-    Value* sum = Op(g, "ReduceSum", {row0, Ints(g, {1})}, {{"keepdims", Attribute::Int(0)}});
-    Value* length =
-        Op(g, "Cast", {sum}, {{"to", Attribute::Int(static_cast<int64_t>(DType::kInt64))}});
     Value* shape = Op(g, "Concat",
                       {Op(g, "Slice", {full, zero, Ints(g, {axis}), zero}), length,
                        Op(g, "Slice", {full, Ints(g, {axis + 1}), Ints(g, {rank}), zero})},
@@ -144,10 +138,9 @@ absl::StatusOr<std::unique_ptr<Graph>> Rewrite(const Graph& graph, const Decoder
   Value* mask_f = mask_graph::Real(*g, mask);
   MaskSoftmaxes(*g, mask_f, softmaxes);
   if (form == Form::kRowCounts) {
-    Value* real = mask_graph::PastColumns(*g, mask_f, c, /*first_row=*/false);
-    Value* counts = mask_graph::CastTo(
-        *g, Op(*g, "ReduceSum", {real, Ints(*g, {1})}, {{"keepdims", Attribute::Int(1)}}),
-        DType::kInt64);
+    Value* real =
+        mask_graph::PastColumns(*g, mask_f, mask_graph::CacheLength(*g, c), /*first_row=*/false);
+    Value* counts = RealCount(*g, real, /*keepdims=*/true);  // [rows, 1]
     if (!mask_graph::PerRowPositions(*g, counts, starts)) {
       return absl::FailedPreconditionError(
           "no Range over the cache's length is made positions [1, n]");
@@ -195,7 +188,8 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
     out.refused = absl::StrCat("input '", graph.inputs[c->input_ids]->name, "' has no shape");
   }
   if (!out.refused.empty()) return out;
-  absl::StatusOr<std::map<std::string, size_t>> softmaxes = KeySoftmaxInputs(graph, *c);
+  mask_graph::Probed probed(graph, *c);
+  absl::StatusOr<std::map<std::string, size_t>> softmaxes = KeySoftmaxInputs(probed);
   if (softmaxes.ok() && softmaxes->empty()) {
     softmaxes = absl::FailedPreconditionError(
         "no Softmax over the cache's positions with the batch as its first dim");
@@ -206,7 +200,7 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
   const bool reads_length = !CacheShapes(graph, *c).empty();
   std::map<std::string, DType> starts;
   if (softmaxes.ok() && reads_length) {
-    ASSIGN_OR_RETURN(starts, mask_graph::LengthStarts(graph, *c));
+    ASSIGN_OR_RETURN(starts, mask_graph::LengthStarts(graph, probed));
   }
   CacheMaskProver prover(graph, *c, config);
   for (Form form : {Form::kMaskOnly, Form::kRowCounts, Form::kFirstRowCount}) {

@@ -32,8 +32,19 @@ Value* Real(Graph& g, Value* mask) {
   return CastTo(g, Op(g, "Not", {Op(g, "Equal", {as_float, zero})}), DType::kFloat32);
 }
 
-absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g,
-                                                          const generate::DecoderContract& c) {
+absl::StatusOr<const std::vector<std::unique_ptr<Graph>>*> Probed::Graphs() {
+  if (at_.empty()) {
+    for (const Probe& p : kProbes) {
+      std::unique_ptr<Graph> at = graph_.Clone();
+      RETURN_IF_ERROR(shape::Specialize(
+          *at, p.batch, {{contract_.past_symbol, p.past}, {contract_.sequence_symbol, p.seq}}));
+      at_.push_back(std::move(at));
+    }
+  }
+  return &at_;
+}
+
+absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g, Probed& probed) {
   std::map<std::string, DType> starts;
   for (const auto& n : g.nodes()) {
     const Value* s = n->input(0);
@@ -41,15 +52,14 @@ absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g,
       starts.emplace(s->name, DType::kInt64);
     }
   }
-  for (const Probe& p : kProbes) {
-    if (starts.empty()) break;
-    std::unique_ptr<Graph> at = g.Clone();
-    RETURN_IF_ERROR(
-        shape::Specialize(*at, p.batch, {{c.past_symbol, p.past}, {c.sequence_symbol, p.seq}}));
+  if (starts.empty()) return starts;
+  ASSIGN_OR_RETURN(const std::vector<std::unique_ptr<Graph>>* at, probed.Graphs());
+  for (size_t i = 0; i < at->size(); ++i) {
     for (auto it = starts.begin(); it != starts.end();) {
-      const Value* v = at->FindValue(it->first);
+      const Value* v = (*at)[i]->FindValue(it->first);
       const bool is_past = v && v->constant && v->constant->numel() == 1 &&
-                           IsIntegerDType(v->constant->dtype()) && v->constant->GetInt(0) == p.past;
+                           IsIntegerDType(v->constant->dtype()) &&
+                           v->constant->GetInt(0) == kProbes[i].past;
       if (is_past) it->second = v->constant->dtype();
       it = is_past ? std::next(it) : starts.erase(it);
     }
@@ -57,13 +67,15 @@ absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g,
   return starts;
 }
 
-Value* PastColumns(Graph& g, Value* real, const generate::DecoderContract& c, bool first_row) {
+Value* CacheLength(Graph& g, const generate::DecoderContract& c) {
   const generate::CacheTensor& t = c.cache.front();
-  Value* zero = Ints(g, {0});
-  Value* past =
-      Op(g, "Slice",
-         {Op(g, "Shape", {g.inputs[t.input]}), Ints(g, {t.axis}), Ints(g, {t.axis + 1}), zero});
-  if (!first_row) return Op(g, "Slice", {real, zero, past, Ints(g, {1})});
+  return Op(g, "Slice",
+            {Op(g, "Shape", {g.inputs[t.input]}), Ints(g, {t.axis}), Ints(g, {t.axis + 1}),
+             Ints(g, {0})});
+}
+
+Value* PastColumns(Graph& g, Value* real, Value* past, bool first_row) {
+  if (!first_row) return Op(g, "Slice", {real, Ints(g, {0}), past, Ints(g, {1})});
   Value* ends = Op(g, "Concat", {Ints(g, {1}), past}, {{"axis", Attribute::Int(0)}});
   return Op(g, "Slice", {real, Ints(g, {0, 0}), ends, Ints(g, {0, 1})});
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,20 @@ struct Probe {
   int64_t batch, past, seq;
 };
 inline constexpr Probe kProbes[] = {{3, 5, 2}, {2, 11, 4}};
+
+// The graph specialized at each of kProbes, made on first use and kept, so the analyses of one
+// load (the Softmaxes over the keys, the Ranges over the cache's length) share them.
+class Probed {
+ public:
+  Probed(const Graph& g, const generate::DecoderContract& c) : graph_(g), contract_(c) {}
+  // One specialized clone per probe, in kProbes' order.
+  absl::StatusOr<const std::vector<std::unique_ptr<Graph>>*> Graphs();
+
+ private:
+  const Graph& graph_;
+  const generate::DecoderContract& contract_;
+  std::vector<std::unique_ptr<Graph>> at_;
+};
 
 // Appends `op` (in the internal opset's form) and returns its one output.
 Value* Op(Graph& g, const std::string& op, std::vector<Value*> in,
@@ -51,12 +66,15 @@ Value* CastTo(Graph& g, Value* x, DType to);
 // every probe, with their integer dtype (the imported graph's types are inferred only on its
 // specialized clones): the positions an export counts from its cache's length,
 // torch.arange(past, past + sequence).
-absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g,
-                                                          const generate::DecoderContract& c);
+// `probed`: `g` at the probes (made only when `g` has a Range whose start is not constant).
+absl::StatusOr<std::map<std::string, DType>> LengthStarts(const Graph& g, Probed& probed);
 
-// The cache's columns of `real` ([rows, past + sequence]): [rows, past], or [1, past] for the
-// first row alone.
-Value* PastColumns(Graph& g, Value* real, const generate::DecoderContract& c, bool first_row);
+// The cache's length, int64 [1], from the first cache input's shape.
+Value* CacheLength(Graph& g, const generate::DecoderContract& c);
+
+// The cache's columns of `real` ([rows, past + sequence]; `past`: CacheLength): [rows, past],
+// or [1, past] for the first row alone.
+Value* PastColumns(Graph& g, Value* real, Value* past, bool first_row);
 
 // Each row's own positions: every Unsqueeze of axis 0 of a Range started at `starts`
 // (positions [1, n], as torch.arange(...).unsqueeze(0) exports them) reads `row_starts` +

@@ -23,12 +23,9 @@ using mask_graph::Op;
 // other rows then change nothing of a row's, which the warm-up check's rows of another feed
 // beside the checked ones rely on).
 Value* Extent(Graph& g, const DecoderContract& c, bool first_row) {
-  Value* real = mask_graph::PastColumns(g, mask_graph::Real(g, g.inputs[c.attention_mask]), c,
+  Value* past = mask_graph::CacheLength(g, c);
+  Value* real = mask_graph::PastColumns(g, mask_graph::Real(g, g.inputs[c.attention_mask]), past,
                                         first_row);  // [rows, past]
-  const generate::CacheTensor& t = c.cache.front();
-  Value* past = Op(g, "Slice",
-                   {Op(g, "Shape", {g.inputs[t.input]}), Ints(g, {t.axis}), Ints(g, {t.axis + 1}),
-                    Ints(g, {0})});
   Value* one = g.AddConstant("kiln_mask_one", Tensor::Scalar(DType::kInt64, 1.0));
   Value* last = Op(g, "Add", {Op(g, "Squeeze", {past, Ints(g, {0})}), one});
   Value* columns = CastTo(g, Op(g, "Range", {one, last, one}), DType::kFloat32);  // 1 .. past
@@ -79,7 +76,8 @@ absl::StatusOr<CacheMaskOutcome> ReadPositionsFromMask(Graph& graph, const Decod
       config.generation.cache_mask == "off") {
     return out;
   }
-  ASSIGN_OR_RETURN(const auto starts, mask_graph::LengthStarts(graph, c));
+  mask_graph::Probed probed(graph, c);
+  ASSIGN_OR_RETURN(const auto starts, mask_graph::LengthStarts(graph, probed));
   if (starts.empty()) return out;
   // A model that pads as it is (the Range feeds nothing the outputs show) needs nothing, and
   // keeps rows of any lengths in one step.

@@ -90,8 +90,9 @@ struct BuiltModel {
   std::string padding_refused;
   // The inputs fixed at load, one "name = value" line each (server/model/bound_inputs.h).
   std::vector<std::string> bound_inputs;
-  // A maskless decoder's added attention mask (server/model/cache_mask.h); nothing added for
-  // any other model.
+  // A maskless decoder's added attention mask (server/model/cache_mask.h), or a masked
+  // decoder's positions read from its mask (server/model/mask_positions.h); nothing for any
+  // other model.
   CacheMaskOutcome cache_mask;
   // The folds of the model's large constants, shared by every later build of its shapes so
   // their engines share one prepacked copy of each weight.

@@ -19,8 +19,8 @@ namespace {
 // (cache_mask.h); from the extent of a model's own mask, the rows read (each, or the first)
 // must hold their last cached position (mask_positions.h). A generation step's rows are
 // grouped and padded so by the loop.
-absl::Status CheckOwnRowsShareLength(const BuiltModel& b, const std::vector<Tensor>& inputs,
-                                     const DimValues& dims, const RunHints& hints) {
+absl::Status CheckRowsGiveTheirPositions(const BuiltModel& b, const std::vector<Tensor>& inputs,
+                                         const DimValues& dims, const RunHints& hints) {
   if (hints.run_now) return absl::OkStatus();
   const CacheMaskOutcome& m = b.cache_mask;
   auto past = dims.find(m.past_symbol);
@@ -154,7 +154,7 @@ absl::StatusOr<std::future<Batcher::Result>> ModelVersion::Route(
   const CacheMaskOutcome& mask = built_.cache_mask;
   if (mask.rows_share_length) hints.alone = true;
   if (mask.rows_share_length || mask.positions_from_mask) {
-    RETURN_IF_ERROR(CheckOwnRowsShareLength(built_, inputs, dims, hints));
+    RETURN_IF_ERROR(CheckRowsGiveTheirPositions(built_, inputs, dims, hints));
   }
   if (shapes_) {
     // Validation has checked the sizes; requests at the warm-up sizes take the model's own
