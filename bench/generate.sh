@@ -24,7 +24,8 @@ cp "$work/src/model.onnx" "$work/models/dec/1/"
 cat > "$work/models/dec/config.yaml" <<YAML
 device: cpu
 max_batch_size: ${MAX_BATCH:-8}
-cpu_threads: ${THREADS:-2}
+instances: ${INSTANCES:-1}
+cpu_threads: $(( ${THREADS:-2} / ${INSTANCES:-1} > 0 ? ${THREADS:-2} / ${INSTANCES:-1} : 1 ))
 dynamic_dims: ${DIMS:-"{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"}
 generation: {kv_cache_bytes: 1073741824, max_sequences: 16, prefill_chunk: ${PREFILL_CHUNK:-64}, prefill_budget: ${PREFILL_BUDGET:-256}, kv_in_place: ${KV_IN_PLACE:-auto}, prefill_logits: ${PREFILL_LOGITS:-last}, cache_mask: ${CACHE_MASK:-auto}}
 precision: {mode: ${PRECISION:-float32}}

@@ -4,39 +4,9 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "server/generate/step.h"
+#include "server/generate/generator_sequence.h"
 
 namespace kiln::server::generate {
-
-struct Generator::Sequence {
-  explicit Sequence(GenerateParams p)
-      : params(std::move(p)), sampler(params.sampling, params.logprobs), submitted(Clock::now()) {}
-  GenerateParams params;
-  uint64_t id = 0;  // unique for the generator's life (HeldRows)
-  std::shared_ptr<GenerationStream> stream = std::make_shared<GenerationStream>();
-  std::vector<int64_t> tokens;  // prompt, then generated
-  int64_t prompt_len = 0;
-  int64_t limit = 0;       // tokens it may generate
-  int64_t cached = 0;      // positions of `tokens` in its cache
-  int64_t generated = 0;
-  PageTable table;
-  Sampler sampler;
-  std::unordered_map<int64_t, int64_t> counts;  // token -> occurrences, for the penalties
-  Clock::time_point submitted, last_token;
-  bool running = false, ended = false, stopped = false;
-  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - cached; }
-};
-
-namespace {
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-bool EndsWith(const std::vector<int64_t>& tokens, const std::vector<int64_t>& tail) {
-  return !tail.empty() && tail.size() <= tokens.size() &&
-         std::equal(tail.rbegin(), tail.rend(), tokens.rbegin());
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
     GeneratorSetup setup, std::shared_ptr<MemoryAccount> account) {
@@ -50,7 +20,11 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
 }
 
 Generator::Generator(GeneratorSetup setup, std::unique_ptr<KvCache> cache)
-    : setup_(std::move(setup)), cache_(std::move(cache)), eos_(setup_.config.eos_token_ids) {
+    : setup_(std::move(setup)),
+      cache_(std::move(cache)),
+      buffers_(setup_.lanes),
+      lanes_(setup_.lanes),
+      eos_(setup_.config.eos_token_ids) {
   stats_.pages_total = stats_.pages_free = cache_->pages_total();
 }
 
@@ -127,8 +101,17 @@ bool Generator::Iterate() {
   ReapEnded();
   Admit();
   if (running_.empty()) return false;
-  Prefill();
-  Decode();
+  if (lanes_.lanes() == 1) {
+    RunJobs(PlanPrefill(/*spread=*/false), /*decodes=*/false);
+    RunJobs(PlanDecode(), /*decodes=*/true);
+  } else {
+    // Side by side in one phase. The decodes reserve their pages first: a sequence they
+    // preempt is gone before the prompts are planned. A prompt read to its end here decodes
+    // from the next iteration on.
+    std::vector<StepJob> jobs = PlanDecode();
+    for (StepJob& j : PlanPrefill(/*spread=*/true)) jobs.push_back(std::move(j));
+    RunJobs(jobs, /*decodes=*/true);
+  }
   const int64_t held = buffers_.HeldBytes();
   std::lock_guard<std::mutex> lk(mu_);
   stats_.step_buffer_bytes = held;
@@ -239,25 +222,51 @@ bool Generator::TakeWaiting(const SeqPtr& s) {
   return true;
 }
 
-void Generator::Prefill() {
+std::vector<Generator::StepJob> Generator::PlanPrefill(bool spread) {
   int64_t budget = setup_.config.prefill_budget;
-  // A copy: a failed step ends (removes) its sequence.
-  const std::vector<SeqPtr> order(running_.begin(), running_.end());
   const int64_t chunk = std::min(setup_.config.prefill_chunk, setup_.max_step);
-  for (const SeqPtr& s : order) {
-    while (budget > 0 && s->running && s->pending() > 1) {
-      // The remainder first: every later chunk is whole, so the one a token is sampled
-      // from runs on the last-position engines, and the partial one, at the start of the
-      // prompt, has the least cache to bring in.
-      const int64_t count = s->pending() % chunk == 0 ? chunk : s->pending() % chunk;
-      RunStep({s}, count);
-      budget -= count;
+  std::vector<StepJob> jobs;
+  std::vector<int64_t> pending;  // of jobs[i]'s sequence, after its planned chunks
+  // One more chunk of `s` (job `at`, or a new one at -1); false when `s` has none to read or
+  // the budget is spent.
+  auto take = [&](const SeqPtr& s, int& at) {
+    const int64_t left = at < 0 ? s->pending() : pending[static_cast<size_t>(at)];
+    if (budget <= 0 || left <= 1) return false;
+    // The remainder first: every later chunk is whole, so the one a token is sampled from
+    // runs on the last-position engines, and the partial one, at the start of the prompt,
+    // has the least cache to bring in.
+    const int64_t count = left % chunk == 0 ? chunk : left % chunk;
+    if (at < 0) {
+      at = static_cast<int>(jobs.size());
+      jobs.push_back(StepJob{{s}, {}, -1});
+      pending.push_back(left);
     }
-    if (budget <= 0) return;  // the decodes keep their pace
+    jobs[static_cast<size_t>(at)].counts.push_back(count);
+    pending[static_cast<size_t>(at)] -= count;
+    budget -= count;
+    return true;
+  };
+  std::vector<int> job_of(running_.size(), -1);
+  if (!spread) {  // the oldest sequence's whole prompt first
+    size_t k = 0;
+    for (const SeqPtr& s : running_) {
+      while (take(s, job_of[k])) {
+      }
+      ++k;
+      if (budget <= 0) break;  // the decodes keep their pace
+    }
+    return jobs;
   }
+  // A chunk per sequence per pass, oldest first: as many prompts as lanes progress at once.
+  for (bool more = true; more;) {
+    more = false;
+    size_t k = 0;
+    for (const SeqPtr& s : running_) more |= take(s, job_of[k++]);
+  }
+  return jobs;
 }
 
-void Generator::Decode() {
+std::vector<Generator::StepJob> Generator::PlanDecode() {
   std::vector<SeqPtr> ready;
   for (const SeqPtr& s : running_) {
     if (s->pending() == 1) ready.push_back(s);
@@ -275,18 +284,43 @@ void Generator::Decode() {
   // of one length share a step).
   std::stable_sort(group.begin(), group.end(),
                    [](const SeqPtr& a, const SeqPtr& b) { return a->cached < b->cached; });
-  int64_t ordinal = 0;
-  for (size_t at = 0, end = 0; at < group.size(); at = end, ++ordinal) {
+  std::vector<StepJob> jobs;
+  for (size_t at = 0, end = 0; at < group.size(); at = end) {
     const size_t limit = std::min(group.size(), at + static_cast<size_t>(setup_.max_rows));
     end = at + 1;
     const bool one_length = setup_.exact || setup_.rows_share_length;
     while (end < limit && (!one_length || group[end]->cached == group[at]->cached)) ++end;
-    RunStep(std::vector<SeqPtr>(group.begin() + static_cast<std::ptrdiff_t>(at),
-                                group.begin() + static_cast<std::ptrdiff_t>(end)),
-            1, ordinal);
+    jobs.push_back(StepJob{std::vector<SeqPtr>(group.begin() + static_cast<std::ptrdiff_t>(at),
+                                               group.begin() + static_cast<std::ptrdiff_t>(end)),
+                           {1},
+                           static_cast<int64_t>(jobs.size())});
   }
+  return jobs;
+}
+
+void Generator::RunJobs(const std::vector<StepJob>& jobs, bool decodes) {
+  size_t groups = 0;
+  for (const StepJob& j : jobs) groups += j.ordinal >= 0 ? 1 : 0;
+  if (decodes) buffers_.MakeGroups(groups);
+  std::vector<StepEffects> effects(jobs.size());
+  lanes_.Run(jobs.size(), [&](size_t i, int lane) {
+    for (int64_t count : jobs[i].counts) {
+      RunStep(jobs[i].group, count, jobs[i].ordinal, lane, effects[i]);
+      if (!effects[i].ended.empty()) break;  // its sequence failed (or stopped)
+    }
+  });
+  Apply(effects);
   // Groups beyond this iteration's last hold no rows now.
-  buffers_.TrimGroups(static_cast<size_t>(ordinal));
+  if (decodes) buffers_.TrimGroups(groups);
+}
+
+void Generator::Apply(std::vector<StepEffects>& effects) {
+  for (StepEffects& e : effects) {
+    for (const SeqPtr& s : e.computed) {
+      if (setup_.config.prefix_cache && !s->ended) cache_->Register(s->tokens, s->cached, s->table);
+    }
+    for (StepEffects::Ended& x : e.ended) End(x.seq, std::move(x.status), std::move(x.reason));
+  }
 }
 
 bool Generator::Reserve(const SeqPtr& seq, int64_t positions) {
@@ -325,129 +359,6 @@ void Generator::Preempt(const SeqPtr& victim) {
     RecordPool();
   }
   if (setup_.hooks.preempted) setup_.hooks.preempted();
-}
-
-void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t ordinal) {
-  std::vector<StepRow> rows;
-  int64_t longest = 0;
-  for (const SeqPtr& s : group) {
-    rows.push_back({&s->tokens, s->cached, &s->table, s->id});
-    longest = std::max(longest, s->cached);
-  }
-  const int64_t past = setup_.exact ? longest : setup_.past_size(longest);
-  const auto n = static_cast<int64_t>(group.size());
-  // An appending step runs at a batch bucket (the engine's own outputs are the cache).
-  int64_t total = n;
-  const auto& counts = setup_.append_counts;
-  bool appending =
-      setup_.step_appending && std::find(counts.begin(), counts.end(), count) != counts.end();
-  if (appending) {
-    auto b = std::lower_bound(setup_.buckets.begin(), setup_.buckets.end(), n);
-    appending = b != setup_.buckets.end();
-    if (appending) total = *b;
-  }
-  const StepKind kind{appending, setup_.step_last && count == setup_.last_count &&
-                                     (!appending || setup_.step_last_appending)};
-  const int64_t positions = kind.logit_positions(count);
-  StepBuffers& buffers = buffers_.For(total, count, past, ordinal);
-  auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers));
-    const Tensor& logits = out.at(setup_.contract.logits);
-    if (logits.rank() != 3 || logits.dim(0) != total || logits.dim(1) != positions ||
-        logits.dim(2) != setup_.contract.vocab || logits.dtype() != DType::kFloat32) {
-      return absl::InternalError(absl::StrCat("the step's logits are ",
-                                              ShapeToString(logits.shape()), ", not [", total, ", ",
-                                              positions, ", ", setup_.contract.vocab, "]"));
-    }
-    return out;
-  };
-  absl::StatusOr<std::vector<Tensor>> out = WithinBudget(ProcessMemory(), run);
-  if (!out.ok()) {
-    for (const SeqPtr& s : group) End(s, out.status(), "");
-    return;
-  }
-  const Tensor& logits = (*out)[setup_.contract.logits];
-  const int64_t vocab = setup_.contract.vocab;
-  for (int64_t r = 0; r < n; ++r) {
-    Sequence& s = *group[static_cast<size_t>(r)];
-    s.cached += count;
-    if (setup_.config.prefix_cache) cache_->Register(s.tokens, s.cached, s.table);
-    if (s.pending() == 0) Sample(s, logits.data<float>() + ((r + 1) * positions - 1) * vocab);
-  }
-  for (const SeqPtr& s : group) {
-    if (s->ended) continue;
-    if (s->stopped || s->generated >= s->limit) {
-      End(s, absl::OkStatus(), s->stopped ? "stop" : "length");
-    }
-  }
-}
-
-absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRow>& rows,
-                                                        int64_t count, int64_t past, StepKind kind,
-                                                        StepBuffers& buffers) {
-  const int64_t total = buffers.key[0];
-  // What the step's build did not take of a group's old buffers goes with the step, on
-  // every path (a copying step takes none of it; an allocation may throw).
-  struct ClearSpare {
-    SpareMemory& spare;
-    ~ClearSpare() { spare.Clear(); }
-  } clear_spare{buffers_.spare()};
-  std::vector<Tensor> out;
-  if (kind.appending) {
-    const absl::Status built = BuildAppendingStep(
-        setup_.contract, setup_.signature, *cache_, rows, total, count, kind.logit_positions(count),
-        past, buffers.in, buffers.out, buffers.held, &buffers_.spare());
-    buffers_.spare().Clear();  // before the run: what the new shape did not take
-    RETURN_IF_ERROR(built);
-    const StepFn& step = kind.last ? setup_.step_last_appending : setup_.step_appending;
-    absl::StatusOr<std::vector<Tensor>> ran = step(buffers.in, total, std::move(buffers.out));
-    if (!ran.ok()) {
-      buffers.held = {};  // the presents are gone with the failed run
-      return ran.status();
-    }
-    out = std::move(*ran);
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.steps_in_place;
-  } else {
-    RETURN_IF_ERROR(
-        BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past, buffers.in));
-    const StepFn& step = kind.last ? setup_.step_last : setup_.step;
-    ASSIGN_OR_RETURN(out, step(buffers.in, total, std::move(buffers.out)));
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.steps_copied;
-  }
-  if (kind.last) {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.steps_last_position;
-  }
-  buffers.out = out;  // written over (appending: appended to) by the next step of this shape
-  RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));
-  return out;
-}
-
-void Generator::Sample(Sequence& seq, const float* logits) {
-  const Sampled x = seq.sampler.Next(logits, setup_.contract.vocab, seq.counts);
-  seq.tokens.push_back(x.token);
-  ++seq.counts[x.token];
-  ++seq.generated;
-  const Clock::time_point now = Clock::now();
-  if (seq.generated == 1) {
-    if (setup_.hooks.first_token) setup_.hooks.first_token(Seconds(now - seq.submitted));
-  } else if (setup_.hooks.inter_token) {
-    setup_.hooks.inter_token(Seconds(now - seq.last_token));
-  }
-  seq.last_token = now;
-  if (setup_.hooks.generated) setup_.hooks.generated(1);
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    ++stats_.tokens;
-  }
-  seq.stream->Push({x.token, x.logprob});
-  const auto& stops = seq.params.stop_token_ids;
-  bool stop = std::find(stops.begin(), stops.end(), x.token) != stops.end();
-  if (!seq.params.ignore_eos) stop |= std::find(eos_.begin(), eos_.end(), x.token) != eos_.end();
-  for (const auto& s : seq.params.stop_sequences) stop |= EndsWith(seq.tokens, s);
-  seq.stopped = stop;  // ended by RunStep, which holds the shared pointer
 }
 
 void Generator::End(const SeqPtr& seq, absl::Status status, std::string reason) {

@@ -43,6 +43,7 @@
 #include "server/generate/sampler.h"
 #include "server/generate/step.h"
 #include "server/generate/step_buffers.h"
+#include "server/generate/step_lanes.h"
 #include "server/generate/stream.h"
 #include "server/generate/tokenizer.h"
 
@@ -120,6 +121,9 @@ struct GeneratorSetup {
   // Padded steps whose rows must share their cache length: the model reads every row's
   // positions from its mask's first row (server/model/cache_mask.h, mask_positions.h).
   bool rows_share_length = false;
+  // Steps of one iteration run at once (step_lanes.h): the model's engine instances, each on
+  // its share of the cores.
+  int lanes = 1;
   GenerationHooks hooks;
   // The model's SentencePiece tokenizer when its folder ships one (text in and out), else null.
   std::shared_ptr<const Tokenizer> tokenizer;
@@ -173,12 +177,39 @@ class Generator {
   bool AwaitsSharedPrefix(const Sequence& s) const;
   // The running count and the cache's page counts into stats_ (mu_ held).
   void RecordPool();
-  void Prefill();
-  void Decode();
-  // Runs one step feeding `count` tokens of each of `group`; samples each row's next token
-  // when it has read every token it had. A failure ends the group's sequences.
-  // `ordinal`: the decode group's place in its iteration (-1: a prefill step).
-  void RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t ordinal = -1);
+  // What one lane runs: a decode group's step (ordinal >= 0: the group's place in its
+  // iteration; counts {1}), or a sequence's prompt chunks in order (ordinal -1).
+  struct StepJob {
+    std::vector<SeqPtr> group;
+    std::vector<int64_t> counts;
+    int64_t ordinal = -1;
+  };
+  // Prompt chunks, up to prefill_budget tokens: the oldest sequence's whole prompt first, or
+  // (`spread`) a chunk per sequence per pass so that several prompts read side by side.
+  std::vector<StepJob> PlanPrefill(bool spread);
+  // One step per group of sequences ready to decode, their pages reserved (which may preempt).
+  std::vector<StepJob> PlanDecode();
+  // Runs `jobs` side by side on the lanes, then applies their effects. `decodes`: the
+  // iteration's decode groups are among them (their kept buffers are sized and trimmed).
+  void RunJobs(const std::vector<StepJob>& jobs, bool decodes);
+  // What a step leaves to the scheduler, applied (Apply) once every step of the phase has
+  // finished: the lanes share no scheduler state.
+  struct StepEffects {
+    struct Ended {
+      SeqPtr seq;
+      absl::Status status;
+      std::string reason;
+    };
+    std::vector<Ended> ended;      // failed, stopped or at their limit
+    std::vector<SeqPtr> computed;  // read tokens: their whole pages register for sharing
+  };
+  void Apply(std::vector<StepEffects>& effects);
+  // Runs one step feeding `count` tokens of each of `group` on `lane`; samples each row's
+  // next token when it has read every token it had. A failure ends the group's sequences
+  // (through `effects`). `ordinal`: the decode group's place in its iteration (-1: a
+  // prefill step).
+  void RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t ordinal, int lane,
+               StepEffects& effects);
   // Pages for `seq` to hold `positions`, preempting younger sequences while they lack; false
   // when even alone it does not fit (then it was ended).
   bool Reserve(const SeqPtr& seq, int64_t positions);
@@ -196,11 +227,13 @@ class Generator {
   // Runs the step's engine over `rows` into `buffers` (`kind` as RunStep chose it), the
   // cache stored; the outputs.
   absl::StatusOr<std::vector<Tensor>> StepOnce(const std::vector<StepRow>& rows, int64_t count,
-                                               int64_t past, StepKind kind, StepBuffers& buffers);
+                                               int64_t past, StepKind kind, StepBuffers& buffers,
+                                               int lane);
 
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;
-  StepBufferSet buffers_;  // scheduler thread only
+  StepBufferSet buffers_;  // scheduler thread and its lanes (step_buffers.h)
+  StepLanes lanes_;
   std::vector<int64_t> eos_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -23,6 +23,10 @@ absl::Status ValidateGeneratorSetup(const GeneratorSetup& setup) {
   if (!setup.exact && !setup.past_size) {
     return absl::FailedPreconditionError("padded steps need the past's classes (past_size)");
   }
+  if (setup.lanes < 1 || setup.lanes > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the loop's lanes (the model's instances) must be in 1..64, not ", setup.lanes));
+  }
   return absl::OkStatus();
 }
 

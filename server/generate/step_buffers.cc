@@ -5,28 +5,29 @@
 
 namespace kiln::server::generate {
 
-StepBuffers& StepBufferSet::For(int64_t rows, int64_t count, int64_t past, int64_t group) {
+StepBuffers& StepBufferSet::For(int64_t rows, int64_t count, int64_t past, int64_t group,
+                                int lane) {
   const std::vector<int64_t> key{rows, count, past, group};
-  if (group >= 0 && static_cast<size_t>(group) < kKeptGroups) {
-    if (decode_.size() <= static_cast<size_t>(group))
-      decode_.resize(static_cast<size_t>(group) + 1);
+  SpareMemory& spare = spare_.at(static_cast<size_t>(lane));
+  if (group >= 0 && static_cast<size_t>(group) < std::min(kKeptGroups, decode_.size())) {
     StepBuffers& kept = decode_[static_cast<size_t>(group)];
     if (kept.key != key) {
-      spare_.Keep(std::move(kept.in));  // the new shape's tensors are made on this memory
-      spare_.Keep(std::move(kept.out));
+      spare.Keep(std::move(kept.in));  // the new shape's tensors are made on this memory
+      spare.Keep(std::move(kept.out));
       kept = StepBuffers{key, {}, {}, {}};
     }
     return kept;
   }
-  for (auto it = prefill_.begin(); it != prefill_.end(); ++it) {
+  std::list<StepBuffers>& prefill = prefill_.at(static_cast<size_t>(lane));
+  for (auto it = prefill.begin(); it != prefill.end(); ++it) {
     if (it->key == key) {
-      prefill_.splice(prefill_.begin(), prefill_, it);
-      return prefill_.front();
+      prefill.splice(prefill.begin(), prefill, it);
+      return prefill.front();
     }
   }
-  prefill_.push_front(StepBuffers{key, {}, {}, {}});
-  if (prefill_.size() > kKeptPrefill) prefill_.pop_back();
-  return prefill_.front();
+  prefill.push_front(StepBuffers{key, {}, {}, {}});
+  if (prefill.size() > kKeptPrefill) prefill.pop_back();
+  return prefill.front();
 }
 
 void StepBufferSet::TrimGroups(size_t groups) {
@@ -35,13 +36,14 @@ void StepBufferSet::TrimGroups(size_t groups) {
 
 void StepBufferSet::Clear() {
   decode_.clear();
-  prefill_.clear();
-  spare_.Clear();
+  for (auto& p : prefill_) p.clear();
+  for (SpareMemory& s : spare_) s.Clear();
 }
 
 int64_t StepBufferSet::HeldBytes() const {
   std::set<const void*> seen;
-  int64_t bytes = spare_.bytes();
+  int64_t bytes = 0;
+  for (const SpareMemory& s : spare_) bytes += s.bytes();
   auto add = [&](const std::vector<Tensor>& tensors) {
     for (const Tensor& t : tensors) {
       if (t.defined() && seen.insert(t.owner().get()).second) {
@@ -53,9 +55,11 @@ int64_t StepBufferSet::HeldBytes() const {
     add(b.in);
     add(b.out);
   }
-  for (const StepBuffers& b : prefill_) {
-    add(b.in);
-    add(b.out);
+  for (const auto& lane : prefill_) {
+    for (const StepBuffers& b : lane) {
+      add(b.in);
+      add(b.out);
+    }
   }
   return bytes;
 }

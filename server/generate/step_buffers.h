@@ -7,9 +7,12 @@
 // the running groups' buffers out (they did while all shared one list of four: every
 // iteration that prefilled made both groups of 16 streams again). When a group's shape
 // changes, its old buffers go to spare() for the step being built (SpareMemory), and what that
-// step does not take is freed with it.
+// step does not take is freed with it. Steps of one iteration run side by side on lanes
+// (server/generate/step_lanes.h): each decode group is one lane's at a time, and each lane
+// keeps its own prefill buffers and spare memory, so the lanes share nothing here.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -30,25 +33,35 @@ struct StepBuffers {
 
 class StepBufferSet {
  public:
+  explicit StepBufferSet(int lanes = 1)
+      : prefill_(static_cast<size_t>(std::max(lanes, 1))),
+        spare_(static_cast<size_t>(std::max(lanes, 1))) {}
   // At GPT-2-small size an 8-row appending group at a 639-position class holds about 380 MB:
   // at most kKeptGroups groups keep theirs; later groups and prefill share kKeptPrefill.
   static constexpr size_t kKeptGroups = 8, kKeptPrefill = 2;
 
-  // The buffers of that shape for the `group`-th decode group of an iteration (-1: a prefill
-  // step). A decode group's buffers of another shape go to spare().
-  StepBuffers& For(int64_t rows, int64_t count, int64_t past, int64_t group);
+  // Before an iteration's decode groups run: room for `groups` of them (For never resizes
+  // while lanes run).
+  void MakeGroups(size_t groups) {
+    groups = std::min(groups, kKeptGroups);  // later groups share the lanes' prefill lists
+    if (decode_.size() < groups) decode_.resize(groups);
+  }
+  // The buffers of that shape for the `group`-th decode group of an iteration (< the groups
+  // made; -1: a prefill step on `lane`). A decode group's buffers of another shape go to
+  // spare(lane).
+  StepBuffers& For(int64_t rows, int64_t count, int64_t past, int64_t group, int lane = 0);
   // Decode groups from `groups` on hold no rows now.
   void TrimGroups(size_t groups);
-  SpareMemory& spare() { return spare_; }
+  SpareMemory& spare(int lane = 0) { return spare_[static_cast<size_t>(lane)]; }
   // Holds nothing (an idle loop).
   void Clear();
   // Bytes of the tensors kept and of spare(), each buffer once.
   int64_t HeldBytes() const;
 
  private:
-  std::vector<StepBuffers> decode_;  // by group ordinal
-  std::list<StepBuffers> prefill_;   // most recently used first
-  SpareMemory spare_;
+  std::vector<StepBuffers> decode_;              // by group ordinal
+  std::vector<std::list<StepBuffers>> prefill_;  // by lane, most recently used first
+  std::vector<SpareMemory> spare_;               // by lane
 };
 
 }  // namespace kiln::server::generate

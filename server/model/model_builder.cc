@@ -454,7 +454,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
   return m;
 }
 
-absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
+absl::StatusOr<std::vector<std::unique_ptr<runtime::Engine>>> BuildShapeEngines(
     const Graph& model, const ModelConfig& config, const BuiltModel& base,
     const std::map<std::string, int64_t>& dims, int64_t bucket, bool check) {
   ModelConfig c = config;
@@ -462,7 +462,6 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
   c.dynamic_dim_ranges = base.signature.dim_ranges;  // known: no probing per shape
   c.batch_buckets = {bucket};
   c.max_batch_size = bucket;
-  c.instances = 1;                           // a shape's batcher runs one batch at a time
   c.shape_classes = "off";                   // proven (or refused) once, by the model's own build
   c.precision.start = base.check.precision;  // the model's check's verdict
   c.precision.calibration = base.calibration;
@@ -478,7 +477,16 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
   if (m.engines.empty() || m.engines.begin()->second.empty()) {
     return absl::InternalError("the shape's build made no engine");
   }
-  return std::move(m.engines.begin()->second[0]);
+  return std::move(m.engines.begin()->second);
+}
+
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
+    const Graph& model, const ModelConfig& config, const BuiltModel& base,
+    const std::map<std::string, int64_t>& dims, int64_t bucket, bool check) {
+  ModelConfig one = config;
+  one.instances = 1;
+  ASSIGN_OR_RETURN(auto engines, BuildShapeEngines(model, one, base, dims, bucket, check));
+  return std::move(engines[0]);
 }
 
 }  // namespace kiln::server

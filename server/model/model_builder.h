@@ -204,5 +204,10 @@ shape::InputDims InputDimsOf(const ModelConfig& config);
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildShapeEngine(
     const Graph& model, const ModelConfig& config, const BuiltModel& base,
     const std::map<std::string, int64_t>& dims, int64_t bucket, bool check = true);
+// The same, `config.instances` engines of one compile (the first checked; the others take its
+// layout and threads), for a shape that runs that many batches at once.
+absl::StatusOr<std::vector<std::unique_ptr<runtime::Engine>>> BuildShapeEngines(
+    const Graph& model, const ModelConfig& config, const BuiltModel& base,
+    const std::map<std::string, int64_t>& dims, int64_t bucket, bool check = true);
 
 }  // namespace kiln::server

@@ -151,6 +151,7 @@ absl::Status ModelVersion::StartGeneration() {
   setup.max_context = dims->past.second;
   setup.exact = !exact_lengths_.empty();
   setup.rows_share_length = built_.cache_mask.rows_share_length;
+  setup.lanes = config_.instances;  // each shape's engines run that many steps at once
   setup.step = StepVia(false, false);
   const int64_t chunk = std::min(gc.prefill_chunk, dims->sequence.second);
   if (setup.exact) {

@@ -45,10 +45,10 @@ void ModelVersion::BuildLastPositionEngines(const generate::DecoderContract& con
   last_graph_ = std::shared_ptr<const Graph>(std::move(cut->graph));
   const std::vector<int64_t>& pasts = built_.padding->classes.at(contract.past_symbol);
   auto build = [this](const DimValues& dims, int64_t bucket, bool check) {
-    return BuildShapeEngine(*last_graph_, config_, built_, dims, bucket, check);
+    return BuildShapeEngines(*last_graph_, config_, built_, dims, bucket, check);
   };
   absl::StatusOr<std::unique_ptr<ShapeEngines>> shapes =
-      ShapeEngines::Create(policy_, pasts.size(), build);
+      ShapeEngines::Create(policy_, pasts.size(), build, config_.instances);
   if (!shapes.ok()) return DropLastPositionEngines(std::string(shapes.status().message()));
   last_shapes_ = std::move(*shapes);
   // Prefill runs one sequence per step: the smallest bucket. The check proves the ends of

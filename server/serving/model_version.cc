@@ -102,11 +102,11 @@ absl::Status ModelVersion::Start(BuiltModel built, std::shared_ptr<const Graph> 
     if (!graph) return absl::InternalError("a dynamic model needs its graph to build shapes");
     graph_ = std::move(graph);
     auto build = [this](const DimValues& dims, int64_t bucket, bool check) {
-      return BuildShapeEngine(*graph_, config_, built_, dims, bucket, check);
+      return BuildShapeEngines(*graph_, config_, built_, dims, bucket, check);
     };
     size_t capacity = static_cast<size_t>(config_.max_shape_engines);
     if (built_.padding) capacity = std::max(capacity, AllClasses(built_.padding->classes).size());
-    ASSIGN_OR_RETURN(shapes_, ShapeEngines::Create(policy, capacity, build));
+    ASSIGN_OR_RETURN(shapes_, ShapeEngines::Create(policy, capacity, build, config_.instances));
     if (built_.padding) RETURN_IF_ERROR(BuildShapeClasses());
   }
   ASSIGN_OR_RETURN(batcher_, Batcher::Create(policy, config_.instances, run, run_appending));

@@ -19,10 +19,12 @@ std::string ShapeKey(const DimValues& dims) {
 struct ShapeEngines::Entry {
   DimValues dims;
   std::string key;
-  // Written only by the entry's one running batch; the lock is for Shapes()'s reads.
+  // Guards the maps (workers read them, Shapes() too); builds hold build_mu instead, so
+  // another instance's batch and GetModel never wait for a build.
   mutable std::mutex mu;
-  std::map<int64_t, std::unique_ptr<runtime::Engine>> engines;  // by bucket
-  std::map<int64_t, absl::Status> failures;  // buckets whose build failed: not retried
+  std::mutex build_mu;  // one build per entry at a time: a bucket's instances are built once
+  std::map<int64_t, ShapeEngineList> engines;  // by bucket: one per instance
+  std::map<int64_t, absl::Status> failures;    // buckets whose build failed: not retried
   double build_ms = 0;
   // Last, so it is destroyed (stopped, its worker joined) before the engines it runs.
   std::unique_ptr<Batcher> batcher;
@@ -30,11 +32,13 @@ struct ShapeEngines::Entry {
 
 absl::StatusOr<std::unique_ptr<ShapeEngines>> ShapeEngines::Create(BatchPolicy policy,
                                                                    size_t capacity,
-                                                                   ShapeBuildFn build) {
+                                                                   ShapeBuildFn build,
+                                                                   int instances) {
   if (capacity < 1) return absl::InvalidArgumentError("shape engines: capacity must be >= 1");
   if (!build) return absl::InvalidArgumentError("shape engines: no build function");
+  if (instances < 1) return absl::InvalidArgumentError("shape engines: instances must be >= 1");
   return std::unique_ptr<ShapeEngines>(
-      new ShapeEngines(std::move(policy), capacity, std::move(build)));
+      new ShapeEngines(std::move(policy), capacity, std::move(build), instances));
 }
 
 ShapeEngines::~ShapeEngines() { Stop(); }
@@ -56,13 +60,14 @@ absl::StatusOr<std::shared_ptr<ShapeEngines::Entry>> ShapeEngines::NewEntry(cons
   e->dims = dims;
   e->key = ShapeKey(dims);
   Entry* raw = e.get();  // the batcher is the entry's member: it never outlives it
-  auto run = [this, raw](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    return RunBatch(*raw, in, out, /*appending=*/false);
+  auto run = [this, raw](int worker, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    return RunBatch(*raw, worker, in, out, /*appending=*/false);
   };
-  auto run_appending = [this, raw](int, const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    return RunBatch(*raw, in, out, /*appending=*/true);
+  auto run_appending = [this, raw](int worker, const std::vector<Tensor>& in,
+                                   std::vector<Tensor>& out) {
+    return RunBatch(*raw, worker, in, out, /*appending=*/true);
   };
-  ASSIGN_OR_RETURN(e->batcher, Batcher::Create(policy_, /*workers=*/1, run, run_appending));
+  ASSIGN_OR_RETURN(e->batcher, Batcher::Create(policy_, instances_, run, run_appending));
   return e;
 }
 
@@ -110,7 +115,7 @@ absl::Status ShapeEngines::Prebuild(const DimValues& dims, int64_t bucket, bool 
     bool made = false;
     ASSIGN_OR_RETURN(e, FindOrInsertLocked(dims, made));
   }
-  return Build(*e, bucket, check, /*prebuild=*/true).status();
+  return Build(*e, bucket, check, /*prebuild=*/true, /*worker=*/0).status();
 }
 
 void ShapeEngines::ReapLocked(std::vector<std::shared_ptr<Entry>>& dead) {
@@ -127,28 +132,50 @@ void ShapeEngines::ReapLocked(std::vector<std::shared_ptr<Entry>>& dead) {
   }
 }
 
-absl::Status ShapeEngines::RunBatch(Entry& e, const std::vector<Tensor>& in,
+absl::Status ShapeEngines::RunBatch(Entry& e, int worker, const std::vector<Tensor>& in,
                                     std::vector<Tensor>& out, bool appending) {
   const int64_t bucket = policy_.batchable ? in.at(0).dim(0) : 1;
-  ASSIGN_OR_RETURN(runtime::Engine * engine, EngineFor(e, bucket));
+  ASSIGN_OR_RETURN(runtime::Engine * engine, EngineFor(e, bucket, worker));
   return appending ? engine->RunAppending(in, out) : engine->Run(in, out);
 }
 
-absl::StatusOr<runtime::Engine*> ShapeEngines::EngineFor(Entry& e, int64_t bucket) {
+namespace {
+
+// Instance `worker` of the bucket's engines, the bucket's failure, or null (not built yet).
+absl::StatusOr<runtime::Engine*> Built(const std::map<int64_t, ShapeEngineList>& engines,
+                                       const std::map<int64_t, absl::Status>& failures,
+                                       int64_t bucket, int worker) {
+  if (auto it = engines.find(bucket); it != engines.end()) {
+    return it->second.at(static_cast<size_t>(worker)).get();
+  }
+  if (auto it = failures.find(bucket); it != failures.end()) return it->second;
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<runtime::Engine*> ShapeEngines::EngineFor(Entry& e, int64_t bucket, int worker) {
   {
     std::lock_guard<std::mutex> lk(e.mu);
-    if (auto it = e.engines.find(bucket); it != e.engines.end()) return it->second.get();
-    if (auto it = e.failures.find(bucket); it != e.failures.end()) return it->second;
+    absl::StatusOr<runtime::Engine*> built = Built(e.engines, e.failures, bucket, worker);
+    if (!built.ok() || *built) return built;
   }
-  return Build(e, bucket, /*check=*/true, /*prebuild=*/false);
+  return Build(e, bucket, /*check=*/true, /*prebuild=*/false, worker);
 }
 
 absl::StatusOr<runtime::Engine*> ShapeEngines::Build(Entry& e, int64_t bucket, bool check,
-                                                     bool prebuild) {
-  // Built without e.mu: only this entry's one running batch gets here, and GetModel must not
-  // wait for a build. Unload and shutdown cancel it through stopping_.
+                                                     bool prebuild, int worker) {
+  // Built without e.mu, so GetModel and the batches of other buckets do not wait for it;
+  // build_mu makes a second instance's batch wait for this build instead of building again.
+  // Unload and shutdown cancel it through stopping_.
+  std::lock_guard<std::mutex> one_build(e.build_mu);
+  {
+    std::lock_guard<std::mutex> lk(e.mu);
+    absl::StatusOr<runtime::Engine*> done = Built(e.engines, e.failures, bucket, worker);
+    if (!done.ok() || *done) return done;
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<runtime::Engine>> built;
+  absl::StatusOr<ShapeEngineList> built;
   {
     // Not stopped with the batch that asked for it: the engine serves every later request
     // of this shape, so a client's short deadline must not throw a nearly done build away.
@@ -156,6 +183,10 @@ absl::StatusOr<runtime::Engine*> ShapeEngines::Build(Entry& e, int64_t bucket, b
     cond.isolated = true;
     const StopScope stop(std::move(cond));
     built = build_(e.dims, bucket, check);
+  }
+  if (built.ok() && built->size() < static_cast<size_t>(instances_)) {
+    built = absl::InternalError(absl::StrCat("the shape's build made ", built->size(),
+                                             " engines for ", instances_, " instances"));
   }
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
   if (!prebuild) metrics::ShapeEngineBuilt(policy_.model, took.count());
@@ -174,7 +205,7 @@ absl::StatusOr<runtime::Engine*> ShapeEngines::Build(Entry& e, int64_t bucket, b
     if (!IsStopError(built.status())) e.failures[bucket] = s;
     return s;
   }
-  runtime::Engine* engine = built->get();
+  runtime::Engine* engine = (*built)[static_cast<size_t>(worker)].get();
   e.engines[bucket] = std::move(*built);
   return engine;
 }
@@ -212,8 +243,10 @@ bool ShapeEngines::EveryEngine(const std::function<bool(const runtime::Engine&)>
   }
   for (const auto& e : kept) {
     std::lock_guard<std::mutex> lk(e->mu);
-    for (const auto& [bucket, engine] : e->engines) {
-      if (!pred(*engine)) return false;
+    for (const auto& [bucket, list] : e->engines) {
+      for (const auto& engine : list) {
+        if (!pred(*engine)) return false;
+      }
     }
   }
   return true;

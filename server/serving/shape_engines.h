@@ -1,11 +1,14 @@
 // Engines for the shapes a dynamic model (model config `dynamic_dims`) was not built at. The
 // model's own engines serve its warm-up sizes; a request whose dynamic dims differ goes to
-// the entry for its exact sizes, made on its first request: a batcher of its own (one worker),
-// so requests batch only with requests of the same shape, and one engine per batch bucket,
-// built (compile, engine, check against the reference at that shape) by the first batch that
-// needs it. Requests behind that batch wait in the queue for the one build instead of
-// building again. Entries live in an LRU of `max_shape_engines`; an evicted entry is freed
-// once no request is queued on or running in it (checked at each later request).
+// the entry for its exact sizes, made on its first request: a batcher of its own (a worker per
+// engine instance, as the model's own engines have), so requests batch only with requests of
+// the same shape, and `instances` engines per batch bucket, built (compile once, the engines,
+// the first one checked against the reference at that shape) by the first batch that needs
+// them. Instances let a shape run that many batches at once: the generation loop's steps of
+// one iteration run side by side (server/generate/generator.h). Requests behind that batch wait in
+// the queue for the one build instead of building again. Entries live in an LRU of
+// `max_shape_engines`; an evicted entry is freed once no request is queued on or running in it
+// (checked at each later request).
 #pragma once
 
 #include <atomic>
@@ -68,10 +71,12 @@ class LruMap {
   std::map<std::string, typename std::list<std::pair<std::string, V>>::iterator> index_;
 };
 
-// Builds the engine for one shape at one batch bucket (BuildShapeEngine, for a model);
-// `check`: run the warm-up check at that shape.
-using ShapeBuildFn = std::function<absl::StatusOr<std::unique_ptr<runtime::Engine>>(
-    const DimValues& dims, int64_t bucket, bool check)>;
+// Builds the engine instances for one shape at one batch bucket (BuildShapeEngines, for a
+// model), at least ShapeEngines' `instances` of them; `check`: run the warm-up check at that
+// shape (on the first).
+using ShapeEngineList = std::vector<std::unique_ptr<runtime::Engine>>;
+using ShapeBuildFn = std::function<absl::StatusOr<ShapeEngineList>(const DimValues& dims,
+                                                                   int64_t bucket, bool check)>;
 
 // What GetModel shows of one kept shape.
 struct ShapeSummary {
@@ -89,9 +94,11 @@ struct ShapeCounters {
 class ShapeEngines {
  public:
   // `policy`: the model's (buckets, queue limits, metrics label); each shape's batcher takes
-  // it. `capacity`: shapes kept (max_shape_engines).
+  // it. `capacity`: shapes kept (max_shape_engines). `instances`: engines per shape and
+  // bucket, each run by a worker of its own (the model's `instances`).
   static absl::StatusOr<std::unique_ptr<ShapeEngines>> Create(BatchPolicy policy, size_t capacity,
-                                                              ShapeBuildFn build);
+                                                              ShapeBuildFn build,
+                                                              int instances = 1);
   ~ShapeEngines();  // Stop()s
   ShapeEngines(const ShapeEngines&) = delete;
   ShapeEngines& operator=(const ShapeEngines&) = delete;
@@ -119,16 +126,22 @@ class ShapeEngines {
 
  private:
   struct Entry;
-  ShapeEngines(BatchPolicy policy, size_t capacity, ShapeBuildFn build)
-      : policy_(std::move(policy)), build_(std::move(build)), lru_(capacity) {}
+  ShapeEngines(BatchPolicy policy, size_t capacity, ShapeBuildFn build, int instances)
+      : policy_(std::move(policy)),
+        build_(std::move(build)),
+        instances_(instances),
+        lru_(capacity) {}
   absl::StatusOr<std::shared_ptr<Entry>> NewEntry(const DimValues& dims);
-  // Runs one batch of `e` (its batcher's only worker, or the caller inline: never two at once).
-  // `appending`: runtime::Engine::RunAppending (RunHints::append_in_place).
-  absl::Status RunBatch(Entry& e, const std::vector<Tensor>& in, std::vector<Tensor>& out,
-                        bool appending);
-  absl::StatusOr<runtime::Engine*> EngineFor(Entry& e, int64_t bucket);
-  // Builds and keeps `e`'s engine for `bucket` (a failure is kept too, unless stopped).
-  absl::StatusOr<runtime::Engine*> Build(Entry& e, int64_t bucket, bool check, bool prebuild);
+  // Runs one batch of `e` on its instance `worker` (that worker of its batcher, or a caller
+  // inline in its place: never two batches on one instance at once). `appending`:
+  // runtime::Engine::RunAppending (RunHints::append_in_place).
+  absl::Status RunBatch(Entry& e, int worker, const std::vector<Tensor>& in,
+                        std::vector<Tensor>& out, bool appending);
+  absl::StatusOr<runtime::Engine*> EngineFor(Entry& e, int64_t bucket, int worker);
+  // Builds and keeps `e`'s engines for `bucket` (a failure is kept too, unless stopped);
+  // returns instance `worker`.
+  absl::StatusOr<runtime::Engine*> Build(Entry& e, int64_t bucket, bool check, bool prebuild,
+                                         int worker);
   // Precondition: mu_ held. The entry of `dims`, made and inserted when absent (`made` says
   // which); the evicted ones go to retired_.
   absl::StatusOr<std::shared_ptr<Entry>> FindOrInsertLocked(const DimValues& dims, bool& made);
@@ -137,6 +150,7 @@ class ShapeEngines {
 
   const BatchPolicy policy_;
   const ShapeBuildFn build_;
+  const int instances_;
   std::atomic<bool> stopping_{false};  // polled by builds in progress (base/stop.h)
   mutable std::mutex mu_;
   LruMap<std::shared_ptr<Entry>> lru_;           // guarded by mu_

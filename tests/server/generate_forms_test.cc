@@ -44,6 +44,12 @@ class ExportForms : public ::testing::Test {
         "dynamic_dims: {past_sequence_length: [0, 96], sequence: {min: 1, max: 16}}\n";
     std::ofstream(server_->repo() / "from_past/config.yaml") << "device: cpu\nmax_batch_size: 2\n"
                                                              << past_dims;
+    // The same export with two engine instances: the loop runs two steps at once.
+    from_past_lanes_ = new std::string(
+        WriteDecoder(*server_, "decoder_step.py", "from_past_lanes", "--positions past"));
+    std::ofstream(server_->repo() / "from_past_lanes/config.yaml")
+        << "device: cpu\nmax_batch_size: 2\ninstances: 2\n"
+        << past_dims;
     // The same export kept as it is: exact lengths.
     const std::string from_past_exact =
         WriteDecoder(*server_, "decoder_step.py", "from_past_exact", "--positions past");
@@ -86,6 +92,12 @@ class ExportForms : public ::testing::Test {
     const std::string on_cpu =
         WriteDecoder(*server_, "decoder_step.py", "no_mask_cpu", "--no-mask --positions past");
     on_cpu_engine("no_mask_cpu", 4);
+    // The same export with two engine instances: the loop runs two steps at once.
+    from_past_lanes_ = new std::string(
+        WriteDecoder(*server_, "decoder_step.py", "from_past_lanes", "--positions past"));
+    std::ofstream(server_->repo() / "from_past_lanes/config.yaml")
+        << "device: cpu\nmax_batch_size: 2\ninstances: 2\n"
+        << past_dims;
     // The same export kept as it is: exact lengths.
     const std::string exact =
         WriteDecoder(*server_, "decoder_step.py", "no_mask_exact", "--no-mask --positions past");
@@ -130,6 +142,7 @@ class ExportForms : public ::testing::Test {
     delete torch_no_mask_;
     delete torch_cache_position_;
     delete bare_;
+    delete from_past_lanes_;
   }
   void SetUp() override {
     if (gpt_->empty() || llama_->empty()) {
@@ -185,7 +198,8 @@ class ExportForms : public ::testing::Test {
 
   static TestServer* server_;
   static std::string *gpt_, *llama_, *from_mask_, *from_past_, *no_mask_, *llama_no_mask_,
-      *llama_from_past_, *torch_gpt_, *torch_no_mask_, *torch_cache_position_, *bare_;
+      *llama_from_past_, *torch_gpt_, *torch_no_mask_, *torch_cache_position_, *bare_,
+      *from_past_lanes_;
   static bool ready_;
   std::unique_ptr<v1::GenerationService::Stub> stub_;
 };
@@ -202,6 +216,7 @@ std::string* ExportForms::torch_gpt_ = nullptr;
 std::string* ExportForms::torch_no_mask_ = nullptr;
 std::string* ExportForms::torch_cache_position_ = nullptr;
 std::string* ExportForms::bare_ = nullptr;
+std::string* ExportForms::from_past_lanes_ = nullptr;
 bool ExportForms::ready_ = false;
 
 TEST_F(ExportForms, GptStyleMergedDecoderAppendsInPlaceAndMatchesTheReference) {
@@ -354,6 +369,12 @@ TEST_F(ExportForms, ConcurrentStreamsOfAnAddedMaskOnTheCpuEngineMatchTheReferenc
 
 TEST_F(ExportForms, ConcurrentStreamsOfPositionsFromTheMaskMatchTheReference) {
   ExpectConcurrentStreamsMatch(*server_, *stub_, "from_past", *from_past_);
+}
+
+TEST_F(ExportForms, TwoInstancesRunStepsSideBySideAndMatchTheReference) {
+  // Every shape class built twice before READY (nothing after), each engine on one of the
+  // two instances' share of the cores.
+  ExpectConcurrentStreamsMatch(*server_, *stub_, "from_past_lanes", *from_past_lanes_);
 }
 
 TEST_F(ExportForms, ATorchExportOfAGpt2ReadsItsPositionsFromItsMask) {

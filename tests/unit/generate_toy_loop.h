@@ -46,6 +46,7 @@ struct ToyOptions {
   StepFn step_last, step_last_appending;
   bool masked = true;  // the toy signature with its attention mask, or MasklessToySignature
   bool exact = false;  // GeneratorSetup::exact: steps at exact lengths, not classes of 8
+  int lanes = 1;       // GeneratorSetup::lanes: steps of one iteration at once
 };
 
 inline GeneratorSetup ToySetup(const ToyOptions& o) {
@@ -76,6 +77,7 @@ inline GeneratorSetup ToySetup(const ToyOptions& o) {
   s.step_last_appending = o.step_last_appending;
   s.last_count = o.prefill_chunk;
   s.exact = o.exact;
+  s.lanes = o.lanes;
   if (!o.exact) {
     s.past_size = [](int64_t n) { return std::max<int64_t>(8, (n + 7) / 8 * 8); };  // classes of 8
   }

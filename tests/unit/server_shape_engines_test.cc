@@ -83,16 +83,18 @@ class FakeEngine : public runtime::Engine {
 
 struct FakeBuilds {
   std::atomic<int> count{0}, checked{0};
+  int instances = 1;
   ShapeBuildFn Fn() {
-    return
-        [this](const DimValues& dims, int64_t, bool check) -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
-          ++count;
-          if (check) ++checked;
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));  // requests pile up meanwhile
-          const int64_t seq = dims.at("sequence");
-          if (seq > 512) return absl::InvalidArgumentError("longer than the positions");
-          return std::unique_ptr<runtime::Engine>(new FakeEngine(seq));
-        };
+    return [this](const DimValues& dims, int64_t, bool check) -> absl::StatusOr<ShapeEngineList> {
+      ++count;
+      if (check) ++checked;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // requests pile up meanwhile
+      const int64_t seq = dims.at("sequence");
+      if (seq > 512) return absl::InvalidArgumentError("longer than the positions");
+      ShapeEngineList list;
+      for (int i = 0; i < instances; ++i) list.push_back(std::make_unique<FakeEngine>(seq));
+      return list;
+    };
   }
 };
 
@@ -129,6 +131,64 @@ TEST(ShapeEngines, ConcurrentRequestsForOneShapeShareOneBuild) {
   EXPECT_EQ(c.hits + c.misses, 8);
   EXPECT_EQ(c.misses, 1);
   EXPECT_EQ(c.builds, 1);
+}
+
+// Counts the batches running at once on engines that share `Overlap`.
+struct Overlap {
+  std::atomic<int> now{0}, most{0};
+};
+
+class SlowEngine : public FakeEngine {
+ public:
+  SlowEngine(int64_t seq, Overlap& overlap) : FakeEngine(seq), overlap_(overlap) {}
+  absl::Status Run(const std::vector<Tensor>& in, std::vector<Tensor>& out) override {
+    const int at = ++overlap_.now;
+    int most = overlap_.most.load();
+    while (at > most && !overlap_.most.compare_exchange_weak(most, at)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    --overlap_.now;
+    return FakeEngine::Run(in, out);
+  }
+
+ private:
+  Overlap& overlap_;
+};
+
+// Four requests of one shape from four threads; the most batches that ran at once.
+int MostAtOnce(int instances, int built) {
+  Overlap overlap;
+  std::atomic<int> builds{0};
+  ShapeBuildFn fn = [&](const DimValues& dims, int64_t, bool) -> absl::StatusOr<ShapeEngineList> {
+    ++builds;
+    ShapeEngineList list;
+    for (int i = 0; i < built; ++i) {
+      list.push_back(std::make_unique<SlowEngine>(dims.at("sequence"), overlap));
+    }
+    return list;
+  };
+  auto shapes = ShapeEngines::Create(OneBucket(), 4, fn, instances);
+  EXPECT_TRUE(shapes.ok()) << shapes.status();
+  std::vector<std::thread> threads;
+  std::atomic<int> right{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto v = Ask(**shapes, 17);
+      if (v.ok() && *v == 17.0f) ++right;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(builds.load(), 1);  // the instances come from one build
+  return right.load() == 4 ? overlap.most.load() : -right.load();
+}
+
+TEST(ShapeEngines, InstancesRunBatchesOfOneShapeAtOnce) {
+  EXPECT_EQ(MostAtOnce(/*instances=*/2, /*built=*/2), 2);
+  EXPECT_EQ(MostAtOnce(1, 1), 1);  // negative: one instance runs one batch at a time
+  // A build that makes fewer engines than the instances fails every request of the shape.
+  EXPECT_EQ(MostAtOnce(2, 1), 0);
+  FakeBuilds never;
+  EXPECT_FALSE(ShapeEngines::Create(OneBucket(), 4, never.Fn(), /*instances=*/0).ok());
 }
 
 TEST(ShapeEngines, EvictsTheLeastRecentlyUsedShapeBeyondTheCapacity) {
