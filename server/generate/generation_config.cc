@@ -26,6 +26,9 @@ absl::Status ValidateGenerationConfig(const GenerationConfig& c) {
   if (c.prefill_chunk < 1) return bad("prefill_chunk", "must be >= 1");
   if (c.prefill_budget < 1) return bad("prefill_budget", "must be >= 1");
   if (c.max_new_tokens < 1) return bad("max_new_tokens", "must be >= 1");
+  if (c.keep_step_memory_ms < 0 || c.keep_step_memory_ms > 3600000) {
+    return bad("keep_step_memory_ms", "must be in 0..3600000");
+  }
   return absl::OkStatus();
 }
 

@@ -50,6 +50,9 @@ struct GenerationConfig {
   // (server/model/mask_positions.h), each proven at load, so their steps pad to shape classes;
   // off: they run at exact cache lengths.
   std::string cache_mask = "auto";
+  // How long an idle loop keeps its step buffers' memory (zeroed for reuse, charged to the
+  // memory budget) for the next burst before freeing it; 0 frees it at once.
+  int64_t keep_step_memory_ms = 10000;
 };
 
 // INVALID_ARGUMENT "'generation.<key>': <why>" for a value outside its range (the model

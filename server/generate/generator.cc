@@ -80,10 +80,20 @@ void Generator::Loop() {
       if (stopping_) break;
     }
     if (Iterate()) continue;
-    buffers_.Clear();  // idle: hold no step buffers
+    // Idle: the step buffers' memory waits a while for the next burst, then goes.
+    buffers_.Park();
+    const int64_t parked = buffers_.HeldBytes();
     std::unique_lock<std::mutex> lk(mu_);
+    stats_.step_buffer_bytes = parked;
+    auto work = [&] { return stopping_ || !waiting_.empty(); };
+    if (cv_.wait_for(lk, std::chrono::milliseconds(setup_.config.keep_step_memory_ms), work)) {
+      continue;
+    }
+    lk.unlock();
+    buffers_.Clear();
+    lk.lock();
     stats_.step_buffer_bytes = 0;
-    cv_.wait(lk, [&] { return stopping_ || !waiting_.empty(); });
+    cv_.wait(lk, work);
   }
   std::string why;
   std::deque<SeqPtr> waiting;  // preempted while Stop took the queue
@@ -112,6 +122,7 @@ bool Generator::Iterate() {
     for (StepJob& j : PlanPrefill(/*spread=*/true)) jobs.push_back(std::move(j));
     RunJobs(jobs, /*decodes=*/true);
   }
+  buffers_.TrimSpare();  // what no step of this iteration took, beyond what the groups hold
   const int64_t held = buffers_.HeldBytes();
   std::lock_guard<std::mutex> lk(mu_);
   stats_.step_buffer_bytes = held;

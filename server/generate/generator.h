@@ -227,8 +227,7 @@ class Generator {
   // Runs the step's engine over `rows` into `buffers` (`kind` as RunStep chose it), the
   // cache stored; the outputs.
   absl::StatusOr<std::vector<Tensor>> StepOnce(const std::vector<StepRow>& rows, int64_t count,
-                                               int64_t past, StepKind kind, StepBuffers& buffers,
-                                               int lane);
+                                               int64_t past, StepKind kind, StepBuffers& buffers);
 
   GeneratorSetup setup_;
   std::unique_ptr<KvCache> cache_;

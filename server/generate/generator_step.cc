@@ -48,7 +48,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   const int64_t positions = kind.logit_positions(count);
   StepBuffers& buffers = buffers_.For(total, count, past, ordinal, lane);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
-    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers, lane));
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers));
     const Tensor& logits = out.at(setup_.contract.logits);
     if (logits.rank() != 3 || logits.dim(0) != total || logits.dim(1) != positions ||
         logits.dim(2) != setup_.contract.vocab || logits.dtype() != DType::kFloat32) {
@@ -59,6 +59,13 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
     return out;
   };
   absl::StatusOr<std::vector<Tensor>> out = WithinBudget(ProcessMemory(), run);
+  if (out.status().code() == absl::StatusCode::kResourceExhausted && buffers_.spare().bytes() > 0) {
+    // Memory kept for reuse goes before a step fails for lack of it. The failed build may
+    // have replaced some of the group's tensors: its rows are brought in whole again.
+    buffers_.spare().Clear();
+    buffers.held = {};
+    out = WithinBudget(ProcessMemory(), run);
+  }
   if (!out.ok()) {
     for (const SeqPtr& s : group) effects.ended.push_back({s, out.status(), ""});
     return;
@@ -80,20 +87,13 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
 
 absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRow>& rows,
                                                         int64_t count, int64_t past, StepKind kind,
-                                                        StepBuffers& buffers, int lane) {
+                                                        StepBuffers& buffers) {
   const int64_t total = buffers.key[0];
-  // What the step's build did not take of a group's old buffers goes with the step, on
-  // every path (a copying step takes none of it; an allocation may throw).
-  struct ClearSpare {
-    SpareMemory& spare;
-    ~ClearSpare() { spare.Clear(); }
-  } clear_spare{buffers_.spare(lane)};
   std::vector<Tensor> out;
   if (kind.appending) {
     const absl::Status built = BuildAppendingStep(
         setup_.contract, setup_.signature, *cache_, rows, total, count, kind.logit_positions(count),
-        past, buffers.in, buffers.out, buffers.held, &buffers_.spare(lane));
-    buffers_.spare(lane).Clear();  // before the run: what the new shape did not take
+        past, buffers.in, buffers.out, buffers.held, &buffers_.spare());
     RETURN_IF_ERROR(built);
     const StepFn& step = kind.last ? setup_.step_last_appending : setup_.step_appending;
     absl::StatusOr<std::vector<Tensor>> ran = step(buffers.in, total, std::move(buffers.out));

@@ -20,9 +20,47 @@ void SpareMemory::Keep(std::vector<Tensor> tensors) {
     if (!again) seen.push_back(Block{t.owner(), t.nbytes()});
   }
   tensors.clear();
+  std::lock_guard<std::mutex> lk(mu_);
+  // A buffer this set handed out is kept at its whole size, not the size of the tensor it
+  // last held: a small step's tensor on a large buffer leaves it large for the next.
+  handed_.erase(std::remove_if(handed_.begin(), handed_.end(),
+                               [](const Handed& h) { return h.owner.expired(); }),
+                handed_.end());
   for (Block& b : seen) {
-    if (b.owner.use_count() == 1) blocks_.push_back(std::move(b));
+    if (b.owner.use_count() != 1) continue;
+    for (auto h = handed_.begin(); h != handed_.end(); ++h) {
+      if (!h->owner.owner_before(b.owner) && !b.owner.owner_before(h->owner)) {
+        b.bytes = std::max(b.bytes, h->capacity);
+        handed_.erase(h);  // kept now, with its size
+        break;
+      }
+    }
+    blocks_.push_back(std::move(b));
   }
+}
+
+void SpareMemory::Trim(int64_t bytes) {
+  std::vector<Block> dropped;  // freed outside the lock
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::sort(blocks_.begin(), blocks_.end(),
+              [](const Block& a, const Block& b) { return a.bytes > b.bytes; });
+    int64_t kept = 0;
+    std::vector<Block> keep;
+    for (Block& b : blocks_) {
+      const bool fits = kept + static_cast<int64_t>(b.bytes) <= bytes;
+      if (fits) kept += static_cast<int64_t>(b.bytes);
+      (fits ? keep : dropped).push_back(std::move(b));
+    }
+    blocks_.swap(keep);
+  }
+}
+
+int64_t SpareMemory::bytes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  int64_t n = 0;
+  for (const Block& b : blocks_) n += static_cast<int64_t>(b.bytes);
+  return n;
 }
 
 namespace {
@@ -54,18 +92,28 @@ std::shared_ptr<void> HugeBlock(size_t bytes) {
 Tensor SpareMemory::Zeros(DType dtype, std::vector<int64_t> shape) {
   const size_t need = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   if (need == 0) return Tensor(dtype, std::move(shape));  // an empty past takes no block
-  auto best = blocks_.end();
-  for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
-    if (it->bytes >= need && (best == blocks_.end() || it->bytes < best->bytes)) best = it;
-  }
   std::shared_ptr<void> owner;
-  if (best != blocks_.end()) {
-    owner = std::move(best->owner);
-    blocks_.erase(best);
-  } else if (need >= kHugePageFrom) {
+  size_t capacity = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto best = blocks_.end();
+    for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+      if (it->bytes >= need && (best == blocks_.end() || it->bytes < best->bytes)) best = it;
+    }
+    if (best != blocks_.end()) {
+      owner = std::move(best->owner);
+      capacity = best->bytes;
+      blocks_.erase(best);
+    }
+  }
+  if (!owner) {
+    if (need < kHugePageFrom) return Tensor(dtype, std::move(shape));
     owner = HugeBlock(need);
-  } else {
-    return Tensor(dtype, std::move(shape));
+    capacity = HugePageRound(need);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    handed_.push_back({owner, capacity});
   }
   std::memset(owner.get(), 0, need);
   void* data = owner.get();

@@ -8,12 +8,11 @@ namespace kiln::server::generate {
 StepBuffers& StepBufferSet::For(int64_t rows, int64_t count, int64_t past, int64_t group,
                                 int lane) {
   const std::vector<int64_t> key{rows, count, past, group};
-  SpareMemory& spare = spare_.at(static_cast<size_t>(lane));
   if (group >= 0 && static_cast<size_t>(group) < std::min(kKeptGroups, decode_.size())) {
     StepBuffers& kept = decode_[static_cast<size_t>(group)];
     if (kept.key != key) {
-      spare.Keep(std::move(kept.in));  // the new shape's tensors are made on this memory
-      spare.Keep(std::move(kept.out));
+      spare_.Keep(std::move(kept.in));  // the new shape's tensors are made on this memory
+      spare_.Keep(std::move(kept.out));
       kept = StepBuffers{key, {}, {}, {}};
     }
     return kept;
@@ -34,16 +33,30 @@ void StepBufferSet::TrimGroups(size_t groups) {
   if (decode_.size() > groups) decode_.resize(groups);
 }
 
+void StepBufferSet::Park() {
+  for (StepBuffers& b : decode_) {
+    spare_.Keep(std::move(b.in));
+    spare_.Keep(std::move(b.out));
+  }
+  decode_.clear();
+  for (auto& lane : prefill_) {
+    for (StepBuffers& b : lane) {
+      spare_.Keep(std::move(b.in));
+      spare_.Keep(std::move(b.out));
+    }
+    lane.clear();
+  }
+}
+
 void StepBufferSet::Clear() {
   decode_.clear();
   for (auto& p : prefill_) p.clear();
-  for (SpareMemory& s : spare_) s.Clear();
+  spare_.Clear();
 }
 
-int64_t StepBufferSet::HeldBytes() const {
+int64_t StepBufferSet::KeptBytes() const {
   std::set<const void*> seen;
   int64_t bytes = 0;
-  for (const SpareMemory& s : spare_) bytes += s.bytes();
   auto add = [&](const std::vector<Tensor>& tensors) {
     for (const Tensor& t : tensors) {
       if (t.defined() && seen.insert(t.owner().get()).second) {

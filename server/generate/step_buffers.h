@@ -8,8 +8,8 @@
 // iteration that prefilled made both groups of 16 streams again). When a group's shape
 // changes, its old buffers go to spare() for the step being built (SpareMemory), and what that
 // step does not take is freed with it. Steps of one iteration run side by side on lanes
-// (server/generate/step_lanes.h): each decode group is one lane's at a time, and each lane
-// keeps its own prefill buffers and spare memory, so the lanes share nothing here.
+// (server/generate/step_lanes.h): each decode group is one lane's at a time, each lane keeps
+// its own prefill buffers, and the spare memory is shared under its own lock.
 #pragma once
 
 #include <algorithm>
@@ -33,9 +33,7 @@ struct StepBuffers {
 
 class StepBufferSet {
  public:
-  explicit StepBufferSet(int lanes = 1)
-      : prefill_(static_cast<size_t>(std::max(lanes, 1))),
-        spare_(static_cast<size_t>(std::max(lanes, 1))) {}
+  explicit StepBufferSet(int lanes = 1) : prefill_(static_cast<size_t>(std::max(lanes, 1))) {}
   // At GPT-2-small size an 8-row appending group at a 639-position class holds about 380 MB:
   // at most kKeptGroups groups keep theirs; later groups and prefill share kKeptPrefill.
   static constexpr size_t kKeptGroups = 8, kKeptPrefill = 2;
@@ -48,20 +46,26 @@ class StepBufferSet {
   }
   // The buffers of that shape for the `group`-th decode group of an iteration (< the groups
   // made; -1: a prefill step on `lane`). A decode group's buffers of another shape go to
-  // spare(lane).
+  // spare().
   StepBuffers& For(int64_t rows, int64_t count, int64_t past, int64_t group, int lane = 0);
   // Decode groups from `groups` on hold no rows now.
   void TrimGroups(size_t groups);
-  SpareMemory& spare(int lane = 0) { return spare_[static_cast<size_t>(lane)]; }
-  // Holds nothing (an idle loop).
+  SpareMemory& spare() { return spare_; }
+  // Between iterations: spare() keeps at most as much as the kept buffers hold.
+  void TrimSpare() { spare_.Trim(KeptBytes()); }
+  // An idle loop: every kept buffer goes to spare(), for the next burst's steps.
+  void Park();
+  // Holds nothing.
   void Clear();
   // Bytes of the tensors kept and of spare(), each buffer once.
-  int64_t HeldBytes() const;
+  int64_t HeldBytes() const { return KeptBytes() + spare_.bytes(); }
+  // Bytes of the tensors kept, each buffer once.
+  int64_t KeptBytes() const;
 
  private:
   std::vector<StepBuffers> decode_;              // by group ordinal
   std::vector<std::list<StepBuffers>> prefill_;  // by lane, most recently used first
-  std::vector<SpareMemory> spare_;               // by lane
+  SpareMemory spare_;
 };
 
 }  // namespace kiln::server::generate

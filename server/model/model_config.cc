@@ -139,6 +139,8 @@ absl::Status ApplyGeneration(const YAML::Node& node, generate::GenerationConfig&
       RETURN_IF_ERROR(Read(v, full, g.prefill_budget));
     } else if (key == "max_new_tokens") {
       RETURN_IF_ERROR(Read(v, full, g.max_new_tokens));
+    } else if (key == "keep_step_memory_ms") {
+      RETURN_IF_ERROR(Read(v, full, g.keep_step_memory_ms));
     } else if (key == "eos_token_ids") {
       RETURN_IF_ERROR(Read(v, full, g.eos_token_ids));
     } else if (key == "kv_in_place") {

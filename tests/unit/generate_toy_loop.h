@@ -47,6 +47,8 @@ struct ToyOptions {
   bool masked = true;  // the toy signature with its attention mask, or MasklessToySignature
   bool exact = false;  // GeneratorSetup::exact: steps at exact lengths, not classes of 8
   int lanes = 1;       // GeneratorSetup::lanes: steps of one iteration at once
+  // GenerationConfig::keep_step_memory_ms: 0 here, so an idle loop frees its memory at once.
+  int64_t keep_step_memory_ms = 0;
 };
 
 inline GeneratorSetup ToySetup(const ToyOptions& o) {
@@ -62,6 +64,7 @@ inline GeneratorSetup ToySetup(const ToyOptions& o) {
   s.config.max_sequences = o.max_sequences;
   s.config.eos_token_ids = {};
   s.config.prefix_cache = o.prefix_cache;
+  s.config.keep_step_memory_ms = o.keep_step_memory_ms;
   s.max_rows = o.max_rows;
   s.min_step = 1;
   s.max_step = 16;

@@ -190,10 +190,10 @@ TEST(GeneratorMemory, HeldStepBytesStayBoundedAndGoWhenIdle) {
     ASSERT_TRUE(out.end.status.ok()) << out.end.status;
     EXPECT_EQ(out.tokens, Expected(Prompt(5, 3), 40));
     std::lock_guard<std::mutex> lk(probe->mu);
-    // One sequence: its decode group's buffers and at most two prefill shapes' (40 steps of
-    // old buffers kept would be 10x more).
+    // One sequence: its decode group's buffers and at most two prefill shapes', and spare
+    // memory up to as much again (40 steps of old buffers kept would be 10x more).
     EXPECT_GT(probe->most_held, 0) << "exact " << exact;
-    EXPECT_LE(probe->most_held, 3 * probe->most_step) << "exact " << exact;
+    EXPECT_LE(probe->most_held, 6 * probe->most_step) << "exact " << exact;
     probe->g = nullptr;
     for (int i = 0; i < 200 && g->stats().step_buffer_bytes != 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

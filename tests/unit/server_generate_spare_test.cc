@@ -64,6 +64,24 @@ TEST(SpareMemory, ReusesTheSmallestKeptBufferThatHoldsTheTensorZeroed) {
   EXPECT_EQ(spare.blocks(), 0u);
 }
 
+TEST(SpareMemory, TrimKeepsTheLargestBuffersAndABufferKeepsItsWholeSize) {
+  SpareMemory spare;
+  spare.Keep(Own(Filled({1024}, 1.0f), Filled({256}, 1.0f), Filled({512}, 1.0f)));
+  EXPECT_EQ(spare.bytes(), 4 * (1024 + 256 + 512));
+  spare.Trim(4 * (1024 + 300));  // the 4 KB one and then what still fits: not the 2 KB one
+  EXPECT_EQ(spare.bytes(), 4 * (1024 + 256));
+  // A small tensor on the 4 KB buffer, kept again: the buffer still holds 4 KB.
+  Tensor small = spare.Zeros(DType::kFloat32, {300});
+  EXPECT_EQ(spare.blocks(), 1u);  // took the 4 KB one, the smallest that holds 1200 bytes
+  spare.Keep(Own(std::move(small)));
+  Tensor again = spare.Zeros(DType::kFloat32, {1000});
+  EXPECT_TRUE(AllZero(again));
+  EXPECT_EQ(spare.blocks(), 1u) << "the 4 KB buffer came back as 1200 bytes";
+  spare.Clear();
+  EXPECT_EQ(spare.bytes(), 0);
+  EXPECT_EQ(spare.blocks(), 0u);
+}
+
 // The negative case: a buffer that another tensor (an engine's output still read, a view)
 // holds is dropped, not handed out again.
 TEST(SpareMemory, NeverReusesABufferSomeoneElseHolds) {

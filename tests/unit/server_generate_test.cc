@@ -227,6 +227,34 @@ TEST(Generator, AnIdleLoopHoldsNoStepBuffers) {
   EXPECT_EQ(after, before);
 }
 
+TEST(Generator, AnIdleLoopKeepsItsStepMemoryForTheNextBurstThenFreesIt) {
+  const int64_t before = ProcessMemory()->used();
+  ToyOptions o;
+  o.appending = true;
+  o.keep_step_memory_ms = 600;
+  auto g = ToyGenerator(o);
+  auto burst = [&] {
+    for (int64_t n : {9, 20}) {
+      Outcome out = Drain(**g->Submit(Greedy(Prompt(n, n), 30)));
+      ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+      EXPECT_EQ(out.tokens, Expected(Prompt(n, n), 30));
+    }
+  };
+  burst();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // idle, within the window
+  const int64_t kept = g->stats().step_buffer_bytes;
+  EXPECT_GT(kept, 0);
+  EXPECT_EQ(g->stats().running, 0);
+  burst();  // the same shapes again, on the memory kept
+  int64_t after = -1;
+  for (int i = 0; i < 400 && after != before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    after = ProcessMemory()->used();
+  }
+  EXPECT_EQ(after, before);  // negative: past the window nothing is held
+  EXPECT_EQ(g->stats().step_buffer_bytes, 0);
+}
+
 TEST(Generator, AFailedStepEndsItsSequencesWithTheError) {
   ToyOptions o;
   o.step = [](std::vector<Tensor>, int64_t, std::vector<Tensor>) -> absl::StatusOr<std::vector<Tensor>> {
