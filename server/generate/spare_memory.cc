@@ -98,7 +98,12 @@ Tensor SpareMemory::Zeros(DType dtype, std::vector<int64_t> shape) {
     std::lock_guard<std::mutex> lk(mu_);
     auto best = blocks_.end();
     for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
-      if (it->bytes >= need && (best == blocks_.end() || it->bytes < best->bytes)) best = it;
+      // Not a buffer over twice the size (or over 2 MiB for a smaller tensor): a small step's
+      // tensor would hold a large one that the next large shape then maps afresh.
+      if (it->bytes >= need && it->bytes <= 2 * std::max(need, kHugePageFrom) &&
+          (best == blocks_.end() || it->bytes < best->bytes)) {
+        best = it;
+      }
     }
     if (best != blocks_.end()) {
       owner = std::move(best->owner);

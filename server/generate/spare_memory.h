@@ -29,9 +29,9 @@ class SpareMemory {
   // Keeps the memory of every tensor in `tensors` (each buffer once) that nothing outside
   // `tensors` holds; the rest is dropped with them.
   void Keep(std::vector<Tensor> tensors);
-  // A zero tensor of `dtype` and `shape`: on the smallest kept buffer that holds it, else a
-  // fresh one (charged as any, to the memory account in scope), on huge pages from
-  // kHugePageFrom bytes (base/huge_pages.h).
+  // A zero tensor of `dtype` and `shape`: on the smallest kept buffer that holds it and is at
+  // most twice its size (or 2 MiB), else a fresh one (charged as any, to the memory account in
+  // scope), on huge pages from kHugePageFrom bytes (base/huge_pages.h).
   Tensor Zeros(DType dtype, std::vector<int64_t> shape);
   // Keeps buffers up to `bytes` in all, largest first (they hold any smaller tensor; one
   // that does not fit is skipped for smaller ones), and frees the rest.

@@ -25,7 +25,11 @@ StepBuffers& StepBufferSet::For(int64_t rows, int64_t count, int64_t past, int64
     }
   }
   prefill.push_front(StepBuffers{key, {}, {}, {}});
-  if (prefill.size() > kKeptPrefill) prefill.pop_back();
+  if (prefill.size() > kKeptPrefill) {
+    spare_.Keep(std::move(prefill.back().in));  // for a later step's tensors, not freed
+    spare_.Keep(std::move(prefill.back().out));
+    prefill.pop_back();
+  }
   return prefill.front();
 }
 
@@ -52,6 +56,7 @@ void StepBufferSet::Clear() {
   decode_.clear();
   for (auto& p : prefill_) p.clear();
   spare_.Clear();
+  peak_kept_ = 0;
 }
 
 int64_t StepBufferSet::KeptBytes() const {

@@ -51,8 +51,14 @@ class StepBufferSet {
   // Decode groups from `groups` on hold no rows now.
   void TrimGroups(size_t groups);
   SpareMemory& spare() { return spare_; }
-  // Between iterations: spare() keeps at most as much as the kept buffers hold.
-  void TrimSpare() { spare_.Trim(KeptBytes()); }
+  // Between iterations: spare() keeps at most as much as the kept buffers held at their
+  // most since the loop last held nothing (a burst's groups start small and grow through the
+  // shapes the last burst's took: trimmed to what they hold now, the large buffers would go
+  // at its first iteration).
+  void TrimSpare() {
+    peak_kept_ = std::max(peak_kept_, KeptBytes());
+    spare_.Trim(peak_kept_);
+  }
   // An idle loop: every kept buffer goes to spare(), for the next burst's steps.
   void Park();
   // Holds nothing.
@@ -66,6 +72,7 @@ class StepBufferSet {
   std::vector<StepBuffers> decode_;              // by group ordinal
   std::vector<std::list<StepBuffers>> prefill_;  // by lane, most recently used first
   SpareMemory spare_;
+  int64_t peak_kept_ = 0;  // KeptBytes' most since the last Clear
 };
 
 }  // namespace kiln::server::generate

@@ -65,18 +65,25 @@ TEST(SpareMemory, ReusesTheSmallestKeptBufferThatHoldsTheTensorZeroed) {
 }
 
 TEST(SpareMemory, TrimKeepsTheLargestBuffersAndABufferKeepsItsWholeSize) {
+  constexpr int64_t kMiB = int64_t{1} << 20, kFloatsPerMiB = kMiB / 4;
   SpareMemory spare;
-  spare.Keep(Own(Filled({1024}, 1.0f), Filled({256}, 1.0f), Filled({512}, 1.0f)));
-  EXPECT_EQ(spare.bytes(), 4 * (1024 + 256 + 512));
-  spare.Trim(4 * (1024 + 300));  // the 4 KB one and then what still fits: not the 2 KB one
-  EXPECT_EQ(spare.bytes(), 4 * (1024 + 256));
-  // A small tensor on the 4 KB buffer, kept again: the buffer still holds 4 KB.
-  Tensor small = spare.Zeros(DType::kFloat32, {300});
-  EXPECT_EQ(spare.blocks(), 1u);  // took the 4 KB one, the smallest that holds 1200 bytes
-  spare.Keep(Own(std::move(small)));
-  Tensor again = spare.Zeros(DType::kFloat32, {1000});
+  spare.Keep(Own(Filled({4 * kFloatsPerMiB}, 1.0f), Filled({kFloatsPerMiB}, 1.0f),
+                 Filled({5 * kFloatsPerMiB / 2}, 1.0f)));
+  EXPECT_EQ(spare.bytes(), 7 * kMiB + kMiB / 2);
+  spare.Trim(5 * kMiB + kMiB / 4);  // 4 MiB, then what still fits: 1 MiB, not 2.5 MiB
+  EXPECT_EQ(spare.bytes(), 5 * kMiB);
+  // Negative: half a MiB takes the 1 MiB buffer, not the 4 MiB one (over twice its size).
+  Tensor half = spare.Zeros(DType::kFloat32, {kFloatsPerMiB / 2});
+  EXPECT_EQ(spare.bytes(), 4 * kMiB);
+  // 2.2 MiB on the 4 MiB buffer, kept again: the buffer still holds 4 MiB.
+  Tensor part = spare.Zeros(DType::kFloat32, {kFloatsPerMiB * 22 / 10});
+  EXPECT_EQ(spare.blocks(), 0u);
+  spare.Keep(Own(std::move(part)));
+  EXPECT_EQ(spare.bytes(), 4 * kMiB);
+  Tensor again = spare.Zeros(DType::kFloat32, {kFloatsPerMiB * 39 / 10});
   EXPECT_TRUE(AllZero(again));
-  EXPECT_EQ(spare.blocks(), 1u) << "the 4 KB buffer came back as 1200 bytes";
+  EXPECT_EQ(spare.blocks(), 0u) << "the 4 MiB buffer came back as 2.2 MiB";
+  spare.Keep(Own(std::move(again), std::move(half)));
   spare.Clear();
   EXPECT_EQ(spare.bytes(), 0);
   EXPECT_EQ(spare.blocks(), 0u);
