@@ -7,7 +7,8 @@
 #                     [--peer ort|none] [--json FILE]
 # Env: BUILD (default build), DECODER_ARGS (default "--hidden 256 --layers 4 --heads 4
 # --vocab 8000"), DIMS (default "{past_sequence_length: [1, 511], sequence: {min: 1, max: 64, classes: [1, 64]}}"),
-# MAX_BATCH (default 8), THREADS (default 2), PREFILL_LOGITS (last, the default, or all),
+# MAX_BATCH (default 8), THREADS (default 2), INSTANCES (default 1: the model's `instances`,
+# steps of one iteration side by side, each engine on THREADS / INSTANCES threads), PREFILL_LOGITS (last, the default, or all),
 # KV_IN_PLACE (auto or off), PREFILL_BUDGET (256), PRECISION (float32 by default; auto: bf16 where
 # the warm-up check allows it, docs/server.md Precision), CACHE_MASK (auto, the default: a
 # decoder exported without a mask gets one, and one that counts its positions from its cache's
