@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <set>
 
 #include "server/generate/decoder_contract.h"
@@ -32,6 +33,26 @@ TEST(Sampler, GreedyTakesTheLargestLogitAndTheLowestIdOnTies) {
   Sampled y = Sampler(SamplingParams{}, /*logprobs=*/false).Next(l.data(), 4, {});
   EXPECT_EQ(y.token, 1);
   EXPECT_EQ(y.logprob, 0.0);
+}
+
+// Greedy without log-probabilities or penalties takes the raw logits' largest; the same token
+// as the path that computes them, ties (the lowest id) and NaN included.
+TEST(Sampler, GreedyWithoutLogprobsPicksWhatTheFullPathPicks) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> level(0, 5);  // few values: many ties
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<float> l(37);
+    for (float& v : l) v = static_cast<float>(level(rng)) - 2.5f;
+    if (trial % 50 == 0) l[static_cast<size_t>(trial % 37)] = std::nanf("");
+    const int64_t fast = Sampler(SamplingParams{}, false).Next(l.data(), 37, {}).token;
+    const int64_t full = Sampler(SamplingParams{}, true).Next(l.data(), 37, {}).token;
+    ASSERT_EQ(fast, full) << "trial " << trial;
+  }
+  // Negative: with a penalty and seen tokens the fast path is not taken, and the penalty counts.
+  SamplingParams rep;
+  rep.repetition_penalty = 2.0;
+  auto l = Logits({2.0f, 1.9f});
+  EXPECT_EQ(Sampler(rep, false).Next(l.data(), 2, {{0, 1}}).token, 1);
 }
 
 TEST(Sampler, TopKAndTopPKeepOnlyTheirCandidates) {
