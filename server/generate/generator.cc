@@ -122,8 +122,8 @@ bool Generator::Iterate() {
     for (StepJob& j : PlanPrefill(/*spread=*/true)) jobs.push_back(std::move(j));
     RunJobs(jobs, /*decodes=*/true);
   }
-  buffers_.TrimSpare();  // what no step of this iteration took, beyond what the groups hold
-  const int64_t held = buffers_.HeldBytes();
+  // What no step of this iteration took, beyond what the groups held at their most.
+  const int64_t held = buffers_.TrimSpare();
   std::lock_guard<std::mutex> lk(mu_);
   stats_.step_buffer_bytes = held;
   return true;
@@ -327,8 +327,8 @@ void Generator::RunJobs(const std::vector<StepJob>& jobs, bool decodes) {
 
 void Generator::Apply(std::vector<StepEffects>& effects) {
   for (StepEffects& e : effects) {
-    for (const SeqPtr& s : e.computed) {
-      if (setup_.config.prefix_cache && !s->ended) cache_->Register(s->tokens, s->cached, s->table);
+    for (const SeqPtr& s : e.computed) {  // before any End: a sequence is in one job only
+      if (setup_.config.prefix_cache) cache_->Register(s->tokens, s->cached, s->table);
     }
     for (StepEffects::Ended& x : e.ended) End(x.seq, std::move(x.status), std::move(x.reason));
   }

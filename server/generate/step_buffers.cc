@@ -8,7 +8,7 @@ namespace kiln::server::generate {
 StepBuffers& StepBufferSet::For(int64_t rows, int64_t count, int64_t past, int64_t group,
                                 int lane) {
   const std::vector<int64_t> key{rows, count, past, group};
-  if (group >= 0 && static_cast<size_t>(group) < std::min(kKeptGroups, decode_.size())) {
+  if (group >= 0 && static_cast<size_t>(group) < decode_.size()) {  // MakeGroups caps it
     StepBuffers& kept = decode_[static_cast<size_t>(group)];
     if (kept.key != key) {
       spare_.Keep(std::move(kept.in));  // the new shape's tensors are made on this memory

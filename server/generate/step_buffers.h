@@ -54,10 +54,12 @@ class StepBufferSet {
   // Between iterations: spare() keeps at most as much as the kept buffers held at their
   // most since the loop last held nothing (a burst's groups start small and grow through the
   // shapes the last burst's took: trimmed to what they hold now, the large buffers would go
-  // at its first iteration).
-  void TrimSpare() {
-    peak_kept_ = std::max(peak_kept_, KeptBytes());
+  // at its first iteration). Returns HeldBytes() after it.
+  int64_t TrimSpare() {
+    const int64_t kept = KeptBytes();
+    peak_kept_ = std::max(peak_kept_, kept);
     spare_.Trim(peak_kept_);
+    return kept + spare_.bytes();
   }
   // An idle loop: every kept buffer goes to spare(), for the next burst's steps.
   void Park();

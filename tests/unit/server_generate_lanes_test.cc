@@ -124,33 +124,11 @@ TEST(GeneratorLanes, StepsOverlapAndEverySequenceKeepsTheRulesTokens) {
 }
 
 TEST(GeneratorLanes, AFullCachePreemptsAndRecomputesWithoutLosingTokens) {
-  // Six sequences that each grow to 30 positions over 12 pages of 4 (as in
-  // server_generate_test.cc), their steps side by side.
+  // Six sequences over 12 pages (as in server_generate_test.cc), their steps side by side.
   ToyOptions o;
-  o.kv_bytes = 12 * 4 * 8;
   o.lanes = 2;
   o.max_rows = 2;
-  // The steps wait until all six are queued, so that they compete for the cache.
-  auto queued = std::make_shared<std::atomic<bool>>(false);
-  o.step = [queued](std::vector<Tensor> in, int64_t rows, std::vector<Tensor> out) {
-    while (!queued->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return ToyStep(std::move(in), rows, std::move(out));
-  };
-  auto g = ToyGenerator(o);
-  std::vector<std::shared_ptr<GenerationStream>> streams;
-  for (int64_t i = 0; i < 6; ++i) {
-    auto s = g->Submit(Greedy(Prompt(4 + i, i), 30));
-    ASSERT_TRUE(s.ok()) << s.status();
-    streams.push_back(*s);
-  }
-  *queued = true;
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Outcome out = Drain(*streams[i]);
-    ASSERT_TRUE(out.end.status.ok()) << out.end.status;
-    const auto n = static_cast<int64_t>(i);
-    EXPECT_EQ(out.tokens, Expected(Prompt(4 + n, n), 30)) << "sequence " << i;
-  }
-  EXPECT_GT(g->stats().preemptions, 0);
+  auto g = RunSixOverTwelvePages(o);
   EXPECT_EQ(g->stats().pages_free, g->stats().pages_total);
 }
 

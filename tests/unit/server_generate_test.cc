@@ -94,40 +94,6 @@ TEST(Generator, ConcurrentSequencesOfDifferentLengthsEachMatchAlone) {
   }
 }
 
-// Six sequences that each grow to 40 positions over 48 (2 floats x 4 bytes per position, 4
-// positions a page: 12 pages): preempted and recomputed, each still the rule's tokens. The
-// steps wait until all six are queued: otherwise, on a loaded host, the first sequences could
-// finish before the others arrive and nothing would compete for the cache.
-std::unique_ptr<Generator> RunSixOverTwelvePages(ToyOptions o) {
-  o.kv_bytes = 12 * 4 * 8;
-  auto queued = std::make_shared<std::atomic<bool>>(false);
-  auto gated = [queued](StepFn step) -> StepFn {
-    return [queued, step](std::vector<Tensor> in, int64_t rows, std::vector<Tensor> out) {
-      while (!queued->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return step(std::move(in), rows, std::move(out));
-    };
-  };
-  o.step = gated(o.step);
-  o.step_appending = gated(o.step_appending);
-  auto g = ToyGenerator(o);
-  std::vector<std::shared_ptr<GenerationStream>> streams;
-  for (int64_t i = 0; i < 6; ++i) {
-    auto s = g->Submit(Greedy(Prompt(4 + i, i), 30));
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (s.ok()) streams.push_back(*s);
-  }
-  *queued = true;
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Outcome out = Drain(*streams[i]);
-    EXPECT_TRUE(out.end.status.ok()) << out.end.status;
-    EXPECT_EQ(out.tokens,
-              Expected(Prompt(4 + static_cast<int64_t>(i), static_cast<int64_t>(i)), 30))
-        << "sequence " << i;
-  }
-  EXPECT_GT(g->stats().preemptions, 0);
-  return g;
-}
-
 TEST(Generator, AFullCachePreemptsAndRecomputesWithoutLosingTokens) {
   auto g = RunSixOverTwelvePages({});
   EXPECT_EQ(g->stats().pages_free, g->stats().pages_total);

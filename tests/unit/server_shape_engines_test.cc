@@ -112,20 +112,25 @@ absl::StatusOr<float> Ask(ShapeEngines& shapes, int64_t seq) {
   return out.at(0).data<float>()[0];
 }
 
+// `n` threads ask for shape `seq` at once; how many got its answer.
+int AskAtOnce(ShapeEngines& shapes, int n, int64_t seq) {
+  std::vector<std::thread> threads;
+  std::atomic<int> right{0};
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&] {
+      auto v = Ask(shapes, seq);
+      if (v.ok() && *v == static_cast<float>(seq)) ++right;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return right.load();
+}
+
 TEST(ShapeEngines, ConcurrentRequestsForOneShapeShareOneBuild) {
   FakeBuilds builds;
   auto shapes = ShapeEngines::Create(OneBucket(), 4, builds.Fn());
   ASSERT_TRUE(shapes.ok()) << shapes.status();
-  std::vector<std::thread> threads;
-  std::atomic<int> right{0};
-  for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&] {
-      auto v = Ask(**shapes, 17);
-      if (v.ok() && *v == 17.0f) ++right;
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(right.load(), 8);
+  EXPECT_EQ(AskAtOnce(**shapes, 8, 17), 8);
   EXPECT_EQ(builds.count.load(), 1);
   const ShapeCounters c = (*shapes)->counters();
   EXPECT_EQ(c.hits + c.misses, 8);
@@ -169,17 +174,9 @@ int MostAtOnce(int instances, int built) {
   };
   auto shapes = ShapeEngines::Create(OneBucket(), 4, fn, instances);
   EXPECT_TRUE(shapes.ok()) << shapes.status();
-  std::vector<std::thread> threads;
-  std::atomic<int> right{0};
-  for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&] {
-      auto v = Ask(**shapes, 17);
-      if (v.ok() && *v == 17.0f) ++right;
-    });
-  }
-  for (auto& t : threads) t.join();
+  const int right = AskAtOnce(**shapes, 4, 17);
   EXPECT_EQ(builds.load(), 1);  // the instances come from one build
-  return right.load() == 4 ? overlap.most.load() : -right.load();
+  return right == 4 ? overlap.most.load() : -right;
 }
 
 TEST(ShapeEngines, InstancesRunBatchesOfOneShapeAtOnce) {
