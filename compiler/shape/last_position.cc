@@ -241,10 +241,90 @@ Value* SliceLast(Graph& g, Value* v, int64_t a, Node* before) {
   return out;
 }
 
+// A node `op` of the graph's ONNX opset reading `inputs`, placed before `before`; its one
+// output is a new value of `dtype` and `shape`.
+Value* AddOp(Graph& g, const std::string& op, std::vector<Value*> inputs, DType dtype,
+             std::optional<std::vector<Dim>> shape, const std::string& name, Node* before,
+             std::map<std::string, Attribute> attrs = {}) {
+  auto n = std::make_unique<Node>();
+  n->op_type = op;
+  n->name = name;
+  auto it = g.opsets.find(kOnnxDomain);
+  n->opset = it == g.opsets.end() ? 13 : it->second;
+  n->inputs = std::move(inputs);
+  for (auto& [k, v] : attrs) n->attrs[k] = std::move(v);
+  Value* out = g.NewValue(name);
+  out->dtype = dtype;
+  out->shape = std::move(shape);
+  n->outputs = {out};
+  g.InsertNode(before, std::move(n));
+  return out;
+}
+
+Value* Ints(Graph& g, const std::string& name, std::vector<int64_t> v) {
+  const auto n = static_cast<int64_t>(v.size());
+  return g.AddConstant(name, Tensor::FromInt64(std::move(v), {n}));
+}
+
+// The index ([1], int64) of the last real position of `mask`'s first row among the last
+// `like`.shape[a] entries: their count of ones - 1 (a mask of any dtype counts through float,
+// exact up to 2^24 positions).
+Value* MaskedLastIndex(Graph& g, Value* mask, Value* like, int64_t a, Node* before) {
+  const std::string p = mask->name + "/last_real";
+  const Dim positions = (*like->shape)[static_cast<size_t>(a)];
+  const auto rank = static_cast<int64_t>(like->shape->size());
+  Value* shape =
+      AddOp(g, "Shape", {like}, DType::kInt64, std::vector<Dim>{Dim(rank)}, p + "/shape", before);
+  Value* count = AddOp(g, "Slice", {shape, Ints(g, p + "/a", {a}), Ints(g, p + "/a1", {a + 1})},
+                       DType::kInt64, std::vector<Dim>{Dim(1)}, p + "/positions", before);
+  Value* from =
+      AddOp(g, "Neg", {count}, DType::kInt64, std::vector<Dim>{Dim(1)}, p + "/from", before);
+  const Dim width = (*mask->shape)[1];
+  Value* first = AddOp(g, "Slice", {mask, Ints(g, p + "/r0", {0}), Ints(g, p + "/r1", {1})},
+                       mask->dtype, std::vector<Dim>{Dim(1), width}, p + "/row0", before);
+  Value* fresh = AddOp(g, "Slice",
+                       {first, from, Ints(g, p + "/end", {std::numeric_limits<int64_t>::max()}),
+                        Ints(g, p + "/axis", {1})},
+                       mask->dtype, std::vector<Dim>{Dim(1), positions}, p + "/new", before);
+  Value* real =
+      AddOp(g, "Cast", {fresh}, DType::kFloat32, std::vector<Dim>{Dim(1), positions}, p + "/float",
+            before, {{"to", Attribute::Int(static_cast<int64_t>(DType::kFloat32))}});
+  Value* ones =
+      AddOp(g, "ReduceSum", {real, Ints(g, p + "/sum_axis", {1})}, DType::kFloat32,
+            std::vector<Dim>{Dim(1)}, p + "/count", before, {{"keepdims", Attribute::Int(0)}});
+  Value* last = AddOp(g, "Sub", {ones, g.AddConstant(p + "/one", Tensor::FromFloat({1.0f}, {}))},
+                      DType::kFloat32, std::vector<Dim>{Dim(1)}, p + "/minus_one", before);
+  return AddOp(g, "Cast", {last}, DType::kInt64, std::vector<Dim>{Dim(1)}, p + "/index", before,
+               {{"to", Attribute::Int(static_cast<int64_t>(DType::kInt64))}});
+}
+
+// `v` at position `index` ([1]) along `a`, placed before `before`.
+Value* GatherAt(Graph& g, Value* v, Value* index, int64_t a, Node* before) {
+  std::vector<Dim> shape = *v->shape;
+  shape[static_cast<size_t>(a)] = Dim(1);
+  return AddOp(g, "Gather", {v, index}, v->dtype, std::move(shape), v->name + "/last_real", before,
+               {{"axis", Attribute::Int(a)}});
+}
+
+absl::StatusOr<Value*> MaskInput(Graph& g, const std::string& mask) {
+  if (mask.empty()) return nullptr;
+  Value* m = g.FindValue(mask);
+  if (!m || std::find(g.inputs.begin(), g.inputs.end(), m) == g.inputs.end() || RankOf(m) != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", mask, "' is not a rank-2 input of the model: no mask to cut by"));
+  }
+  auto it = g.opsets.find(kOnnxDomain);
+  if (it != g.opsets.end() && it->second < 13) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a cut by the mask needs opset 13 or later, not ", it->second));
+  }
+  return m;
+}
+
 }  // namespace
 
 absl::StatusOr<LastPositionCut> CutToLastPosition(Graph& graph, const std::string& output,
-                                                  int64_t axis) {
+                                                  int64_t axis, const std::string& mask) {
   Value* out = graph.FindValue(output);
   if (!out || !graph.IsGraphOutput(out)) {
     return absl::InvalidArgumentError(absl::StrCat("'", output, "' is not an output of the model"));
@@ -253,6 +333,7 @@ absl::StatusOr<LastPositionCut> CutToLastPosition(Graph& graph, const std::strin
   if (RankOf(out) <= axis || axis < 0) {
     return absl::InvalidArgumentError(absl::StrCat("output '", output, "' has no axis ", axis));
   }
+  ASSIGN_OR_RETURN(Value * by_mask, MaskInput(graph, mask));
   const std::map<Node*, std::vector<Role>> cut =
       out->producer ? CutSet(graph, out->producer, axis) : std::map<Node*, std::vector<Role>>{};
   if (cut.empty()) {
@@ -261,6 +342,8 @@ absl::StatusOr<LastPositionCut> CutToLastPosition(Graph& graph, const std::strin
                      " (by ", out->producer ? out->producer->Describe() : "no node", ")"));
   }
   LastPositionCut result;
+  result.by_mask = by_mask != nullptr;
+  Value* index = nullptr;  // by the mask: made before the first cut node that reads it
   // The cut nodes in graph order, so that each Slice goes before the first that reads it.
   std::vector<Node*> order;
   for (const auto& n : graph.nodes()) {
@@ -274,7 +357,8 @@ absl::StatusOr<LastPositionCut> CutToLastPosition(Graph& graph, const std::strin
       if (!v || roles[i] != Role::kCarried || (v->producer && cut.count(v->producer))) continue;
       auto [it, fresh] = sliced.emplace(v, nullptr);
       if (fresh) {
-        it->second = SliceLast(graph, v, axis, n);
+        if (by_mask && !index) index = MaskedLastIndex(graph, by_mask, v, axis, n);
+        it->second = by_mask ? GatherAt(graph, v, index, axis, n) : SliceLast(graph, v, axis, n);
         ++result.slices;
       }
       n->inputs[i] = it->second;

@@ -81,7 +81,8 @@ struct GeneratorStats {
   int64_t pages_total = 0, pages_free = 0;
   int64_t preemptions = 0, tokens = 0;
   int64_t steps_in_place = 0, steps_copied = 0;  // engine steps by kind (step_appending or not)
-  int64_t steps_last_position = 0;               // of them, full prefill chunks through step_last
+  int64_t steps_last_position = 0;               // of them, prefill chunks through step_last
+  int64_t steps_last_padded = 0;  // of those, short chunks padded to last_count (last_from)
   int64_t prefix_tokens = 0;  // prompt positions taken from other sequences' pages, not computed
   int64_t pages_cached = 0;   // of pages_free: registered pages kept for prefix sharing
   // Bytes of step tensors the loop holds between iterations (kept step buffers and spare
@@ -112,6 +113,12 @@ struct GeneratorSetup {
   // when step_appending is). Unset: every step takes `step`.
   StepFn step_last, step_last_appending;
   int64_t last_count = 0;
+  // When in [2, last_count): steps feeding last_from to last_count - 1 tokens (a prompt's
+  // short last chunk) take step_last too, padded to last_count new positions (BuildStepInputs'
+  // `width`): the engines keep the mask's last real position (the cut by the mask), so such a
+  // chunk neither projects every position onto the vocabulary nor pays a full engine's
+  // outputs. 0: only exactly last_count tokens do.
+  int64_t last_from = 0;
   PastSizeFn past_size;
   // Steps at their rows' exact cache length instead of a padded class (past_size unused): a
   // decode step batches only rows of one length and a prompt's first step has an empty past.
@@ -221,9 +228,11 @@ class Generator {
   // step_last (logits of the last position only).
   struct StepKind {
     bool appending = false, last = false;
+    int64_t width = 0;  // the new positions the engine runs at (>= the count fed)
     // The positions of a step's logits: the last one only, or every one it fed.
     int64_t logit_positions(int64_t count) const { return last ? 1 : count; }
   };
+  StepKind KindOf(int64_t count, int64_t rows, int64_t& total) const;
   // Runs the step's engine over `rows` into `buffers` (`kind` as RunStep chose it), the
   // cache stored; the outputs.
   absl::StatusOr<std::vector<Tensor>> StepOnce(const std::vector<StepRow>& rows, int64_t count,

@@ -20,6 +20,12 @@ absl::Status ValidateGeneratorSetup(const GeneratorSetup& setup) {
     // Both run at padded shapes kept between steps (appending) or built per class (last).
     return absl::FailedPreconditionError("steps at exact lengths run through `step` only");
   }
+  if (setup.last_from != 0 && (!setup.step_last || !setup.contract.has_mask() ||
+                               setup.last_from < 2 || setup.last_from >= setup.last_count)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("short chunks padded to the last-position engines (from ", setup.last_from,
+                     " tokens) need those engines, a mask and 2 <= from < ", setup.last_count));
+  }
   if (!setup.exact && !setup.past_size) {
     return absl::FailedPreconditionError("padded steps need the past's classes (past_size)");
   }

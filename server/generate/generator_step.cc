@@ -33,20 +33,10 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   }
   const int64_t past = setup_.exact ? longest : setup_.past_size(longest);
   const auto n = static_cast<int64_t>(group.size());
-  // An appending step runs at a batch bucket (the engine's own outputs are the cache).
   int64_t total = n;
-  const auto& counts = setup_.append_counts;
-  bool appending =
-      setup_.step_appending && std::find(counts.begin(), counts.end(), count) != counts.end();
-  if (appending) {
-    auto b = std::lower_bound(setup_.buckets.begin(), setup_.buckets.end(), n);
-    appending = b != setup_.buckets.end();
-    if (appending) total = *b;
-  }
-  const StepKind kind{appending, setup_.step_last && count == setup_.last_count &&
-                                     (!appending || setup_.step_last_appending)};
+  const StepKind kind = KindOf(count, n, total);
   const int64_t positions = kind.logit_positions(count);
-  StepBuffers& buffers = buffers_.For(total, count, past, ordinal, lane);
+  StepBuffers& buffers = buffers_.For(total, kind.width, past, ordinal, lane);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
     ASSIGN_OR_RETURN(std::vector<Tensor> out, StepOnce(rows, count, past, kind, buffers));
     const Tensor& logits = out.at(setup_.contract.logits);
@@ -85,6 +75,29 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   }
 }
 
+Generator::StepKind Generator::KindOf(int64_t count, int64_t rows, int64_t& total) const {
+  // A short chunk runs padded on the last-position engines when they keep its last real
+  // position (and can append in place where the other steps do).
+  const bool padded = setup_.step_last && setup_.last_from >= 2 && count >= setup_.last_from &&
+                      count < setup_.last_count &&
+                      (!setup_.step_appending || setup_.step_last_appending);
+  StepKind kind;
+  kind.width = padded ? setup_.last_count : count;
+  // An appending step runs at a batch bucket (the engine's own outputs are the cache).
+  const auto& counts = setup_.append_counts;
+  kind.appending =
+      setup_.step_appending && std::find(counts.begin(), counts.end(), kind.width) != counts.end();
+  if (kind.appending) {
+    auto b = std::lower_bound(setup_.buckets.begin(), setup_.buckets.end(), rows);
+    kind.appending = b != setup_.buckets.end();
+    if (kind.appending) total = *b;
+  }
+  // Always so when padded (which asked for step_last_appending where appending).
+  kind.last = setup_.step_last && kind.width == setup_.last_count &&
+              (!kind.appending || setup_.step_last_appending);
+  return kind;
+}
+
 absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRow>& rows,
                                                         int64_t count, int64_t past, StepKind kind,
                                                         StepBuffers& buffers) {
@@ -93,7 +106,7 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
   if (kind.appending) {
     const absl::Status built = BuildAppendingStep(
         setup_.contract, setup_.signature, *cache_, rows, total, count, kind.logit_positions(count),
-        past, buffers.in, buffers.out, buffers.held, &buffers_.spare());
+        past, buffers.in, buffers.out, buffers.held, &buffers_.spare(), kind.width);
     RETURN_IF_ERROR(built);
     const StepFn& step = kind.last ? setup_.step_last_appending : setup_.step_appending;
     absl::StatusOr<std::vector<Tensor>> ran = step(buffers.in, total, std::move(buffers.out));
@@ -105,8 +118,8 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.steps_in_place;
   } else {
-    RETURN_IF_ERROR(
-        BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past, buffers.in));
+    RETURN_IF_ERROR(BuildStepInputs(setup_.contract, setup_.signature, *cache_, rows, count, past,
+                                    buffers.in, kind.width));
     const StepFn& step = kind.last ? setup_.step_last : setup_.step;
     ASSIGN_OR_RETURN(out, step(buffers.in, total, std::move(buffers.out)));
     std::lock_guard<std::mutex> lk(mu_);
@@ -115,9 +128,10 @@ absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRo
   if (kind.last) {
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.steps_last_position;
+    if (kind.width > count) ++stats_.steps_last_padded;
   }
   buffers.out = out;  // written over (appending: appended to) by the next step of this shape
-  RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out));
+  RETURN_IF_ERROR(StoreStep(setup_.contract, *cache_, rows, count, past, out, kind.width));
   return out;
 }
 

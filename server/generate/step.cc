@@ -35,16 +35,19 @@ Tensor Reuse(Tensor& t, DType dtype, std::vector<int64_t> shape) {
 
 // The token ids, positions and mask of `total` rows (rows past rows.size() are padding: token
 // 0 at position 0, seeing only its new positions).
+// With `width` > count the new positions are padded at their end as a shape class pads them
+// (token 0 at position 0, mask 0).
 absl::Status BuildTokenInputs(const DecoderContract& contract, const std::vector<StepRow>& rows,
-                              int64_t total, int64_t count, int64_t past, std::vector<Tensor>& in) {
-  Tensor ids = Reuse(in[contract.input_ids], contract.ids_dtype, {total, count});
+                              int64_t total, int64_t count, int64_t width, int64_t past,
+                              std::vector<Tensor>& in) {
+  Tensor ids = Reuse(in[contract.input_ids], contract.ids_dtype, {total, width});
   const bool positions = contract.has_positions();
   Tensor pos = positions
-                   ? Reuse(in[contract.position_ids], contract.positions_dtype, {total, count})
+                   ? Reuse(in[contract.position_ids], contract.positions_dtype, {total, width})
                    : Tensor();
   const bool masked = contract.has_mask();
   Tensor mask = masked
-                    ? Reuse(in[contract.attention_mask], contract.mask_dtype, {total, past + count})
+                    ? Reuse(in[contract.attention_mask], contract.mask_dtype, {total, past + width})
                     : Tensor();
   for (int64_t r = 0; r < total; ++r) {
     const bool real = r < static_cast<int64_t>(rows.size());
@@ -55,13 +58,14 @@ absl::Status BuildTokenInputs(const DecoderContract& contract, const std::vector
       return absl::InternalError("a generation step row does not fit its padded past");
     }
     const int64_t cached = row ? row->cached : 0;
-    for (int64_t k = 0; k < count; ++k) {
-      ids.SetInt(r * count + k, row ? (*row->tokens)[static_cast<size_t>(cached + k)] : 0);
-      if (positions) pos.SetInt(r * count + k, row ? cached + k : 0);
+    for (int64_t k = 0; k < width; ++k) {
+      const bool fed = row && k < count;
+      ids.SetInt(r * width + k, fed ? (*row->tokens)[static_cast<size_t>(cached + k)] : 0);
+      if (positions) pos.SetInt(r * width + k, fed ? cached + k : 0);
     }
-    // 1 over the row's cache and its new positions, 0 over the padding between.
-    for (int64_t k = 0; masked && k < past + count; ++k) {
-      mask.SetInt(r * (past + count) + k, k < cached || k >= past ? 1 : 0);
+    // 1 over the row's cache and its new positions, 0 over the padding between and after.
+    for (int64_t k = 0; masked && k < past + width; ++k) {
+      mask.SetInt(r * (past + width) + k, k < cached || (k >= past && k < past + count) ? 1 : 0);
     }
   }
   in[contract.input_ids] = std::move(ids);
@@ -82,10 +86,10 @@ std::vector<int64_t> CacheShape(const ModelSignature& sig, const CacheTensor& c,
 
 absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignature& sig,
                              const KvCache& cache, const std::vector<StepRow>& rows, int64_t count,
-                             int64_t past, std::vector<Tensor>& in) {
+                             int64_t past, std::vector<Tensor>& in, int64_t width) {
   const int64_t n = static_cast<int64_t>(rows.size());
   in.resize(sig.inputs.size());
-  RETURN_IF_ERROR(BuildTokenInputs(contract, rows, n, count, past, in));
+  RETURN_IF_ERROR(BuildTokenInputs(contract, rows, n, count, std::max(width, count), past, in));
   std::vector<const PageTable*> tables;
   std::vector<int64_t> lengths;
   for (const StepRow& row : rows) {
@@ -108,7 +112,8 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
                                 const KvCache& cache, const std::vector<StepRow>& rows,
                                 int64_t total_rows, int64_t count, int64_t logit_positions,
                                 int64_t past, std::vector<Tensor>& in, std::vector<Tensor>& out,
-                                HeldRows& held, SpareMemory* spare) {
+                                HeldRows& held, SpareMemory* spare, int64_t width) {
+  width = std::max(width, count);
   if (sig.outputs.size() != contract.cache.size() + 1) {
     return absl::FailedPreconditionError(
         "an appending step needs a model whose outputs are the logits and the presents only");
@@ -119,7 +124,7 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
   }
   in.resize(sig.inputs.size());
   out.resize(sig.outputs.size());
-  RETURN_IF_ERROR(BuildTokenInputs(contract, rows, total_rows, count, past, in));
+  RETURN_IF_ERROR(BuildTokenInputs(contract, rows, total_rows, count, width, past, in));
   auto zeros = [&](DType dtype, std::vector<int64_t> shape) {
     return spare ? spare->Zeros(dtype, std::move(shape)) : Tensor(dtype, std::move(shape));
   };
@@ -138,7 +143,7 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
     }
     unread.push_back(past_in);
     Tensor& present = out[c.output];
-    const std::vector<int64_t> shape = CacheShape(sig, c, total_rows, past + count);
+    const std::vector<int64_t> shape = CacheShape(sig, c, total_rows, past + width);
     if (!present.defined() || present.dtype() != c.dtype || present.shape() != shape ||
         present.owner().use_count() != 1) {
       present = zeros(c.dtype, shape);  // finite everywhere
@@ -174,18 +179,19 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
 
 absl::Status StoreStep(const DecoderContract& contract, KvCache& cache,
                        const std::vector<StepRow>& rows, int64_t count, int64_t past,
-                       const std::vector<Tensor>& outputs) {
+                       const std::vector<Tensor>& outputs, int64_t width) {
+  width = std::max(width, count);
   for (size_t j = 0; j < contract.cache.size(); ++j) {
     const CacheTensor& c = contract.cache[j];
     if (c.output >= outputs.size()) return absl::InternalError("a present output is missing");
     const Tensor& present = outputs[c.output];
     if (present.dtype() != c.dtype || present.rank() <= c.axis ||
         present.dim(0) < static_cast<int64_t>(rows.size()) ||  // padding rows after
-        present.dim(c.axis) != past + count ||
-        present.numel() != present.dim(0) * c.outer * c.inner * (past + count)) {
+        present.dim(c.axis) != past + width ||
+        present.numel() != present.dim(0) * c.outer * c.inner * (past + width)) {
       return absl::InternalError(absl::StrCat("output '", c.present_name, "' is ",
                                               ShapeToString(present.shape()), ", not the past (",
-                                              past, ") plus ", count, " new positions"));
+                                              past, ") plus ", width, " new positions"));
     }
     for (size_t r = 0; r < rows.size(); ++r) {
       cache.Scatter(j, present, static_cast<int64_t>(r), past, count, *rows[r].table,

@@ -39,9 +39,12 @@ struct HeldRows {
 // `in` of the right dtype and shape that nothing else holds are written over (a step that
 // repeats its shape reuses its buffers: a fresh multi-MiB buffer costs its page faults);
 // the others are made.
+// `width` (when above `count`): the step runs at that many new positions, those after
+// `count` padding as a shape class pads them (token 0 at position 0, mask 0): a prompt's
+// short last chunk on an engine of a full chunk's size.
 absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignature& sig,
                              const KvCache& cache, const std::vector<StepRow>& rows, int64_t count,
-                             int64_t past, std::vector<Tensor>& in);
+                             int64_t past, std::vector<Tensor>& in, int64_t width = 0);
 
 // A step through runtime::Engine::RunAppending: the cache lives in the present outputs,
 // which the engine appends the new positions to, instead of being copied into the past
@@ -53,19 +56,20 @@ absl::Status BuildStepInputs(const DecoderContract& contract, const ModelSignatu
 // since (one per decode step), any other row its whole cache and zeros up to `past` (the
 // mask hides them, but a masked value still meets a zero weight, so it must be finite).
 // `logit_positions`: the logits' positions (`count`, or 1 for an engine that computes the last
-// position's only). New tensors are made on `spare`'s memory where it has some. FAILED_PRECONDITION
-// when the model has outputs besides the logits and the presents.
+// position's only). `width`: as BuildStepInputs'. New tensors are made on `spare`'s memory where it
+// has some. FAILED_PRECONDITION when the model has outputs besides the logits and the presents.
 absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSignature& sig,
                                 const KvCache& cache, const std::vector<StepRow>& rows,
                                 int64_t total_rows, int64_t count, int64_t logit_positions,
                                 int64_t past, std::vector<Tensor>& in, std::vector<Tensor>& out,
-                                HeldRows& held, SpareMemory* spare = nullptr);
+                                HeldRows& held, SpareMemory* spare = nullptr, int64_t width = 0);
 
-// Stores each row's `count` new positions (at [past, past + count) of the present outputs)
-// into its pages at [cached, cached + count). INTERNAL when the outputs are not the shapes
-// the contract promises. Precondition: every row's table has pages for cached + count.
+// Stores each row's `count` new positions (at [past, past + count) of the present outputs,
+// which hold past + max(width, count) positions) into its pages at [cached, cached + count).
+// INTERNAL when the outputs are not the shapes the contract promises. Precondition: every
+// row's table has pages for cached + count.
 absl::Status StoreStep(const DecoderContract& contract, KvCache& cache,
                        const std::vector<StepRow>& rows, int64_t count, int64_t past,
-                       const std::vector<Tensor>& outputs);
+                       const std::vector<Tensor>& outputs, int64_t width = 0);
 
 }  // namespace kiln::server::generate

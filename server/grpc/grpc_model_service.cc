@@ -143,6 +143,7 @@ void FillGeneration(const ModelVersion& mv, v1::GenerationInfo* g) {
   g->set_pages_cached(st.pages_cached);
   g->set_last_position(mv.last_position());
   g->set_steps_last_position(st.steps_last_position);
+  g->set_steps_last_padded(st.steps_last_padded);
   g->set_exact_lengths(mv.exact_lengths());
   g->set_step_buffer_bytes(st.step_buffer_bytes);
 }

@@ -104,6 +104,19 @@ std::optional<ModelVersion::GenerationDims> ModelVersion::FindGenerationDims(
   return GenerationDims{past->second, seq->second};
 }
 
+int64_t ModelVersion::ShortChunksFrom(const generate::DecoderContract& contract,
+                                      int64_t chunk) const {
+  // The counts that a shape class pads to the chunk anyway: above the next smaller class.
+  int64_t below = 1;
+  auto cls = built_.padding->classes.find(contract.sequence_symbol);
+  if (cls != built_.padding->classes.end()) {
+    for (int64_t c : cls->second) {
+      if (c < chunk) below = std::max(below, c);
+    }
+  }
+  return below + 1 < chunk ? below + 1 : 0;
+}
+
 generate::StepFn ModelVersion::StepVia(bool last, bool appending) {
   return [this, last, appending](std::vector<Tensor> in, int64_t rows,
                                  std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
@@ -172,6 +185,7 @@ absl::Status ModelVersion::StartGeneration() {
   if (last_shapes_) {
     setup.step_last = StepVia(true, false);
     setup.last_count = chunk;
+    if (last_by_mask_) setup.last_from = ShortChunksFrom(*contract, chunk);
   }
   return CreateGenerator(std::move(setup));
 }

@@ -39,9 +39,12 @@ void ModelVersion::BuildLastPositionEngines(const generate::DecoderContract& con
   const auto seq = sig.dim_ranges.at(contract.sequence_symbol);
   probe[contract.past_symbol] = std::clamp<int64_t>(3, past.first, past.second);
   probe[contract.sequence_symbol] = std::clamp<int64_t>(4, seq.first, seq.second);
-  absl::StatusOr<LastPositionGraph> cut =
-      CutToLastPositionProven(*graph_, sig.outputs[contract.logits].name, probe, config_.warmup);
+  // By the mask where the decoder has one: a short last chunk then runs on these engines too.
+  const std::string mask = contract.has_mask() ? sig.inputs[contract.attention_mask].name : "";
+  absl::StatusOr<LastPositionGraph> cut = CutToLastPositionProven(
+      *graph_, sig.outputs[contract.logits].name, probe, config_.warmup, mask);
   if (!cut.ok()) return DropLastPositionEngines(std::string(cut.status().message()));
+  last_by_mask_ = cut->cut.by_mask;
   last_graph_ = std::shared_ptr<const Graph>(std::move(cut->graph));
   const std::vector<int64_t>& pasts = built_.padding->classes.at(contract.past_symbol);
   auto build = [this](const DimValues& dims, int64_t bucket, bool check) {
@@ -66,11 +69,15 @@ void ModelVersion::BuildLastPositionEngines(const generate::DecoderContract& con
   }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const std::string which =
+      last_by_mask_ ? "the last real position (by the mask: short chunks padded to it)"
+      : mask.empty()
+          ? "the last position only"
+          : absl::StrCat("the last position only (not by the mask: ", cut->by_mask_refused, ")");
   last_position_ =
-      absl::StrCat(cut->cut.nodes, " ops (", cut->cut.products,
-                   " products) compute the last position only; proven in ",
-                   static_cast<int64_t>(cut->prove_ms), " ms; ", pasts.size(), " engines at ",
-                   chunk, " positions in ", static_cast<int64_t>(ms), " ms");
+      absl::StrCat(cut->cut.nodes, " ops (", cut->cut.products, " products) compute ", which,
+                   "; proven in ", static_cast<int64_t>(cut->prove_ms), " ms; ", pasts.size(),
+                   " engines at ", chunk, " positions in ", static_cast<int64_t>(ms), " ms");
   spdlog::info("model {} version {}: prefill chunks: {}", name_, version_, last_position_);
 }
 

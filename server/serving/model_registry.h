@@ -107,6 +107,9 @@ class ModelVersion {
   std::optional<GenerationDims> FindGenerationDims(const generate::DecoderContract& contract);
   // A step through the model's engines (Submit) or the last-position ones, appending or not.
   generate::StepFn StepVia(bool last, bool appending);
+  // The fewest tokens a short prefill chunk must feed to run padded on the last-position
+  // engines (GeneratorSetup::last_from): above the sequence's next class below `chunk`.
+  int64_t ShortChunksFrom(const generate::DecoderContract& contract, int64_t chunk) const;
   // The generator of `setup` with the hooks and tokenizer; a failure at exact lengths leaves
   // generation off (the model still serves Predict), any other fails the load.
   absl::Status CreateGenerator(generate::GeneratorSetup setup);
@@ -149,6 +152,7 @@ class ModelVersion {
   std::string tokenizer_refused_;   // written once by Start (LoadTokenizer)
   bool setup_appending_ = false;    // written once by Start (AppendsCacheInPlace)
   std::string last_position_;       // written once by Start (BuildLastPositionEngines)
+  bool last_by_mask_ = false;       // its engines keep the mask's last real position
   std::string exact_lengths_;       // written once by Start (StartGeneration)
   BatchPolicy policy_;              // written once by Start
 };

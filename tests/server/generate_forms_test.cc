@@ -247,11 +247,13 @@ TEST_F(ExportForms, ADecoderWithNoConfigGeneratesOnShapeClassesOfItsContext) {
   EXPECT_EQ(info.shape_classes().at("sequence").sizes_size(), 2);
   EXPECT_EQ(info.shape_classes().at("past_sequence_length").sizes_size(), 14);
   EXPECT_EQ(info.generation().max_context(), 1023);
-  // 6 tokens, then a whole chunk of 64 on the last-position engines.
+  // 6 tokens padded to a chunk, then a whole chunk of 64, both on the last-position engines
+  // (cut by the mask the server added).
   GenerateAndCheck("bare", *bare_, 70, 24, NoCache::kMaskedSlot);
   ASSERT_TRUE(server_->GetModel("bare", 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
-  EXPECT_EQ(info.generation().steps_last_position(), 1) << info.generation().last_position();
+  EXPECT_EQ(info.generation().steps_last_position(), 2) << info.generation().last_position();
+  EXPECT_EQ(info.generation().steps_last_padded(), 1);
 }
 
 // Another exporter's tensor names, given in the config: the same tokens as the same model

@@ -155,10 +155,11 @@ TEST_F(Generation, GreedyStreamMatchesTheReferenceFor64Tokens) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
-  // Every decode step appended in place (2 x 63 at least); the prompt's 11 tokens are no
-  // sequence class (1, 16), so its step copied.
-  EXPECT_GE(info.generation().steps_in_place() - in_place_before, 126);
-  EXPECT_GE(info.generation().steps_copied(), 1);
+  // Every decode step appended in place (2 x 63 at least), and so did the prompt's 11 tokens
+  // (no sequence class: 1, 16), padded to a chunk of 16 on the last-position engines.
+  EXPECT_GE(info.generation().steps_in_place() - in_place_before, 128);
+  EXPECT_EQ(info.generation().steps_copied(), 0);
+  EXPECT_GE(info.generation().steps_last_padded(), 2);
 }
 
 TEST_F(Generation, LlamaStyleDecoderMatchesTheReferenceFor64Tokens) {
@@ -183,13 +184,15 @@ TEST_F(Generation, LlamaStyleDecoderMatchesTheReferenceFor64Tokens) {
 TEST_F(Generation, WholePromptChunksRunOnTheLastPositionEngines) {
   v1::ModelInfo info;
   ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
-  // The vocabulary projection and the last layer's attention output and MLP are cut.
-  EXPECT_NE(info.generation().last_position().find("compute the last position only"),
+  // The vocabulary projection and the last layer's attention output and MLP are cut, at
+  // the position the mask says is the last real one.
+  EXPECT_NE(info.generation().last_position().find("compute the last real position (by the mask"),
             std::string::npos)
       << info.generation().last_position();
   const int64_t before = info.generation().steps_last_position();
-  // 8 tokens first (the remainder: sampled from nothing), then three chunks of 16, the last
-  // of which gives the first token from its last position.
+  const int64_t padded_before = info.generation().steps_last_padded();
+  // 8 tokens first (the remainder, padded to 16: sampled from nothing), then three chunks of
+  // 16, the last of which gives the first token from its last position.
   const std::vector<int64_t> prompt = Prompt(56, 12);
   std::vector<int64_t> ids;
   grpc::Status s = Stream(Request(prompt, 24), ids);
@@ -197,7 +200,8 @@ TEST_F(Generation, WholePromptChunksRunOnTheLastPositionEngines) {
   ASSERT_EQ(ids.size(), 24u);
   ExpectReferenceTokens(prompt, ids);
   ASSERT_TRUE(server_->GetModel("dec", 0, &info).ok());
-  EXPECT_EQ(info.generation().steps_last_position() - before, 3);
+  EXPECT_EQ(info.generation().steps_last_position() - before, 4);
+  EXPECT_EQ(info.generation().steps_last_padded() - padded_before, 1);
   EXPECT_EQ(info.shape_counters().builds(), 0) << "a step built an engine after READY";
 }
 

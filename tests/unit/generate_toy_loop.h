@@ -39,6 +39,29 @@ inline StepFn LastPositionOnly(StepFn step, std::shared_ptr<int64_t> calls) {
   };
 }
 
+// A last-position step cut by the mask (compiler/shape/last_position.h's `mask`): the logits
+// of the last real new position of each row, the count of ones among row 0's last `c` mask
+// entries (all real: the last position), as the engines of such a cut give them.
+inline StepFn LastRealPosition(StepFn step, std::shared_ptr<int64_t> calls) {
+  return [step, calls](std::vector<Tensor> in, int64_t rows,
+                       std::vector<Tensor> reuse) -> absl::StatusOr<std::vector<Tensor>> {
+    ++*calls;
+    const int64_t c = in[0].dim(1), width = in[1].dim(1);
+    int64_t real = 0;
+    for (int64_t k = width - c; k < width; ++k) real += in[1].GetInt(k) != 0;
+    const int64_t at = real == 0 ? c - 1 : real - 1;
+    if (!reuse.empty()) reuse[0] = Tensor(DType::kFloat32, {rows, c, kVocab});
+    ASSIGN_OR_RETURN(std::vector<Tensor> out, step(std::move(in), rows, std::move(reuse)));
+    Tensor last(DType::kFloat32, {rows, 1, kVocab});
+    for (int64_t b = 0; b < rows; ++b) {
+      std::copy_n(out[0].data<float>() + (b * c + at) * kVocab, kVocab,
+                  last.mutable_data<float>() + b * kVocab);
+    }
+    out[0] = std::move(last);
+    return out;
+  };
+}
+
 struct ToyOptions {
   int64_t kv_bytes = 1 << 20;
   int64_t max_rows = 4, max_sequences = 16, prefill_chunk = 8, prefill_budget = 256;
@@ -48,9 +71,10 @@ struct ToyOptions {
   StepFn step_appending = ToyAppendingStep;
   // Whole prefill chunks through these (GeneratorSetup::step_last): unset, none.
   StepFn step_last, step_last_appending;
-  bool masked = true;  // the toy signature with its attention mask, or MasklessToySignature
-  bool exact = false;  // GeneratorSetup::exact: steps at exact lengths, not classes of 8
-  int lanes = 1;       // GeneratorSetup::lanes: steps of one iteration at once
+  int64_t last_from = 0;  // GeneratorSetup::last_from: short chunks padded to step_last
+  bool masked = true;     // the toy signature with its attention mask, or MasklessToySignature
+  bool exact = false;     // GeneratorSetup::exact: steps at exact lengths, not classes of 8
+  int lanes = 1;          // GeneratorSetup::lanes: steps of one iteration at once
   // GenerationConfig::keep_step_memory_ms: 0 here, so an idle loop frees its memory at once.
   int64_t keep_step_memory_ms = 0;
 };
@@ -83,6 +107,7 @@ inline GeneratorSetup ToySetup(const ToyOptions& o) {
   s.step_last = o.step_last;
   s.step_last_appending = o.step_last_appending;
   s.last_count = o.prefill_chunk;
+  s.last_from = o.last_from;
   s.exact = o.exact;
   s.lanes = o.lanes;
   if (!o.exact) {

@@ -32,7 +32,11 @@ struct Options {
   bool hidden_output = false;       // the attention's result is an output too
   bool mix_positions = false;       // a softmax over the positions before the norm
   Dim positions = Dim(kPositions);  // the sequence dim of the input
+  bool mask = false;                // an attention_mask input [1, kPast + positions]
+  int64_t opset = 17;
 };
+
+constexpr int64_t kPast = 2;
 
 // The logits: the tail's last output.
 const std::string& Logits(const Graph& g) { return g.outputs.back()->name; }
@@ -41,8 +45,12 @@ const std::string& Logits(const Graph& g) { return g.outputs.back()->name; }
 // ops, the vocabulary projection with a bias. Outputs: logits [1, positions, vocab] (and the
 // attention's result).
 std::unique_ptr<Graph> Tail(const Options& o) {
-  GraphBuilder b(17);
+  GraphBuilder b(o.opset);
   Value* h = b.Input("h", DType::kFloat32, {1, o.positions, kHidden});
+  if (o.mask) {
+    const Dim width = o.positions.known() ? Dim(kPast + o.positions.value) : Dim::Symbol("total");
+    b.Input("attention_mask", DType::kInt64, {1, width});
+  }
   Value* ht = b.Op("Transpose", {h}, {{"perm", Attribute::Ints({0, 2, 1})}});
   Value* scores = b.Op("MatMul", {h, ht});
   Value* p = b.Op("Softmax", {scores}, {{"axis", Attribute::Int(-1)}});
@@ -129,6 +137,58 @@ TEST(LastPosition, SymbolicPositionsGiveAnOutputOfOnePosition) {
   EXPECT_EQ(ShapeToString(*logits->shape), ShapeToString({Dim(1), Dim(1), Dim(kVocab)}));
   EXPECT_EQ(ShapeToString(*g->FindValue("h")->shape),
             ShapeToString({Dim(1), Dim::Symbol("sequence"), Dim(kHidden)}));
+}
+
+// A mask over kPast cached positions and kPositions new ones, the first `real` of the new
+// ones real.
+Tensor MaskWith(int64_t real) {
+  std::vector<int64_t> m(kPast + kPositions, 1);
+  for (int64_t k = kPast + real; k < kPast + kPositions; ++k) m[static_cast<size_t>(k)] = 0;
+  return Tensor::FromInt64(m, {1, kPast + kPositions});
+}
+
+TEST(LastPosition, ByTheMaskTheLastRealPositionIsKeptWhereverThePaddingStarts) {
+  std::unique_ptr<Graph> g = Tail({.mask = true});
+  std::unique_ptr<Graph> whole = g->Clone();
+  absl::StatusOr<LastPositionCut> cut = CutToLastPosition(*g, Logits(*g), 1, "attention_mask");
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_TRUE(cut->by_mask);
+  EXPECT_TRUE(VerifyGraph(*g).ok()) << VerifyGraph(*g);
+  EXPECT_EQ(cut->products, 3);
+  EXPECT_EQ(testing::FindOp(*g, "Gather")->inputs[0]->name, "h");
+  // Every count of real new positions (0: none, the last position as without a mask).
+  for (int64_t real = 0; real <= kPositions; ++real) {
+    ref::TensorMap feed = Feed();
+    feed["attention_mask"] = MaskWith(real);
+    auto want = ref::Run(*whole, feed);
+    auto got = ref::Run(*g, feed);
+    ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+    const Tensor& w = want->at(Logits(*whole));
+    const Tensor& t = got->at(Logits(*g));
+    ASSERT_EQ(t.shape(), (std::vector<int64_t>{1, 1, kVocab}));
+    const int64_t at = real == 0 ? kPositions - 1 : real - 1;
+    for (int64_t v = 0; v < kVocab; ++v) {
+      EXPECT_NEAR(t.GetDouble(v), w.GetDouble(at * kVocab + v), 1e-5) << real << " " << v;
+    }
+  }
+}
+
+TEST(LastPosition, ByTheMaskRefusesAMaskItCannotRead) {
+  std::unique_ptr<Graph> g = Tail({.mask = true});
+  // Not an input; an input of another rank.
+  EXPECT_EQ(CutToLastPosition(*g, Logits(*g), 1, "mask").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CutToLastPosition(*g, Logits(*g), 1, "h").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // ReduceSum takes its axes as an input from opset 13 only.
+  std::unique_ptr<Graph> old = Tail({.mask = true, .opset = 12});
+  EXPECT_EQ(CutToLastPosition(*old, Logits(*old), 1, "attention_mask").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(CountOps(*g, "Gather") + CountOps(*old, "Gather"), 0) << "a refused cut edits nothing";
+  // Without the mask the same graph is cut at its last position.
+  absl::StatusOr<LastPositionCut> plain = CutToLastPosition(*old, Logits(*old), 1);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->by_mask);
 }
 
 TEST(LastPosition, RefusesWhatItCannotCut) {

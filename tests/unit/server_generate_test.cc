@@ -38,6 +38,23 @@ TEST(Generator, GreedyMatchesTheRuleAcrossPromptLengthsAndChunks) {
   EXPECT_EQ(st.running, 0);
 }
 
+// Prompts of 1, 3, 8, 9, 16, 17 and 37 tokens at once (chunks of 8: short ones, whole ones
+// and both), each generating the reference's 12 tokens.
+void ExpectPromptsOfEachLength(Generator& g) {
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  const std::vector<int64_t> lengths{1, 3, 8, 9, 16, 17, 37};
+  for (int64_t n : lengths) {
+    auto s = g.Submit(Greedy(Prompt(n, n), 12));
+    ASSERT_TRUE(s.ok()) << s.status();
+    streams.push_back(*s);
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Outcome out = Drain(*streams[i]);
+    ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+    EXPECT_EQ(out.tokens, Expected(Prompt(lengths[i], lengths[i]), 12)) << lengths[i];
+  }
+}
+
 TEST(Generator, WholePromptChunksSampleFromTheLastPositionStep) {
   for (bool appending : {false, true}) {
     SCOPED_TRACE(appending);
@@ -47,22 +64,70 @@ TEST(Generator, WholePromptChunksSampleFromTheLastPositionStep) {
     o.step_last = LastPositionOnly(ToyStep, calls);
     if (appending) o.step_last_appending = LastPositionOnly(ToyAppendingStep, calls);
     auto g = ToyGenerator(o);
-    std::vector<std::shared_ptr<GenerationStream>> streams;
-    const std::vector<int64_t> lengths{1, 3, 8, 9, 16, 17, 37};
-    for (int64_t n : lengths) {
-      auto s = g->Submit(Greedy(Prompt(n, n), 12));
-      ASSERT_TRUE(s.ok()) << s.status();
-      streams.push_back(*s);
-    }
-    for (size_t i = 0; i < streams.size(); ++i) {
-      Outcome out = Drain(*streams[i]);
-      ASSERT_TRUE(out.end.status.ok()) << out.end.status;
-      EXPECT_EQ(out.tokens, Expected(Prompt(lengths[i], lengths[i]), 12)) << lengths[i];
-    }
+    ExpectPromptsOfEachLength(*g);
     // Whole chunks of 8 (the remainder goes first): 8: 1, 9: 1, 16: 2, 17: 2, 37: 4.
     EXPECT_EQ(*calls, 10);
     EXPECT_EQ(g->stats().steps_last_position, 10);
   }
+}
+
+TEST(Generator, ShortChunksRunPaddedOnTheLastPositionStepCutByTheMask) {
+  for (bool appending : {false, true}) {
+    SCOPED_TRACE(appending);
+    auto calls = std::make_shared<int64_t>(0);
+    ToyOptions o;
+    o.appending = appending;
+    o.last_from = 2;
+    o.step_last = LastRealPosition(ToyStep, calls);
+    if (appending) o.step_last_appending = LastRealPosition(ToyAppendingStep, calls);
+    auto g = ToyGenerator(o);
+    ExpectPromptsOfEachLength(*g);
+    // Chunks of 8, the remainder first: 3 (padded), 8, 9 (its one token is a decode-sized
+    // step), 16: 2, 17: 2, 37: 5 padded and 4 whole.
+    EXPECT_EQ(*calls, 12);
+    const GeneratorStats st = g->stats();
+    EXPECT_EQ(st.steps_last_position, 12);
+    EXPECT_EQ(st.steps_last_padded, 2);
+    if (appending) {
+      EXPECT_EQ(st.steps_copied, 0) << "a padded chunk appends in place";
+    }
+  }
+}
+
+TEST(Generator, APaddedChunkOnALastPositionStepNotCutByTheMaskSamplesThePadding) {
+  // The negative case: the engines keep the chunk's last position, padding included, so a
+  // prompt of 3 tokens (padded to 8) samples from a padding position and goes wrong.
+  auto calls = std::make_shared<int64_t>(0);
+  ToyOptions o;
+  o.last_from = 2;
+  o.step_last = LastPositionOnly(ToyStep, calls);
+  auto g = ToyGenerator(o);
+  auto s = g->Submit(Greedy(Prompt(3, 3), 4));
+  ASSERT_TRUE(s.ok()) << s.status();
+  Outcome out = Drain(**s);
+  ASSERT_TRUE(out.end.status.ok()) << out.end.status;
+  EXPECT_NE(out.tokens, Expected(Prompt(3, 3), 4));
+  EXPECT_EQ(*calls, 1);
+}
+
+TEST(Generator, ShortChunksNeedLastPositionEnginesAndAMask) {
+  ToyOptions o;
+  o.last_from = 2;  // no step_last
+  EXPECT_FALSE(
+      Generator::Create(ToySetup(o), std::make_shared<MemoryAccount>("t", 0, nullptr)).ok());
+  o.step_last = ToyStep;
+  o.last_from = 8;  // not below the chunk
+  EXPECT_FALSE(
+      Generator::Create(ToySetup(o), std::make_shared<MemoryAccount>("t", 0, nullptr)).ok());
+  o.last_from = 1;  // one token is a decode step's size
+  EXPECT_FALSE(
+      Generator::Create(ToySetup(o), std::make_shared<MemoryAccount>("t", 0, nullptr)).ok());
+  o.last_from = 2;
+  o.masked = false;
+  o.exact = true;
+  o.step_last = nullptr;
+  EXPECT_FALSE(
+      Generator::Create(ToySetup(o), std::make_shared<MemoryAccount>("t", 0, nullptr)).ok());
 }
 
 TEST(Generator, ALastPositionStepGivingEveryPositionFailsItsSequence) {
