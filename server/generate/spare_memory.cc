@@ -111,7 +111,8 @@ Tensor SpareMemory::Zeros(DType dtype, std::vector<int64_t> shape) {
       blocks_.erase(best);
     }
   }
-  if (!owner) {
+  const bool fresh = !owner;
+  if (fresh) {
     if (need < kHugePageFrom) return Tensor(dtype, std::move(shape));
     owner = HugeBlock(need);
     capacity = HugePageRound(need);
@@ -120,7 +121,9 @@ Tensor SpareMemory::Zeros(DType dtype, std::vector<int64_t> shape) {
     std::lock_guard<std::mutex> lk(mu_);
     handed_.push_back({owner, capacity});
   }
-  std::memset(owner.get(), 0, need);
+  // A fresh mapping is the kernel's zero pages already: written over, it would fault every
+  // page now, the parts a step never writes (padding) included.
+  if (!fresh) std::memset(owner.get(), 0, need);
   void* data = owner.get();
   return Tensor::View(dtype, std::move(shape), std::move(owner), data);
 }

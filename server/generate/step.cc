@@ -131,6 +131,9 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
   // Never read: one zero tensor per shape stands for every past input of that shape.
   std::vector<Tensor> unread;
   bool fresh = false;  // a present made anew holds no row
+  // Presents made anew here: zero throughout, so their padding needs no zeroing (nor the
+  // page faults writing it would cost on a fresh mapping).
+  std::vector<bool> zero(contract.cache.size(), false);
   for (size_t j = 0; j < contract.cache.size(); ++j) {
     const CacheTensor& c = contract.cache[j];
     Tensor& past_in = in[c.input];
@@ -148,6 +151,7 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
         present.owner().use_count() != 1) {
       present = zeros(c.dtype, shape);  // finite everywhere
       fresh = true;
+      zero[j] = true;
     }
   }
   Tensor& logits = out[contract.logits];
@@ -165,7 +169,7 @@ absl::Status BuildAppendingStep(const DecoderContract& contract, const ModelSign
     const int64_t from = same ? held.positions[r] : 0;
     for (size_t j = 0; j < contract.cache.size(); ++j) {
       Tensor& present = out[contract.cache[j].output];
-      if (!same) {
+      if (!same && !zero[j]) {
         ZeroPadding(contract.cache[j], {row.cached}, past, present, static_cast<int64_t>(r));
       }
       cache.GatherRange(j, *row.table, from, row.cached, present, static_cast<int64_t>(r));

@@ -122,10 +122,12 @@ TEST(SpareMemory, AFreshMultiMiBBufferTakesWholeHugePagesChargedToTheAccountInSc
     EXPECT_TRUE(AllZero(t));
     // A second one would pass the 3 MiB cap: refused as any tensor is.
     EXPECT_THROW(spare.Zeros(DType::kFloat32, {floats}), MemoryBudgetError);
+    for (int64_t i = 0; i < floats; ++i) t.mutable_data<float>()[i] = 7.0f;
     spare.Keep(Own(std::move(t)));
     EXPECT_EQ(account->used(), int64_t{2} << 20);  // kept memory stays charged
     Tensor again = spare.Zeros(DType::kFloat32, {floats - 100});
     EXPECT_EQ(account->used(), int64_t{2} << 20);  // reused, not charged twice
+    EXPECT_TRUE(AllZero(again)) << "a reused block is zeroed (a fresh one is the kernel's zeros)";
   }
   EXPECT_EQ(account->used(), 0);
   EXPECT_EQ(HugePageRound(1000), 1000u);  // small buffers are not rounded
