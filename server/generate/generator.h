@@ -229,10 +229,11 @@ class Generator {
   struct StepKind {
     bool appending = false, last = false;
     int64_t width = 0;  // the new positions the engine runs at (>= the count fed)
+    int64_t rows = 0;   // the rows it runs at: the group's, or (appending) their batch bucket
     // The positions of a step's logits: the last one only, or every one it fed.
     int64_t logit_positions(int64_t count) const { return last ? 1 : count; }
   };
-  StepKind KindOf(int64_t count, int64_t rows, int64_t& total) const;
+  StepKind KindOf(int64_t count, int64_t rows) const;
   // Runs the step's engine over `rows` into `buffers` (`kind` as RunStep chose it), the
   // cache stored; the outputs.
   absl::StatusOr<std::vector<Tensor>> StepOnce(const std::vector<StepRow>& rows, int64_t count,

@@ -33,8 +33,8 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   }
   const int64_t past = setup_.exact ? longest : setup_.past_size(longest);
   const auto n = static_cast<int64_t>(group.size());
-  int64_t total = n;
-  const StepKind kind = KindOf(count, n, total);
+  const StepKind kind = KindOf(count, n);
+  const int64_t total = kind.rows;
   const int64_t positions = kind.logit_positions(count);
   StepBuffers& buffers = buffers_.For(total, kind.width, past, ordinal, lane);
   auto run = [&]() -> absl::StatusOr<std::vector<Tensor>> {
@@ -75,7 +75,7 @@ void Generator::RunStep(const std::vector<SeqPtr>& group, int64_t count, int64_t
   }
 }
 
-Generator::StepKind Generator::KindOf(int64_t count, int64_t rows, int64_t& total) const {
+Generator::StepKind Generator::KindOf(int64_t count, int64_t rows) const {
   // A short chunk runs padded on the last-position engines when they keep its last real
   // position (and can append in place where the other steps do).
   const bool padded = setup_.step_last && setup_.last_from >= 2 && count >= setup_.last_from &&
@@ -83,6 +83,7 @@ Generator::StepKind Generator::KindOf(int64_t count, int64_t rows, int64_t& tota
                       (!setup_.step_appending || setup_.step_last_appending);
   StepKind kind;
   kind.width = padded ? setup_.last_count : count;
+  kind.rows = rows;
   // An appending step runs at a batch bucket (the engine's own outputs are the cache).
   const auto& counts = setup_.append_counts;
   kind.appending =
@@ -90,7 +91,7 @@ Generator::StepKind Generator::KindOf(int64_t count, int64_t rows, int64_t& tota
   if (kind.appending) {
     auto b = std::lower_bound(setup_.buckets.begin(), setup_.buckets.end(), rows);
     kind.appending = b != setup_.buckets.end();
-    if (kind.appending) total = *b;
+    if (kind.appending) kind.rows = *b;
   }
   // Always so when padded (which asked for step_last_appending where appending).
   kind.last = setup_.step_last && kind.width == setup_.last_count &&
@@ -101,7 +102,7 @@ Generator::StepKind Generator::KindOf(int64_t count, int64_t rows, int64_t& tota
 absl::StatusOr<std::vector<Tensor>> Generator::StepOnce(const std::vector<StepRow>& rows,
                                                         int64_t count, int64_t past, StepKind kind,
                                                         StepBuffers& buffers) {
-  const int64_t total = buffers.key[0];
+  const int64_t total = kind.rows;  // the rows its buffers were made for
   std::vector<Tensor> out;
   if (kind.appending) {
     const absl::Status built = BuildAppendingStep(
