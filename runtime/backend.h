@@ -21,6 +21,10 @@ struct BuildOptions {
   // measured convolution algorithms); anything else measures them.
   std::string layout = "tune";
   int threads = 0;            // cpu: OpenMP threads of the engine (0: all cores)
+  // cpu: the team a run uses unless the calling thread widens it (runtime/run_width.h), when
+  // fewer than `threads` (0: `threads`). An engine that cannot change its team per run is
+  // built at this many threads instead (EngineInfo::max_threads says which came back).
+  int run_threads = 0;
   bool tune_threads = false;  // cpu: a small engine may settle on one thread (cpu/tune.h)
   // Run once on zeros at build, so the first request does not pay for first-touch page
   // faults and JIT; a caller that runs the engine at once (the warm-up check) may skip it.

@@ -49,6 +49,9 @@ struct EngineInfo {
   std::string layout;          // backend-specific layout choice ("blocked", "primitive", ...)
   double tune_ms = 0.0;        // time spent choosing it by measurement (0: not tuned)
   int threads = 0;             // intra-op threads a run uses (0: not applicable)
+  // The most a run may widen to inside a runtime::ScopedRunWidth (run_width.h): more than
+  // `threads` only for an engine built wider than its default run (BuildOptions::run_threads).
+  int max_threads = 0;
 };
 
 // INVALID_ARGUMENT unless `tensors` match `specs` one for one in dtype and shape; `role`

@@ -30,6 +30,7 @@ void IdentitySpan(const std::vector<int64_t>& map, int64_t& lo, int64_t& hi, int
 
 class AxisGatherKernel : public WordKernel<AxisGatherKernel> {
  public:
+  bool follows_team() const override { return true; }
   AxisGatherKernel(int in, int out, AxisGatherPlan plan, std::vector<unsigned char> fill)
       : WordKernel(plan.elem),
         in_(in),

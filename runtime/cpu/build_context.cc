@@ -156,6 +156,7 @@ namespace {
 // Same desc on both sides: a plain copy (oneDNN's generic reorder is far slower at this).
 class CopyKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   CopyKernel(int src, int dst, size_t bytes) : src_(src), dst_(dst), bytes_(bytes) {}
   absl::Status Run(const ExecContext& ctx) override {
     if (ctx.ptrs[src_] != ctx.ptrs[dst_]) std::memcpy(ctx.ptrs[dst_], ctx.ptrs[src_], bytes_);
@@ -170,6 +171,7 @@ class CopyKernel : public CpuKernel {
 // Between two plain strided layouts (NCHW <-> NHWC): see strided_copy.h for why not oneDNN.
 class StridedCopyKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   StridedCopyKernel(int src, int dst, StridedCopy plan) : src_(src), dst_(dst), plan_(plan) {}
   absl::Status Run(const ExecContext& ctx) override {
     plan_.Run(ctx.ptrs[src_], ctx.ptrs[dst_]);

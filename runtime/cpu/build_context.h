@@ -60,6 +60,12 @@ class CpuKernel {
   virtual ~CpuKernel() = default;
   virtual absl::Status Run(const ExecContext& ctx) = 0;
   virtual bool is_fallback() const { return false; }
+  // Whether a run may use fewer threads than the engine was built with: the kernel splits
+  // its work by the calling thread's OpenMP team at run time (ForEachChunk), never by the
+  // build's. False for oneDNN primitives (a JIT kernel partitions its work for the team it
+  // was created with and forks that many threads however few the caller allows), and the
+  // default, so a kernel nobody marked is never run narrower than it was built.
+  virtual bool follows_team() const { return false; }
 };
 
 using KernelList = std::vector<std::unique_ptr<CpuKernel>>;
@@ -74,6 +80,10 @@ struct BuildContext {
   // 3x3 convolutions may run oneDNN's Winograd kernel where its heuristic picks it or where
   // timed faster (dnnl_conv.cc); off: direct convolution only.
   bool winograd = true;
+  // The engine is built wider than its runs' default team (CpuEngineOptions::run_threads):
+  // products oneDNN's matmul could take run on Kiln's GEMM instead, which splits its work by
+  // the team of each run (oneDNN's partitions for the team it was created with).
+  bool follow_team = false;
   // Build time left for timing a Winograd kernel against the direct one where oneDNN's
   // heuristic did not pick it (primitive_timing.h); 0: the heuristic alone.
   double trial_ms_left = 0;

@@ -76,6 +76,7 @@ namespace {
 
 class CastKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   CastKernel(int in, int out, CastFn fn, int64_t n) : in_(in), out_(out), fn_(fn), n_(n) {}
   absl::Status Run(const ExecContext& ctx) override {
     fn_(ctx.ptrs[in_], 0, 1, ctx.ptrs[out_], n_);

@@ -11,6 +11,7 @@ namespace {
 
 class ConcatKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   ConcatKernel(std::vector<int> in, std::vector<size_t> run, int out, int64_t outer,
                bool first_in_place)
       : in_(std::move(in)),
@@ -54,6 +55,7 @@ class ConcatKernel : public CpuKernel {
 // whole number of blocks): each input's blocks for one image are one contiguous run.
 class LayoutConcatKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   absl::Status Run(const ExecContext& ctx) override {
     char* y = static_cast<char*>(ctx.ptrs[out]);
     ForEachIndex(groups, groups * out_run >= kParallelElements * 4, [&](int64_t g) {

@@ -58,6 +58,7 @@ class Cpu final : public runtime::Backend {
       const runtime::BuildOptions& options) const override {
     CpuEngineOptions o;
     o.threads = options.threads;
+    o.run_threads = options.run_threads;
     o.tune_threads = options.tune_threads;
     o.warm_up = options.warm_up;
     o.dynamic_shapes = options.dynamic_shapes;

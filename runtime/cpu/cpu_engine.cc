@@ -25,6 +25,7 @@
 #include "runtime/cpu/transient_heap.h"
 #include "runtime/cpu/tune.h"
 #include "runtime/dynamic_engine.h"
+#include "runtime/run_width.h"
 
 namespace kiln::cpu {
 namespace {
@@ -40,6 +41,17 @@ class CpuEngine : public runtime::Engine {
   ~CpuEngine() override;
   absl::Status Build(const CompiledGraph& compiled, const CpuEngineOptions& options);
   void NoteTuning(double ms) { info_.tune_ms = ms; }
+  // Whether every kernel splits its work by the caller's team at run time (follows_team).
+  bool FollowsTeam() const {
+    return std::all_of(kernels_.begin(), kernels_.end(),
+                       [](const auto& k) { return k->follows_team(); });
+  }
+  // A run's team from now on unless the caller widens it (CpuEngineOptions::run_threads);
+  // only for an engine that FollowsTeam.
+  void SetRunThreads(int threads) {
+    run_threads_ = std::clamp(threads, 1, threads_);
+    info_.threads = run_threads_;
+  }
   const runtime::EngineInfo& info() const override { return info_; }
   const std::vector<runtime::TensorSpec>& inputs() const override { return input_specs_; }
   const std::vector<runtime::TensorSpec>& outputs() const override { return output_specs_; }
@@ -83,7 +95,8 @@ class CpuEngine : public runtime::Engine {
   AlignedBuffer arena_, blocked_, scratch_;
   runtime::EngineInfo info_;
   std::vector<runtime::TensorSpec> input_specs_, output_specs_;
-  int threads_ = 0;
+  int threads_ = 0;      // the team the kernels were built for: the most a run uses
+  int run_threads_ = 0;  // a run's team outside a runtime::ScopedRunWidth
   // oneDNN's per-execute argument maps land here instead of the process heap, from the
   // second Run on (anything a library creates lazily on the first call stays on the heap).
   TransientHeap heap_;
@@ -110,9 +123,11 @@ absl::Status CpuEngine::Build(const CompiledGraph& compiled, const CpuEngineOpti
   // whatever the calling thread's OpenMP setting was left at by another engine.
   threads_ = options.threads > 0 ? options.threads : omp_get_max_threads();
   omp_set_num_threads(threads_);
-  info_.threads = threads_;
+  run_threads_ = threads_;
+  info_.threads = info_.max_threads = threads_;
   ctx_.layout = options.layout;
   ctx_.winograd = options.winograd;
+  ctx_.follow_team = options.run_threads > 0 && options.run_threads < threads_;
   const double trial_budget_ms = options.winograd ? options.winograd_trial_ms : 0;
   ctx_.trial_ms_left = trial_budget_ms;
   info_.layout = ActivationLayoutName(options.layout);
@@ -294,7 +309,8 @@ absl::Status CpuEngine::RunWith(const std::vector<Tensor>& inputs, std::vector<T
                                 bool append_in_place) {
   RETURN_IF_ERROR(runtime::CheckInputs(input_specs_, inputs));
   // OpenMP's thread count is a per-thread setting: Run may come from another thread than Build.
-  omp_set_num_threads(threads_);
+  const int width = runtime::RunWidth();
+  omp_set_num_threads(width > 0 ? std::min(width, threads_) : run_threads_);
   outputs.resize(output_specs_.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     const auto& spec = output_specs_[k];
@@ -457,7 +473,19 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGr
     tuned.engine = std::move(t.engine);
     tuned.tune_ms += t.tune_ms;
   }
-  if (tuned.tune_ms > 0) static_cast<CpuEngine*>(tuned.engine.get())->NoteTuning(tuned.tune_ms);
+  auto* engine = static_cast<CpuEngine*>(tuned.engine.get());
+  if (tuned.tune_ms > 0) engine->NoteTuning(tuned.tune_ms);
+  if (options.run_threads > 0 && options.run_threads < engine->info().max_threads &&
+      !engine->FollowsTeam()) {
+    CpuEngineOptions narrow = options;  // the team cannot change per run: build it narrow
+    narrow.threads = options.run_threads;
+    narrow.run_threads = 0;
+    narrow.tune_threads = false;
+    ASSIGN_OR_RETURN(tuned.engine, build_with(narrow, tuned.layout));
+    omp_set_num_threads(team);
+  } else if (options.run_threads > 0) {
+    engine->SetRunThreads(options.run_threads);  // tuned at the wide team, run narrow
+  }
   return std::move(tuned.engine);
 }
 

@@ -34,6 +34,11 @@ const char* ActivationLayoutName(ActivationLayout layout);
 
 struct CpuEngineOptions {
   int threads = 0;  // 0: all cores (the OpenMP default at build)
+  // Fewer than `threads`: a run's team unless the calling thread widens it
+  // (runtime/run_width.h), so several engines may run side by side at this width and one
+  // alone at `threads`. Only where every kernel follows the caller's team at run time
+  // (CpuKernel::follows_team); otherwise the engine is built at run_threads. 0: `threads`.
+  int run_threads = 0;
   // With more than one thread: also time a one-thread build of small engines and keep it
   // when faster (tune.h, TuneThreads).
   bool tune_threads = true;

@@ -214,7 +214,8 @@ bool ShapesSupported(const std::vector<int64_t>& as, const std::vector<int64_t>&
 // implementation (AVX-512 machines; allocation-free per call, unlike the gemm driver it uses
 // below AVX-512, which mallocs its packing buffers every call), with post-ops that keep NaN
 // and infinities as ONNX computes them (its ReLU and clamps are max/min instructions that
-// return the non-NaN operand). Everything else runs on Kiln's GEMM (gemm_kernel.cc).
+// return the non-NaN operand), in an engine whose runs keep the team it was built with
+// (BuildContext::follow_team). Everything else runs on Kiln's GEMM (gemm_kernel.cc).
 // KILN_CPU_GEMM=own or =onednn overrides this, to measure either side.
 bool KeepOneDnnMatMul(const dnnl::matmul::primitive_desc& pd,
                       const std::vector<kiln_ops::EpilogueStep>& steps) {
@@ -233,6 +234,9 @@ std::unique_ptr<CpuKernel> MakeDnnlMatMul(BuildContext& ctx, const Node& node) {
   if (!spec || !node.input(0) || !node.input(1) || !node.output(0) || !AllF32(ctx, node)) {
     return nullptr;
   }
+  // Kiln's GEMM follows each run's team; bf16 products have none there, so they stay on
+  // oneDNN (and the engine on the team it was built with).
+  if (ctx.follow_team && !spec->bf16 && ForcedGemm() != "onednn") return nullptr;
   Operands op{ctx.SlotOf(node.input(0)), ctx.SlotOf(node.input(1)), ctx.SlotOf(node.input(2)),
               ctx.SlotOf(node.output(0))};
   const Views views = MakeViews(ctx, node, spec->trans_a);

@@ -12,6 +12,7 @@ namespace {
 
 class PiecesKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   absl::Status Run(const ExecContext& ctx) override {
     for (const auto& k : parts) RETURN_IF_ERROR(k->Run(ctx));
     return absl::OkStatus();

@@ -40,6 +40,7 @@ struct Cursor {
 
 class ElementwiseKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   // `out_dtype`: float32, or the integer type a final kQuantize instruction stores.
   ElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog, int out,
                     std::vector<int64_t> shape, int threads, DType out_dtype, OutputView view)

@@ -12,6 +12,7 @@ namespace {
 
 class FallbackKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   FallbackKernel(const Node& node, std::vector<std::optional<Slot>> in, std::vector<int> in_slots,
                  std::vector<std::optional<Slot>> out, std::vector<int> out_slots)
       : node_(node), in_(std::move(in)), in_slots_(std::move(in_slots)), out_(std::move(out)),

@@ -10,6 +10,7 @@ namespace {
 
 class GatherKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   GatherKernel(int data, int idx, int out, bool idx64, int64_t outer, int64_t n,
                int64_t count, size_t block)
       : data_(data), idx_(idx), out_(out), idx64_(idx64), outer_(outer), n_(n), count_(count),

@@ -60,7 +60,11 @@ Grid MakeGrid(const Blocking& bl, int64_t count, int64_t m, int64_t n, int64_t k
   const int64_t per_block = bl.mc / bl.mr;  // micro-rows that fit the A packing space
   g.mblocks = CeilDiv(g.micro_rows, per_block);
   const int64_t team = parallel ? std::max(1, threads) : 1;
-  if (team > 1 && g.micro_rows >= team) {
+  // Rows split across the team only where they fill more than one packed block of A: below
+  // that each thread would stream all of B for its share of a few rows (a 64-token prompt
+  // chunk through a 768 x 768 weight: B is 2.4 MB, A 0.2 MB), where splitting B's panels
+  // (below) has each thread read its own part of B once.
+  if (team > 1 && g.micro_rows >= team && g.mblocks > 1) {
     g.mblocks = std::min(g.micro_rows, RoundUp(g.mblocks, team));
   }
   // Too few row blocks for the team (a batch-1 classifier, a few rows of text): split the N

@@ -39,6 +39,7 @@ KILN_ISA_VERSIONS(void, NormalizeRow,
 
 class LayerNormKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   LayerNormKernel(int x, int scale, int bias, int y, int64_t rows, int64_t n, float eps)
       : x_(x), scale_(scale), bias_(bias), y_(y), rows_(rows), n_(n), eps_(eps) {}
 

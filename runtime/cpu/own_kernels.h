@@ -67,6 +67,7 @@ void WithWordType(size_t bytes, F&& f) {
 template <class Derived>
 class WordKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   explicit WordKernel(size_t elem) : word_bytes_(elem) {}
   absl::Status Run(const ExecContext& ctx) override {
     WithWordType(word_bytes_, [&](auto word) {

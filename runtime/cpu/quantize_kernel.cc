@@ -141,6 +141,7 @@ struct QuantSpec {
 
 class QuantizeKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   explicit QuantizeKernel(QuantSpec spec) : q_(std::move(spec)) {}
 
   absl::Status Run(const ExecContext& ctx) override {

@@ -92,6 +92,7 @@ struct RnnSlots {
 
 class RecurrentKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   RecurrentKernel(RnnShape s, RnnSlots io, std::vector<float> wt, std::vector<float> rt,
                   std::vector<float> b, std::vector<float> p)
       : s_(std::move(s)), io_(io), rt_(std::move(rt)), b_(std::move(b)), p_(std::move(p)) {

@@ -114,6 +114,7 @@ struct DimRun {
 
 class ReduceKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   ReduceKernel(int in, int out, Kind kind, std::vector<DimRun> runs, int64_t outputs, int64_t count)
       : in_(in), out_(out), kind_(kind), runs_(std::move(runs)), outputs_(outputs),
         count_(count) {}

@@ -26,6 +26,7 @@ struct AxisPass {
 
 class InterpKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   InterpKernel(int in, int out, std::vector<AxisPass> passes, float extrapolation)
       : in_(in), out_(out), passes_(std::move(passes)), extrapolation_(extrapolation) {
     size_t largest = 0;

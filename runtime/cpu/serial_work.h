@@ -24,6 +24,8 @@ class SerialKernel : public CpuKernel {
  public:
   explicit SerialKernel(std::unique_ptr<CpuKernel> inner) : inner_(std::move(inner)) {}
   bool is_fallback() const override { return inner_->is_fallback(); }
+  // Built and run on one thread whatever the team (a oneDNN primitive inside was created so).
+  bool follows_team() const override { return true; }
   absl::Status Run(const ExecContext& ctx) override;
 
  private:

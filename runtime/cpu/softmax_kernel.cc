@@ -30,6 +30,7 @@ KILN_ISA_VERSIONS(void, SoftmaxLine, (const float* x, float* y, int64_t n, int64
 
 class SoftmaxKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   SoftmaxKernel(int in, int out, int64_t outer, int64_t n, int64_t inner)
       : in_(in), out_(out), outer_(outer), n_(n), inner_(inner) {}
 

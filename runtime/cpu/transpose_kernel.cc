@@ -13,6 +13,7 @@ namespace {
 
 class TransposeKernel : public WordKernel<TransposeKernel> {
  public:
+  bool follows_team() const override { return true; }
   TransposeKernel(int in, int out, std::vector<int64_t> out_shape, std::vector<int64_t> in_strides,
                   size_t elem, int64_t start = 0)
       : WordKernel(elem),
@@ -56,6 +57,12 @@ class TransposeKernel : public WordKernel<TransposeKernel> {
 class KernelGroup : public CpuKernel {
  public:
   explicit KernelGroup(std::vector<std::unique_ptr<CpuKernel>> parts) : parts_(std::move(parts)) {}
+  bool follows_team() const override {
+    for (const auto& p : parts_) {
+      if (!p->follows_team()) return false;
+    }
+    return true;
+  }
   absl::Status Run(const ExecContext& ctx) override {
     for (auto& p : parts_) RETURN_IF_ERROR(p->Run(ctx));
     return absl::OkStatus();

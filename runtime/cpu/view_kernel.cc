@@ -11,6 +11,7 @@ namespace {
 
 class ViewKernel : public CpuKernel {
  public:
+  bool follows_team() const override { return true; }
   ViewKernel(int in, int out, size_t bytes) : in_(in), out_(out), bytes_(bytes) {}
   absl::Status Run(const ExecContext& ctx) override {
     if (ctx.ptrs[in_] != ctx.ptrs[out_] && bytes_ > 0) {

@@ -12,6 +12,7 @@ namespace {
 
 class WhereKernel : public WordKernel<WhereKernel> {
  public:
+  bool follows_team() const override { return true; }
   WhereKernel(std::array<int, 3> in, int out, std::vector<int64_t> shape,
               std::array<std::vector<int64_t>, 3> strides, size_t elem)
       : WordKernel(elem),

@@ -1,7 +1,10 @@
 #include "server/generate/step_lanes.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
+
+#include "runtime/run_width.h"
 
 namespace kiln::server::generate {
 
@@ -22,6 +25,9 @@ StepLanes::~StepLanes() {
 
 void StepLanes::Run(size_t count, const std::function<void(size_t job, int lane)>& job) {
   if (threads_.empty() || count <= 1) {
+    // A job alone leaves the other lanes' cores idle: its engine runs may take them.
+    std::optional<runtime::ScopedRunWidth> wide;
+    if (!threads_.empty()) wide.emplace(runtime::ScopedRunWidth::kWidest);
     for (size_t i = 0; i < count; ++i) job(i, 0);
     return;
   }

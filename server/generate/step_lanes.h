@@ -31,8 +31,9 @@ class StepLanes {
   int lanes() const { return static_cast<int>(threads_.size()) + 1; }
   // Runs job(i, lane) once for each i in [0, count), in order of i as lanes come free, and
   // returns when all have finished. With one lane (or one job) they run on the caller's
-  // thread, one after the other. The first exception a job throws is rethrown here, after
-  // every other job has finished.
+  // thread, one after the other; a single job of several lanes runs inside a widest
+  // runtime::ScopedRunWidth (its engines may use the idle lanes' cores, run_width.h). The first
+  // exception a job throws is rethrown here, after every other job has finished.
   void Run(size_t count, const std::function<void(size_t job, int lane)>& job);
 
  private:

@@ -45,6 +45,7 @@ void FillEngines(const ModelVersion& mv, v1::ModelInfo* out) {
     e->set_layout(info.layout);
     e->set_tune_ms(info.tune_ms);
     e->set_threads(info.threads);
+    e->set_max_threads(info.max_threads);
     for (const std::string& t : info.fallback_op_types) e->add_fallback_op_types(t);
     for (const std::string& t : info.slow_ops) e->add_slow_ops(t);
     e->set_isa(info.isa);

@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& 
                                                              const std::string& layout,
                                                              const CompiledGraph& compiled,
                                                              Threads tuned) {
-  int threads = CpuThreadsPerInstance(config);
+  int threads = CpuBuildThreads(config);
   bool tune_threads = config.cpu_threads == 0;
   if (tune_threads && tuned != Threads::kNotTuned) {
     tune_threads = false;
@@ -28,8 +28,34 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(const ModelConfig& 
   // second one would only cost time (ResNet-50: one more inference per bucket; ViT-L/16 at
   // AVX2: ~8 s at batch 8). Tuning warms the candidates it times itself (tune.cc).
   const bool warm_up = !config.warmup.enabled;
+  const int run_threads = config.cpu_wide_runs ? CpuThreadsPerInstance(config) : 0;
   return BuildEngine(config.device, layout, threads, tune_threads, compiled, warm_up,
-                     config.cpu_winograd);
+                     config.cpu_winograd, run_threads);
+}
+
+ModelConfig ShapeBuildConfig(const ModelConfig& config, const BuiltModel& base,
+                             const std::map<std::string, int64_t>& dims, int64_t bucket,
+                             bool check) {
+  ModelConfig c = config;
+  c.dynamic_dims = dims;
+  c.dynamic_dim_ranges = base.signature.dim_ranges;  // known: no probing per shape
+  c.batch_buckets = {bucket};
+  c.max_batch_size = bucket;
+  c.shape_classes = "off";                   // proven (or refused) once, by the model's own build
+  c.precision.start = base.check.precision;  // the model's check's verdict
+  c.precision.calibration = base.calibration;
+  c.precision.int8_noise_kept = base.int8_noise_kept;
+  if (!check) c.warmup.enabled = false;
+  c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
+  if (!base.engines.empty() && !base.engines.begin()->second.empty()) {
+    const runtime::EngineInfo& first = base.engines.begin()->second[0]->info();
+    if (c.cpu_layout == "tune" && !first.layout.empty()) c.cpu_layout = first.layout;
+    if (c.cpu_threads == 0 && first.threads > 0) c.cpu_threads = first.threads;
+    // Built wide where the first engine was (ApplyWideRuns decided it at the model's load;
+    // not where that engine settled on one thread or could not change its team per run).
+    c.cpu_wide_runs = first.max_threads > first.threads;
+  }
+  return c;
 }
 
 std::string LayoutFor(const EngineCacheEntry& e, const ModelConfig& config) {

@@ -24,6 +24,12 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> FirstEngine(
     const ModelConfig& config, const std::string& layout, const CompiledGraph& compiled,
     EngineCacheEntry::Threads tuned = EngineCacheEntry::Threads::kNotTuned);
 
+// The config a shape's engines build from (BuildShapeEngines): `dims` bound, one bucket, the
+// checks' verdicts, and the layout, threads and wide runs the model's first engine settled on.
+ModelConfig ShapeBuildConfig(const ModelConfig& config, const BuiltModel& base,
+                             const std::map<std::string, int64_t>& dims, int64_t bucket,
+                             bool check);
+
 // The layout a cache entry's engine is built with: a tuned layout is reused (the measurement
 // was made for this model, batch and CPU).
 std::string LayoutFor(const EngineCacheEntry& e, const ModelConfig& config);

@@ -100,7 +100,7 @@ std::optional<EngineCacheEntry> EntryFor(const BucketResult& r, const CheckSumma
   e.checked = config.warmup.enabled;
   e.engine_layout = r.engine->info().layout;
   if (config.cpu_threads == 0) {  // FirstEngine measured one thread against the team
-    const bool one = r.engine->info().threads == 1 && CpuThreadsPerInstance(config) > 1;
+    const bool one = r.engine->info().max_threads == 1 && CpuBuildThreads(config) > 1;
     e.engine_threads = one ? Threads::kOne : Threads::kTeam;
   }
   for (const auto& [name, t] : want) {

@@ -45,6 +45,20 @@ ModelSignature DeclaredSignature(const Graph& model) {
   return sig;
 }
 
+std::string ApplyWideRuns(const Graph& model, ModelConfig& config) {
+  if (config.generation.mode == "off" || config.instances < 2 || config.cpu_threads != 0 ||
+      config.device != "cpu") {
+    return "";
+  }
+  if (!generate::FindDecoderContract(DeclaredSignature(model), config.generation.tensors).ok()) {
+    return "";
+  }
+  config.cpu_wide_runs = true;
+  return absl::StrCat("wide runs: engines built on ", CpuBuildThreads(config),
+                      " threads, each step on ", CpuThreadsPerInstance(config),
+                      " while several run side by side, on all when one runs alone");
+}
+
 std::string ApplyDecoderDims(const Graph& model, ModelConfig& config) {
   if (config.generation.mode == "off") return "";
   absl::StatusOr<generate::DecoderContract> c =

@@ -33,4 +33,10 @@ ModelSignature DeclaredSignature(const Graph& model);
 // Returns what it chose for the load log ("" when it left the config alone).
 std::string ApplyDecoderDims(const Graph& model, ModelConfig& config);
 
+// Sets config.cpu_wide_runs for a decoder the generation loop serves with several instances
+// on the CPU, each engine's team left to kilnd (cpu_threads 0): its engines are built on every
+// core, run on their share, and a step the loop runs alone takes every core. Returns what it
+// chose for the load log ("" when it left the config alone).
+std::string ApplyWideRuns(const Graph& model, ModelConfig& config);
+
 }  // namespace kiln::server

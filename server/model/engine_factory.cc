@@ -19,15 +19,14 @@ std::string DeviceFingerprint(const std::string& device) {
   return b.ok() ? (*b)->Fingerprint(device) : device;
 }
 
-absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(const std::string& device,
-                                                             const std::string& cpu_layout,
-                                                             int cpu_threads, bool tune_threads,
-                                                             const CompiledGraph& compiled,
-                                                             bool warm_up, bool winograd) {
+absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(
+    const std::string& device, const std::string& cpu_layout, int cpu_threads, bool tune_threads,
+    const CompiledGraph& compiled, bool warm_up, bool winograd, int cpu_run_threads) {
   ASSIGN_OR_RETURN(const runtime::Backend* backend, runtime::FindBackend(device));
   runtime::BuildOptions options;
   options.layout = cpu_layout;
   options.threads = cpu_threads;
+  options.run_threads = cpu_run_threads;
   options.tune_threads = tune_threads;
   options.warm_up = warm_up;
   options.winograd = winograd;

@@ -34,6 +34,7 @@ std::string DeviceFingerprint(const std::string& device);
 // check) may skip it. winograd (cpu): ModelConfig::cpu_winograd.
 absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildEngine(
     const std::string& device, const std::string& cpu_layout, int cpu_threads, bool tune_threads,
-    const CompiledGraph& compiled, bool warm_up = true, bool winograd = true);
+    const CompiledGraph& compiled, bool warm_up = true, bool winograd = true,
+    int cpu_run_threads = 0);
 
 }  // namespace kiln::server

@@ -419,11 +419,12 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
     // once, and alike).
     const std::string& chosen = r.engine->info().layout;
     const std::string layout = chosen.empty() ? config.cpu_layout : chosen;
-    const int threads =
-        r.engine->info().threads > 0 ? r.engine->info().threads : CpuThreadsPerInstance(config);
+    const runtime::EngineInfo& first = r.engine->info();
+    const int threads = first.max_threads > 0 ? first.max_threads : CpuBuildThreads(config);
+    const int run_threads = first.threads < threads ? first.threads : 0;  // built wide
     for (int i = 1; i < config.instances; ++i) {
       ASSIGN_OR_RETURN(auto extra, BuildEngine(config.device, layout, threads, false, r.compiled,
-                                               true, config.cpu_winograd));
+                                               true, config.cpu_winograd, run_threads));
       instances.push_back(std::move(extra));
     }
     RETURN_IF_ERROR(CheckRowsSplit(*r.engine, m.buckets));
@@ -457,22 +458,7 @@ absl::StatusOr<BuiltModel> BuildModel(const Graph& model, const ModelConfig& giv
 absl::StatusOr<std::vector<std::unique_ptr<runtime::Engine>>> BuildShapeEngines(
     const Graph& model, const ModelConfig& config, const BuiltModel& base,
     const std::map<std::string, int64_t>& dims, int64_t bucket, bool check) {
-  ModelConfig c = config;
-  c.dynamic_dims = dims;
-  c.dynamic_dim_ranges = base.signature.dim_ranges;  // known: no probing per shape
-  c.batch_buckets = {bucket};
-  c.max_batch_size = bucket;
-  c.shape_classes = "off";                   // proven (or refused) once, by the model's own build
-  c.precision.start = base.check.precision;  // the model's check's verdict
-  c.precision.calibration = base.calibration;
-  c.precision.int8_noise_kept = base.int8_noise_kept;
-  if (!check) c.warmup.enabled = false;
-  c.disabled_passes.insert(base.check.disabled_passes.begin(), base.check.disabled_passes.end());
-  if (!base.engines.empty() && !base.engines.begin()->second.empty()) {
-    const runtime::EngineInfo& first = base.engines.begin()->second[0]->info();
-    if (c.cpu_layout == "tune" && !first.layout.empty()) c.cpu_layout = first.layout;
-    if (c.cpu_threads == 0 && first.threads > 0) c.cpu_threads = first.threads;
-  }
+  const ModelConfig c = ShapeBuildConfig(config, base, dims, bucket, check);
   ASSIGN_OR_RETURN(BuiltModel m, BuildModel(model, c, nullptr, {}, base.fold_cache));
   if (m.engines.empty() || m.engines.begin()->second.empty()) {
     return absl::InternalError("the shape's build made no engine");

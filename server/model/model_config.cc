@@ -407,4 +407,10 @@ int CpuThreadsPerInstance(const ModelConfig& config, unsigned cores) {
   return std::max(1, static_cast<int>(cores) / std::max(1, config.instances));
 }
 
+int CpuBuildThreads(const ModelConfig& config, unsigned cores) {
+  if (cores == 0) cores = std::max(1u, std::thread::hardware_concurrency());
+  const int narrow = CpuThreadsPerInstance(config, cores);
+  return config.cpu_wide_runs ? std::max(narrow, static_cast<int>(cores)) : narrow;
+}
+
 }  // namespace kiln::server

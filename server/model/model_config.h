@@ -76,6 +76,11 @@ struct ModelConfig {
   // cpu device: OpenMP threads per engine instance; 0: the cores divided among the instances
   // (at least 1), so instances running at once do not oversubscribe the machine.
   int cpu_threads = 0;
+  // Set at load (never read from YAML): a decoder served by several instances builds each
+  // engine on every core and runs it on CpuThreadsPerInstance unless its generation loop runs
+  // a step alone (runtime/run_width.h): one stream then decodes on every core, many streams
+  // run side by side on their share.
+  bool cpu_wide_runs = false;
   OptLevel opt_level = OptLevel::kO2;
   std::set<std::string> disabled_passes;
   WarmupConfig warmup;
@@ -124,5 +129,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& yaml, const Mode
 absl::Status FinalizeModelConfig(ModelConfig& config);
 // cpu_threads, or the cores (`cores`, 0: this machine's) divided among the instances.
 int CpuThreadsPerInstance(const ModelConfig& config, unsigned cores = 0);
+// The threads an engine is built with: every core with cpu_wide_runs, else
+// CpuThreadsPerInstance.
+int CpuBuildThreads(const ModelConfig& config, unsigned cores = 0);
 
 }  // namespace kiln::server

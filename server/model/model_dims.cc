@@ -39,6 +39,8 @@ absl::Status BindConfigDims(Graph& g, ModelConfig& config, const WarmupSamples& 
   RETURN_IF_ERROR(shape::BindInputDims(g, fixed));
   const std::string decoder = ApplyDecoderDims(g, config);
   if (!decoder.empty()) spdlog::info("{}", decoder);
+  const std::string wide = ApplyWideRuns(g, config);
+  if (!wide.empty()) spdlog::info("{}", wide);
   RETURN_IF_ERROR(ResolveDimProfiles(g, config, SampleDims(samples, g)));
   if (config.dynamic_dims.empty()) return absl::OkStatus();
   std::set<std::string> seen;

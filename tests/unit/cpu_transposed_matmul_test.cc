@@ -117,5 +117,20 @@ TEST(CpuTransposedMatMul, FewRowsWithBroadcastKeysAndTailsAndManyRows) {
   }
 }
 
+// The values' product of a decode step (one query row per head times the cached values as they
+// are stored) reads them where they are, a few rows sharing each read: rows 1 to 5 (one
+// group of four and a tail), values broadcast over the query heads of a group, and a head
+// size with tails at every vector width; 9 rows take the GEMM, with the same answer.
+TEST(CpuTransposedMatMul, FewRowsTimesValuesAsStoredEveryGroupAndTail) {
+  for (int64_t rows : {1, 3, 5, 9}) {
+    SCOPED_TRACE(rows);
+    GraphBuilder b;
+    Value* p = b.Input("p", DType::kFloat32, {2, 3, rows, 77});
+    Value* v = b.Input("v", DType::kFloat32, {2, 1, 77, 20});
+    b.Output(b.Op("MatMul", {p, v}));
+    ExpectFoldedAndExact(b.Build(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -6,7 +6,9 @@
 
 #include "compiler/shape/infer.h"
 #include "ir/builder.h"
+#include "server/model/bucket_engines.h"
 #include "server/model/decoder_dims.h"
+#include "tests/unit/info_engine.h"
 
 namespace kiln::server {
 namespace {
@@ -90,6 +92,68 @@ TEST(DecoderDims, LeavesWhatTheConfigSaysGenerationOffAndModelsThatAreNoDecoder)
   ModelConfig no_cache;
   EXPECT_EQ(ApplyDecoderDims(*Decoder(kTable, /*with_past=*/false), no_cache), "");
   EXPECT_TRUE(no_cache.dynamic_dim_ranges.empty());
+}
+
+// A decoder served by several instances with the team left to kilnd is built on every core
+// and run on its share (config.cpu_wide_runs); one instance, an explicit cpu_threads,
+// generation off, another device or a model that is no decoder keep the narrow build.
+TEST(WideRuns, OnlyADecoderOfSeveralInstancesWithItsTeamLeftToKilndRunsWide) {
+  ModelConfig two;
+  two.instances = 2;
+  EXPECT_NE(ApplyWideRuns(*Decoder(), two), "");
+  EXPECT_TRUE(two.cpu_wide_runs);
+  EXPECT_EQ(CpuBuildThreads(two, 2), 2);
+  EXPECT_EQ(CpuThreadsPerInstance(two, 2), 1);
+  EXPECT_EQ(CpuBuildThreads(two, 8), 8);
+  ModelConfig one;
+  EXPECT_EQ(ApplyWideRuns(*Decoder(), one), "");
+  ModelConfig pinned = two;
+  pinned.cpu_wide_runs = false;
+  pinned.cpu_threads = 1;
+  EXPECT_EQ(ApplyWideRuns(*Decoder(), pinned), "");
+  ModelConfig off = pinned;
+  off.cpu_threads = 0;
+  off.generation.mode = "off";
+  EXPECT_EQ(ApplyWideRuns(*Decoder(), off), "");
+  ModelConfig gpu = off;
+  gpu.generation.mode = "auto";
+  gpu.device = "cuda:0";
+  EXPECT_EQ(ApplyWideRuns(*Decoder(), gpu), "");
+  ModelConfig no_cache = gpu;
+  no_cache.device = "cpu";
+  EXPECT_EQ(ApplyWideRuns(*Decoder(kTable, /*with_past=*/false), no_cache), "");
+  for (const ModelConfig* c : {&one, &pinned, &off, &gpu, &no_cache}) {
+    EXPECT_FALSE(c->cpu_wide_runs);
+    EXPECT_EQ(CpuBuildThreads(*c, 2), CpuThreadsPerInstance(*c, 2));
+  }
+}
+
+std::unique_ptr<runtime::Engine> Settled(int threads, int max_threads) {
+  runtime::EngineInfo info;
+  info.threads = threads;
+  info.max_threads = max_threads;
+  info.layout = "primitive";
+  return std::make_unique<testing_util::InfoEngine>(info);
+}
+
+// A shape's engines (the generation loop's shape classes) build from the model's config,
+// which never went through ApplyWideRuns: they are wide where the model's first engine is,
+// at its run team, and narrow where it settled on one thread or could not change its team.
+TEST(WideRuns, AShapesEnginesAreBuiltWideWhereTheModelsFirstEngineIs) {
+  ModelConfig config;
+  config.instances = 2;
+  BuiltModel base;
+  base.engines[1].push_back(Settled(/*threads=*/1, /*max_threads=*/2));
+  ModelConfig c = ShapeBuildConfig(config, base, {{"sequence", 64}}, 1, false);
+  EXPECT_TRUE(c.cpu_wide_runs);
+  EXPECT_EQ(c.cpu_threads, 1);
+  EXPECT_EQ(c.cpu_layout, "primitive");
+  EXPECT_EQ(CpuBuildThreads(c, 2), 2);
+  EXPECT_EQ(CpuThreadsPerInstance(c, 2), 1);
+  base.engines[1][0] = Settled(1, 1);  // settled on one thread
+  EXPECT_FALSE(ShapeBuildConfig(config, base, {{"sequence", 64}}, 1, false).cpu_wide_runs);
+  config.cpu_wide_runs = true;  // whatever the config carried, the first engine decides
+  EXPECT_FALSE(ShapeBuildConfig(config, base, {{"sequence", 64}}, 1, false).cpu_wide_runs);
 }
 
 }  // namespace

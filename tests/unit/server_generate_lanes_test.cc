@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/run_width.h"
 #include "server/generate/step_lanes.h"
 #include "tests/unit/generate_toy_loop.h"
 
@@ -55,6 +56,37 @@ TEST(StepLanes, OneLaneRunsTheJobsInOrderOnTheCallersThread) {
     order.push_back(job);
   });
   EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4}));
+}
+
+// A job alone leaves the other lanes idle, so its engine runs may take their cores
+// (runtime/run_width.h); jobs side by side keep each engine's own (narrow) team, and one lane
+// has no idle cores to lend.
+TEST(StepLanes, AJobAloneRunsWidenedAndJobsSideBySideDoNot) {
+  StepLanes two(2);
+  std::vector<int> widths(3, -1);
+  two.Run(1, [&](size_t job, int) { widths[job] = runtime::RunWidth(); });
+  EXPECT_EQ(widths[0], runtime::ScopedRunWidth::kWidest);
+  EXPECT_EQ(runtime::RunWidth(), 0);  // the scope ends with the Run
+  two.Run(3, [&](size_t job, int) { widths[job] = runtime::RunWidth(); });
+  for (int w : widths) EXPECT_EQ(w, 0);
+  StepLanes one(1);
+  one.Run(1, [&](size_t job, int) { widths[job] = runtime::RunWidth(); });
+  EXPECT_EQ(widths[0], 0);
+}
+
+TEST(RunWidth, ScopesNestAndRestoreTheEnclosingWidth) {
+  EXPECT_EQ(runtime::RunWidth(), 0);
+  {
+    runtime::ScopedRunWidth outer(runtime::ScopedRunWidth::kWidest);
+    EXPECT_EQ(runtime::RunWidth(), runtime::ScopedRunWidth::kWidest);
+    {
+      runtime::ScopedRunWidth inner(0);  // below one is one thread
+      EXPECT_EQ(runtime::RunWidth(), 1);
+    }
+    EXPECT_EQ(runtime::RunWidth(), runtime::ScopedRunWidth::kWidest);
+    std::thread([] { EXPECT_EQ(runtime::RunWidth(), 0); }).join();  // per thread
+  }
+  EXPECT_EQ(runtime::RunWidth(), 0);
 }
 
 TEST(StepLanes, AJobsExceptionIsRethrownAfterTheOthersFinish) {

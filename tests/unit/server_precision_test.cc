@@ -18,6 +18,7 @@
 #include "server/model/model_config.h"
 #include "server/model/precision.h"
 #include "server/model/precision_speed.h"
+#include "tests/unit/info_engine.h"
 #include "tests/unit/test_tensors.h"
 
 namespace kiln::server {
@@ -275,30 +276,19 @@ TEST(PrecisionAuto, TheLadderAndTheRivals) {
 }
 
 // An engine that only reports how many bf16 (and int8) products it has.
-class InfoEngine : public runtime::Engine {
- public:
-  explicit InfoEngine(int bf16_ops, int int8_ops = 0) {
-    info_.bf16_ops = bf16_ops;
-    info_.int8_ops = int8_ops;
-  }
-  const runtime::EngineInfo& info() const override { return info_; }
-  const std::vector<runtime::TensorSpec>& inputs() const override { return specs_; }
-  const std::vector<runtime::TensorSpec>& outputs() const override { return specs_; }
-  absl::Status Run(const std::vector<Tensor>&, std::vector<Tensor>&) override {
-    return absl::OkStatus();
-  }
-
- private:
-  runtime::EngineInfo info_;
-  std::vector<runtime::TensorSpec> specs_;
-};
+runtime::EngineInfo Products(int bf16_ops, int int8_ops = 0) {
+  runtime::EngineInfo info;
+  info.bf16_ops = bf16_ops;
+  info.int8_ops = int8_ops;
+  return info;
+}
 
 // Each bucket reports the ladder step it was compiled at, so a model whose batch 1 passed at
 // bf16 and whose batch 8 fell back to bf16-mixed says both (not the last step for all).
 TEST(PrecisionOf, NamesEachBucketsStepWhenTheyDiffer) {
-  EXPECT_EQ(BucketPrecision(InfoEngine(12), "bf16-mixed"), "bf16-mixed");
+  EXPECT_EQ(BucketPrecision(testing_util::InfoEngine(Products(12)), "bf16-mixed"), "bf16-mixed");
   // Negative: a bucket compiled at bf16 whose engine has no bf16 product computes float32.
-  EXPECT_EQ(BucketPrecision(InfoEngine(0), "bf16"), "float32");
+  EXPECT_EQ(BucketPrecision(testing_util::InfoEngine(Products(0)), "bf16"), "float32");
   EXPECT_EQ(PrecisionOf({}), "float32");
   EXPECT_EQ(PrecisionOf({{1, "bf16"}, {8, "bf16"}}), "bf16");
   EXPECT_EQ(PrecisionOf({{1, "float32"}, {8, "float32"}}), "float32");
@@ -306,18 +296,19 @@ TEST(PrecisionOf, NamesEachBucketsStepWhenTheyDiffer) {
             "bf16 (batch 1, 2), bf16-mixed (batch 8)");
   EXPECT_EQ(PrecisionOf({{1, "bf16"}, {4, "float32"}, {8, "bf16-mixed"}}),
             "bf16 (batch 1), bf16-mixed (batch 8), float32 (batch 4)");
-  EXPECT_EQ(BucketPrecision(InfoEngine(0, 3), "int8"), "int8");
-  EXPECT_EQ(BucketPrecision(InfoEngine(0, 0), "int8"), "float32");
-  EXPECT_EQ(BucketPrecision(InfoEngine(0, 3), "float32"), "float32");  // a QDQ model's own
+  EXPECT_EQ(BucketPrecision(testing_util::InfoEngine(Products(0, 3)), "int8"), "int8");
+  EXPECT_EQ(BucketPrecision(testing_util::InfoEngine(Products(0, 0)), "int8"), "float32");
+  EXPECT_EQ(BucketPrecision(testing_util::InfoEngine(Products(0, 3)), "float32"),
+            "float32");  // a QDQ model's own
   EXPECT_EQ(PrecisionOf({{1, "int8"}, {8, "bf16"}}), "int8 (batch 1), bf16 (batch 8)");
   // A precision outside the ladder is named too, after it.
   EXPECT_EQ(PrecisionOf({{1, "bf16"}, {2, "fp16"}}), "bf16 (batch 1), fp16 (batch 2)");
 }
 
 // An engine whose run takes `ms` (sleeping), with one float input.
-class SleepEngine : public InfoEngine {
+class SleepEngine : public testing_util::InfoEngine {
  public:
-  explicit SleepEngine(double ms) : InfoEngine(1), ms_(ms) {
+  explicit SleepEngine(double ms) : testing_util::InfoEngine(Products(1)), ms_(ms) {
     specs_.push_back({"x", DType::kFloat32, {2, 3}});
   }
   const std::vector<runtime::TensorSpec>& inputs() const override { return specs_; }
