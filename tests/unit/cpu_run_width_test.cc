@@ -120,6 +120,31 @@ TEST(CpuRunWidth, OneRowPerEntryWithAResidualOnKilnsGemm) {
   }
 }
 
+// A decode step's attention values (probabilities of 5 query rows per head times the cached
+// values as stored): in an engine built wide they are axpys over the values' rows (oneDNN's
+// matmul would pin the engine's team), at every ISA level.
+TEST(CpuRunWidth, AttentionValuesAsStoredFollowTheTeam) {
+  GraphBuilder b;
+  Value* p = b.Input("p", DType::kFloat32, {2, 3, 5, 77});
+  Value* v = b.Input("v", DType::kFloat32, {2, 3, 77, 40});
+  b.Output(b.Op("MatMul", {p, v}));
+  auto g = b.Build();
+  CompiledGraph keep = std::move(*CompileGraph(*g, {}));
+  auto engine = std::move(*cpu::BuildCpuEngine(keep, WideOptions()));
+  EXPECT_EQ(engine->info().max_threads, 2);
+  const Tensor pt = Random({2, 3, 5, 77}, 61), vt = Random({2, 3, 77, 40}, 62);
+  std::vector<Tensor> outs;
+  runtime::ScopedRunWidth widest(runtime::ScopedRunWidth::kWidest);
+  ASSERT_TRUE(engine->Run({pt, vt}, outs).ok());
+  auto want = ref::Run(*g, {{"p", pt}, {"v", vt}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  const Tensor& w = want->begin()->second;
+  ASSERT_EQ(w.shape(), outs[0].shape());
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    ASSERT_NEAR(outs[0].GetDouble(i), w.GetDouble(i), 1e-5 + 1e-4 * std::abs(w.GetDouble(i))) << i;
+  }
+}
+
 TEST(CpuRunWidth, WithoutRunThreadsTheEngineRunsAtItsTeamAndACallerMayNarrowIt) {
   auto g = ProductsGraph();
   CompiledGraph keep = std::move(*CompileGraph(*g, {}));
