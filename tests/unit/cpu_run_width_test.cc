@@ -64,6 +64,19 @@ std::pair<Tensor, int> RunOnce(runtime::Engine& engine, const Tensor& in) {
   return {outs.at(0), omp_get_max_threads()};
 }
 
+// `got` against the reference interpreter's single output of `g` on `feed`, element by
+// element within atol + 1e-4 relative.
+void ExpectLikeReference(const Tensor& got, const Graph& g, const ref::TensorMap& feed,
+                         double atol) {
+  auto want = ref::Run(g, feed);
+  ASSERT_TRUE(want.ok()) << want.status();
+  const Tensor& w = want->begin()->second;
+  ASSERT_EQ(w.shape(), got.shape());
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    ASSERT_NEAR(got.GetDouble(i), w.GetDouble(i), atol + 1e-4 * std::abs(w.GetDouble(i))) << i;
+  }
+}
+
 bool SameBits(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
@@ -88,13 +101,7 @@ TEST(CpuRunWidth, AnEngineOfOwnKernelsRunsNarrowUnlessTheCallerWidens) {
   EXPECT_EQ(wide.second, 2);  // no more than the engine was built for
   // The teams split rows and columns, never a sum: the same bits either way.
   EXPECT_TRUE(SameBits(narrow, wide.first));
-  auto want = ref::Run(*keep.graph, {{"x", in}});
-  ASSERT_TRUE(want.ok()) << want.status();
-  const Tensor& w = want->begin()->second;
-  ASSERT_EQ(w.shape(), narrow.shape());
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    ASSERT_NEAR(narrow.GetDouble(i), w.GetDouble(i), 1e-6 + 1e-4 * std::abs(w.GetDouble(i))) << i;
-  }
+  ExpectLikeReference(narrow, *keep.graph, {{"x", in}}, 1e-6);
   EXPECT_EQ(RunOnce(engine, in).second, 1);  // the scope ended: narrow again
 }
 
@@ -111,13 +118,7 @@ TEST(CpuRunWidth, OneRowPerEntryWithAResidualOnKilnsGemm) {
   const Tensor narrow = RunOnce(*engine, in).first;
   runtime::ScopedRunWidth widest(runtime::ScopedRunWidth::kWidest);
   EXPECT_TRUE(SameBits(narrow, RunOnce(*engine, in).first));
-  auto want = ref::Run(*g, {{"x", in}});
-  ASSERT_TRUE(want.ok()) << want.status();
-  const Tensor& w = want->begin()->second;
-  ASSERT_EQ(w.shape(), narrow.shape());
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    ASSERT_NEAR(narrow.GetDouble(i), w.GetDouble(i), 1e-5 + 1e-4 * std::abs(w.GetDouble(i))) << i;
-  }
+  ExpectLikeReference(narrow, *g, {{"x", in}}, 1e-5);
 }
 
 // A decode step's attention values (probabilities of 5 query rows per head times the cached
@@ -136,13 +137,7 @@ TEST(CpuRunWidth, AttentionValuesAsStoredFollowTheTeam) {
   std::vector<Tensor> outs;
   runtime::ScopedRunWidth widest(runtime::ScopedRunWidth::kWidest);
   ASSERT_TRUE(engine->Run({pt, vt}, outs).ok());
-  auto want = ref::Run(*g, {{"p", pt}, {"v", vt}});
-  ASSERT_TRUE(want.ok()) << want.status();
-  const Tensor& w = want->begin()->second;
-  ASSERT_EQ(w.shape(), outs[0].shape());
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    ASSERT_NEAR(outs[0].GetDouble(i), w.GetDouble(i), 1e-5 + 1e-4 * std::abs(w.GetDouble(i))) << i;
-  }
+  ExpectLikeReference(outs[0], *g, {{"p", pt}, {"v", vt}}, 1e-5);
 }
 
 TEST(CpuRunWidth, WithoutRunThreadsTheEngineRunsAtItsTeamAndACallerMayNarrowIt) {
