@@ -38,7 +38,7 @@ struct Cursor {
   int64_t out_offset = 0;       // a strided output's (OutputView) current row
 };
 
-class ElementwiseKernel : public CpuKernel {
+class ElementwiseKernel : public SharedKernel {
  public:
   bool follows_team() const override { return true; }
   // `out_dtype`: float32, or the integer type a final kQuantize instruction stores.
@@ -56,6 +56,7 @@ class ElementwiseKernel : public CpuKernel {
     inner_ = shape_.back();
     cursors_.resize(static_cast<size_t>(std::max(1, threads)));
     for (const Operand& o : in_) row_loads_ = row_loads_ || (o.used && !o.dense);
+    if (out_dtype_ == DType::kFloat32) affine_ = ew::MatchAffineChain(prog_, in_.size());
     for (const Instr& i : prog_) {
       if (i.op == Op::kQuantize || i.op == Op::kDequantize) tile_ = kQuantTile;
     }
@@ -71,54 +72,73 @@ class ElementwiseKernel : public CpuKernel {
     }
   }
 
-  // The output is cut into units (a tile of packed short rows, or one tile of a long row);
-  // each thread takes a contiguous range of units with its own cursor. Units never share
-  // an output element, and each reads its inputs before writing, so in-place stays safe.
+  // Each thread takes a contiguous range of units (see Units) with its own cursor.
   absl::Status Run(const ExecContext& ctx) override {
     const int64_t total = NumElements(shape_);
     if (total == 0) return absl::OkStatus();
-    char* y = static_cast<char*>(ctx.ptrs[out_]);
-    const int64_t rows = total / inner_;
-    const bool strided = !view_.strides.empty();  // rows apart in the output: never packed
-    if (inner_ <= tile_ / 4 && !strided) {
-      // Short rows (attention scores, [.., 16]): a tile spans whole rows, so the program
-      // is dispatched once per tile, not once per row.
-      const int64_t per = tile_ / inner_;
-      ForEachChunk((rows + per - 1) / per, total >= kParallelElements,
-                   static_cast<int>(cursors_.size()), [&](int t, int64_t u0, int64_t u1) {
-                     Cursor& c = cursors_[t];
-                     Seek(c, u0 * per);
-                     for (int64_t u = u0; u < u1; ++u) {
-                       const int64_t r0 = u * per, k = std::min(per, rows - r0);
-                       LoadRows(ctx, c, r0, k);
-                       Compute(c, y + r0 * inner_ * out_size_, k * inner_);
-                     }
-                   });
-      return absl::OkStatus();
-    }
-    const int64_t tiles = (inner_ + tile_ - 1) / tile_;  // per row
-    ForEachChunk(rows * tiles, total >= kParallelElements, static_cast<int>(cursors_.size()),
-                 [&](int t, int64_t u0, int64_t u1) {
-                   Cursor& c = cursors_[t];
-                   int64_t row = u0 / tiles, tile = u0 % tiles;  // no division per tile
-                   Seek(c, row);
-                   std::fill(c.filled.begin(), c.filled.end(), -1);  // inputs change per run
-                   for (int64_t u = u0; u < u1; ++u) {
-                     const int64_t t0 = tile * tile_, n = std::min(tile_, inner_ - t0);
-                     LoadInputs(ctx, c, t0, n);
-                     const int64_t at = strided ? c.out_offset + t0 : row * inner_ + t0;
-                     Compute(c, y + at * out_size_, n);
-                     if (++tile == tiles && u + 1 < u1) {
-                       tile = 0;
-                       ++row;
-                       Advance(c);
-                     }
-                   }
-                 });
+    ForEachChunk(Units(), total >= kParallelElements, static_cast<int>(cursors_.size()),
+                 [&](int t, int64_t u0, int64_t u1) { RunUnits(ctx, t, u0, u1); });
     return absl::OkStatus();
   }
 
+  int64_t Work() const override { return NumElements(shape_); }
+
+  void RunShare(const ExecContext& ctx, int part, int parts) override {
+    const int64_t n = NumElements(shape_) == 0 ? 0 : Units();
+    const int64_t u0 = n * part / parts, u1 = n * (part + 1) / parts;
+    if (u0 < u1) RunUnits(ctx, part, u0, u1);
+  }
+
+  int Shares() const override { return static_cast<int>(cursors_.size()); }
+
  private:
+  // Short rows (attention scores, [.., 16]) are packed several to a tile, so the program is
+  // dispatched once per tile, not once per row; a strided output's rows are apart in memory
+  // and never packed.
+  int64_t RowsPerTile() const {
+    return inner_ <= tile_ / 4 && view_.strides.empty() ? tile_ / inner_ : 0;
+  }
+
+  // The output is cut into units (a tile of packed short rows, or one tile of a long row).
+  // Units never share an output element, and each reads its inputs before writing, so
+  // in-place stays safe with any split.
+  int64_t Units() const {
+    const int64_t rows = NumElements(shape_) / inner_, per = RowsPerTile();
+    return per > 0 ? (rows + per - 1) / per : rows * ((inner_ + tile_ - 1) / tile_);
+  }
+
+  // Units [u0, u1) with thread t's cursor.
+  void RunUnits(const ExecContext& ctx, int t, int64_t u0, int64_t u1) {
+    char* y = static_cast<char*>(ctx.ptrs[out_]);
+    const int64_t rows = NumElements(shape_) / inner_, per = RowsPerTile();
+    Cursor& c = cursors_[t];
+    if (per > 0) {
+      Seek(c, u0 * per);
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t r0 = u * per, k = std::min(per, rows - r0);
+        LoadRows(ctx, c, r0, k);
+        Compute(c, y + r0 * inner_ * out_size_, k * inner_);
+      }
+      return;
+    }
+    const bool strided = !view_.strides.empty();
+    const int64_t tiles = (inner_ + tile_ - 1) / tile_;  // per row
+    int64_t row = u0 / tiles, tile = u0 % tiles;         // no division per tile
+    Seek(c, row);
+    std::fill(c.filled.begin(), c.filled.end(), -1);  // inputs change per run
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t t0 = tile * tile_, n = std::min(tile_, inner_ - t0);
+      LoadInputs(ctx, c, t0, n);
+      const int64_t at = strided ? c.out_offset + t0 : row * inner_ + t0;
+      Compute(c, y + at * out_size_, n);
+      if (++tile == tiles && u + 1 < u1) {
+        tile = 0;
+        ++row;
+        Advance(c);
+      }
+    }
+  }
+
   float* Reg(Cursor& c, size_t r) const { return c.regs.data() + r * tile_; }
 
   // Merges adjacent dims that every operand walks as one (stride[d] == stride[d + 1] *
@@ -234,6 +254,12 @@ class ElementwiseKernel : public CpuKernel {
   // Runs the program over `n` loaded elements; the last result goes to `y` (through its
   // register and a conversion when the output is an integer type).
   void Compute(Cursor& c, void* y, int64_t n) {
+    if (affine_) {
+      const ew::AffineChain& f = *affine_;
+      ew::AffineTile(f, c.ptrs[f.x], f.scale >= 0 ? c.ptrs[f.scale] : nullptr,
+                     f.shift >= 0 ? c.ptrs[f.shift] : nullptr, static_cast<float*>(y), n);
+      return;
+    }
     const bool float_out = out_dtype_ == DType::kFloat32;
     for (size_t i = 0; i < prog_.size(); ++i) {
       const Instr& ins = prog_[i];
@@ -290,13 +316,14 @@ class ElementwiseKernel : public CpuKernel {
   int64_t tile_ = kTile;    // elements per tile (kQuantTile for QDQ programs)
   std::vector<Cursor> cursors_;  // one per thread of the team the engine was built for
   OutputView view_;              // strided output; empty strides: dense
+  std::optional<ew::AffineChain> affine_;  // the program as one pass (float output only)
 };
 
 }  // namespace
 
-std::unique_ptr<CpuKernel> NewElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog,
-                                                int out, std::vector<int64_t> shape,
-                                                DType out_dtype, OutputView view) {
+std::unique_ptr<SharedKernel> NewElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog,
+                                                   int out, std::vector<int64_t> shape,
+                                                   DType out_dtype, OutputView view) {
   return std::make_unique<ElementwiseKernel>(std::move(in), std::move(prog), out, std::move(shape),
                                              omp_get_max_threads(), out_dtype, std::move(view));
 }

@@ -46,13 +46,27 @@ struct OutputView {
   int64_t base = 0;
 };
 
+// A kernel whose work a caller's parallel region may share out instead of its own Run: the
+// pieces of a concatenation's program (elementwise_concat.cc), each too small to be worth a
+// region of its own, run in one region with each thread taking its share of every piece.
+class SharedKernel : public CpuKernel {
+ public:
+  // Elements written per run.
+  virtual int64_t Work() const = 0;
+  // Part `part` of `parts` (part < Shares()), from inside a parallel region; the parts
+  // together do what Run does, and no two write the same element.
+  virtual void RunShare(const ExecContext& ctx, int part, int parts) = 0;
+  // How many parts it may be cut into (the team it was built for).
+  virtual int Shares() const = 0;
+};
+
 // The kernel over `in`, writing slot `out` of `shape` (float32, or the integer type a final
 // kQuantize instruction stores), split across the OpenMP team it is built for.
-std::unique_ptr<CpuKernel> NewElementwiseKernel(std::vector<Operand> in,
-                                                std::vector<ew::Instr> prog, int out,
-                                                std::vector<int64_t> shape,
-                                                DType out_dtype = DType::kFloat32,
-                                                OutputView view = {});
+std::unique_ptr<SharedKernel> NewElementwiseKernel(std::vector<Operand> in,
+                                                   std::vector<ew::Instr> prog, int out,
+                                                   std::vector<int64_t> shape,
+                                                   DType out_dtype = DType::kFloat32,
+                                                   OutputView view = {});
 
 // The instructions of a FusedElementwise node, or of a single element-wise node; nullopt
 // when the kernel cannot run it (the reference then does).

@@ -63,4 +63,25 @@ void StoreIntegers(DType t, const float* a, void* y, int64_t n);
 // vectorized at every ISA level; false (nothing written) for another type.
 bool WidenToFloat(DType t, const void* x, float* y, int64_t n);
 
+// A whole program that is a scale and a shift (in either order, one of them optional) of one
+// operand with an optional ReLU after: an inference BatchNorm that folded into no convolution
+// (a pre-activation network's BatchNorm -> ReLU over a concatenation or a sum), or a
+// residual Add -> ReLU. Run as one pass over the tile instead of an instruction at a time,
+// which reads and writes every intermediate (elementwise_affine.cc).
+struct AffineChain {
+  int x = -1;              // the operand scaled and shifted
+  int scale = -1;          // the operand it is multiplied by; -1: none
+  int shift = -1;          // the operand added; -1: none
+  bool add_first = false;  // (x + shift) * scale rather than x * scale + shift
+  bool relu = false;       // max(., 0) after, NaN kept
+};
+
+// The chain `prog` is, reading only operands below `operands` besides its own results;
+// nullopt for any other program (and for a single instruction, already one pass).
+std::optional<AffineChain> MatchAffineChain(const std::vector<Instr>& prog, size_t operands);
+// y[i] = the chain at i, every operand a tile of n (scale or shift null when absent); rounded
+// as the separate instructions round (no fused multiply-add), so the bits do not change.
+void AffineTile(const AffineChain& f, const float* x, const float* scale, const float* shift,
+                float* y, int64_t n);
+
 }  // namespace kiln::cpu::ew

@@ -22,11 +22,11 @@ Tensor Random(const std::vector<int64_t>& shape, int seed) {
   return testing::SeededUniform(shape, static_cast<uint64_t>(seed));
 }
 
-// x [n, 16, 6, 6]; Concat(conv3x3(x) -> `grown` channels, conv1x1(x) -> 16, x) -> scale
+// x [n, 16, hw, hw]; Concat(conv3x3(x) -> `grown` channels, conv1x1(x) -> 16, x) -> scale
 // (per channel, or per image and channel) -> shift -> Relu -> conv1x1 -> 16 channels.
-std::unique_ptr<Graph> DenseLayer(int64_t n, int64_t grown, bool per_image) {
+std::unique_ptr<Graph> DenseLayer(int64_t n, int64_t grown, bool per_image, int64_t hw = 6) {
   GraphBuilder b;
-  Value* x = b.Input("x", DType::kFloat32, {n, 16, 6, 6});
+  Value* x = b.Input("x", DType::kFloat32, {n, 16, hw, hw});
   Value* a = b.Op("Conv", {x, b.Constant("wa", Random({grown, 16, 3, 3}, 1))},
                   {{"pads", Attribute::Ints({1, 1, 1, 1})}});
   Value* c = b.Op("Conv", {x, b.Constant("wc", Random({16, 16, 1, 1}, 2))});
@@ -74,6 +74,33 @@ TEST(CpuConcatProgram, PiecesWriteTheirSlicesInEveryLayout) {
         }
       }
     }
+  }
+}
+
+// Pieces large enough together for the team (n 8 at 24 x 24: 295K elements written), each
+// taking its share of every piece in one parallel region: the same answer as the reference,
+// on one thread and on two.
+TEST(CpuConcatProgram, PiecesSharedAcrossTheTeamMatchTheReference) {
+  auto g = DenseLayer(8, 32, /*per_image=*/false, /*hw=*/24);
+  CompileOptions co;
+  co.pipeline.level = OptLevel::kO2;
+  auto compiled = CompileGraph(*g, co);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  Tensor x = Random({8, 16, 24, 24}, 7);
+  auto want = ref::Run(*g, {{"x", x}});
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "threads " << threads);
+    cpu::CpuEngineOptions eo;
+    eo.layout = cpu::ActivationLayout::kBlocked;
+    eo.threads = threads;
+    auto engine = cpu::BuildCpuEngine(*compiled, eo);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<Tensor> out;
+    ASSERT_TRUE((*engine)->Run({x}, out).ok());
+    const check::Divergence d =
+        check::CompareTensors(out[0], want->at((*engine)->outputs()[0].name), {1e-3, 1e-4});
+    EXPECT_TRUE(d.ok) << d.message;
   }
 }
 
