@@ -447,6 +447,12 @@ absl::StatusOr<std::unique_ptr<runtime::Engine>> BuildCpuEngine(const CompiledGr
         compiled, [&](const CompiledGraph& part) { return BuildCpuEngine(part, options); }, "cpu",
         layout);
   }
+  if (std::optional<CpuEngineOptions> narrow = NarrowAtOnce(*compiled.graph, options)) {
+    const int team = omp_get_max_threads();  // the calling thread's, which a build sets
+    auto engine = BuildCpuEngine(compiled, *narrow);
+    omp_set_num_threads(team);
+    return engine;
+  }
   auto build_with = [&](const CpuEngineOptions& o, ActivationLayout layout)
       -> absl::StatusOr<std::unique_ptr<runtime::Engine>> {
     ASSIGN_OR_RETURN(auto engine, BuildOne(compiled, o, layout));

@@ -4,6 +4,9 @@
 
 #include <string>
 
+#include "ir/kiln_ops.h"
+#include "runtime/cpu/matmul_spec.h"
+
 namespace kiln::cpu {
 
 absl::Status SerialKernel::Run(const ExecContext& ctx) {
@@ -49,6 +52,26 @@ int64_t EstimatedWork(const Graph& graph) {
   int64_t total = 0;
   for (const auto& n : graph.nodes()) total += NodeWork(*n).value_or(0);
   return total;
+}
+
+std::optional<CpuEngineOptions> NarrowAtOnce(const Graph& graph, const CpuEngineOptions& options) {
+  if (options.run_threads <= 0 || (options.threads > 0 && options.run_threads >= options.threads)) {
+    return std::nullopt;
+  }
+  for (const auto& n : graph.nodes()) {
+    const std::string& op = n->op_type;
+    const bool conv = (n->domain.empty() && (op == "Conv" || op == "ConvTranspose" ||
+                                             op == "QLinearConv" || op == "ConvInteger")) ||
+                      (n->domain == kKilnDomain && op == "FusedConv");
+    const std::optional<MatMulSpec> product = conv ? std::nullopt : ReadMatMulSpec(*n);
+    if (conv || (product && product->bf16)) {
+      CpuEngineOptions narrow = options;
+      narrow.threads = options.run_threads;
+      narrow.run_threads = 0;
+      return narrow;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace kiln::cpu

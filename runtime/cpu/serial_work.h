@@ -8,6 +8,7 @@
 
 #include "ir/graph.h"
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/cpu_engine.h"
 
 namespace kiln::cpu {
 
@@ -18,6 +19,14 @@ std::optional<int64_t> NodeWork(const Node& node);
 bool IsSmallWork(const Node& node);
 // Multiply-adds (or elements) of the whole graph, as IsSmallWork counts them per node.
 int64_t EstimatedWork(const Graph& graph);
+
+// For options asking for runs narrower than the build (run_threads): the options that build
+// at run_threads at once where the graph holds a node the engine always builds on a oneDNN
+// primitive, whose team is fixed when it is created (a convolution, a product with bf16
+// weights), so the engine could not follow a run's team; nullopt otherwise. A primitive this
+// does not foresee (a pool, a binary op) is found after the wide build
+// (CpuEngine::FollowsTeam), which is then built again narrow.
+std::optional<CpuEngineOptions> NarrowAtOnce(const Graph& graph, const CpuEngineOptions& options);
 
 // Runs a kernel with a one-thread OpenMP team (see IsSmallWork).
 class SerialKernel : public CpuKernel {

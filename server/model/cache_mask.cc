@@ -224,10 +224,15 @@ absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& c
   return out;
 }
 
-absl::Status CheckRowsShareLength(const Tensor& mask, int64_t past) {
+absl::Status CheckMaskSpansPast(const Tensor& mask, int64_t past) {
   if (mask.rank() != 2 || past > mask.dim(1)) {
     return absl::InvalidArgumentError("the attention mask is not [rows, past + new positions]");
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRowsShareLength(const Tensor& mask, int64_t past) {
+  RETURN_IF_ERROR(CheckMaskSpansPast(mask, past));
   int64_t first = 0;
   for (int64_t r = 0; r < mask.dim(0); ++r) {
     int64_t real = 0;

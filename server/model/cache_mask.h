@@ -61,6 +61,10 @@ struct CacheMaskOutcome {
 // for a failure of a rewrite itself.
 absl::StatusOr<CacheMaskOutcome> AddCacheMask(Graph& graph, const ModelConfig& config);
 
+// INVALID_ARGUMENT unless a request's `mask` is [rows, past + new positions] (the shape both
+// checks below read).
+absl::Status CheckMaskSpansPast(const Tensor& mask, int64_t past);
+
 // For a model whose rows share their cache length (`rows_share_length`): INVALID_ARGUMENT
 // when the rows of a request's `mask` ([rows, past + new]) do not count the same real
 // positions over its first `past` columns (the model would read every row's positions from

@@ -106,9 +106,7 @@ absl::StatusOr<CacheMaskOutcome> ReadPositionsFromMask(Graph& graph, const Decod
 }
 
 absl::Status CheckLastCachedReal(const Tensor& mask, int64_t past, bool every_row) {
-  if (mask.rank() != 2 || past > mask.dim(1)) {
-    return absl::InvalidArgumentError("the attention mask is not [rows, past + new positions]");
-  }
+  RETURN_IF_ERROR(CheckMaskSpansPast(mask, past));
   if (past == 0) return absl::OkStatus();
   const int64_t rows = every_row ? mask.dim(0) : std::min<int64_t>(mask.dim(0), 1);
   for (int64_t r = 0; r < rows; ++r) {

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "runtime/cpu/serial_work.h"
 #include "runtime/run_width.h"
 #include "tests/unit/cpu_engine_util.h"
 
@@ -45,6 +46,14 @@ std::unique_ptr<Graph> ConvGraph() {
   Value* x = b.Input("x", DType::kFloat32, {1, 16, 32, 32});
   Value* w = b.Constant("w", Random({16, 16, 3, 3}, 54));
   b.Output(b.Op("Relu", {b.Op("Conv", {x, w}, {{"pads", Ints({1, 1, 1, 1})}})}));
+  return b.Build();
+}
+
+// A pool alone: a oneDNN primitive NarrowAtOnce does not foresee from the graph.
+std::unique_ptr<Graph> PoolGraph() {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {2, 16, 64, 64});
+  b.Output(b.Op("MaxPool", {x}, {{"kernel_shape", Ints({3, 3})}, {"pads", Ints({1, 1, 1, 1})}}));
   return b.Build();
 }
 
@@ -165,6 +174,37 @@ TEST(CpuRunWidth, AnEngineWithAOneDnnPrimitiveIsBuiltAtTheNarrowTeam) {
   EXPECT_EQ(engine->info().max_threads, 1);
   runtime::ScopedRunWidth widest(runtime::ScopedRunWidth::kWidest);
   EXPECT_EQ(RunOnce(*engine, Random({1, 16, 32, 32}, 57)).second, 1);
+}
+
+// A convolution is foreseen from the graph: built at run_threads at once. Products in float
+// (Kiln's GEMM follows the team), options without narrower runs, and run_threads not below
+// threads are not narrowed.
+TEST(CpuRunWidth, AConvolutionIsForeseenAndBuiltNarrowAtOnce) {
+  auto narrow = cpu::NarrowAtOnce(*ConvGraph(), WideOptions());
+  ASSERT_TRUE(narrow);
+  EXPECT_EQ(narrow->threads, 1);
+  EXPECT_EQ(narrow->run_threads, 0);
+  EXPECT_FALSE(cpu::NarrowAtOnce(*ProductsGraph(), WideOptions()));
+  EXPECT_FALSE(cpu::NarrowAtOnce(*ConvGraph(), cpu::CpuEngineOptions{}));
+  cpu::CpuEngineOptions same = WideOptions();
+  same.run_threads = 2;
+  EXPECT_FALSE(cpu::NarrowAtOnce(*ConvGraph(), same));
+}
+
+// What the graph does not foretell is found after the wide build: a pool's engine still comes
+// back built at the narrow team, and runs there even when widened.
+TEST(CpuRunWidth, APrimitiveFoundAfterTheBuildIsBuiltAgainNarrow) {
+  auto g = PoolGraph();
+  EXPECT_FALSE(cpu::NarrowAtOnce(*g, WideOptions()));
+  CompiledGraph keep = std::move(*CompileGraph(*g, {}));
+  auto engine = std::move(*cpu::BuildCpuEngine(keep, WideOptions()));
+  const Tensor x = Random({2, 16, 64, 64}, 60);
+  EXPECT_EQ(engine->info().threads, 1);  // MaxPool is a oneDNN primitive at every level
+  EXPECT_EQ(engine->info().max_threads, 1);
+  runtime::ScopedRunWidth widest(runtime::ScopedRunWidth::kWidest);
+  auto [y, team] = RunOnce(*engine, x);
+  EXPECT_EQ(team, 1);
+  ExpectLikeReference(y, *g, {{"x", x}}, 0.0);
 }
 
 }  // namespace
