@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "runtime/cpu/build_context.h"
+#include "runtime/cpu/nonfinite_guard.h"
 #include "runtime/cpu/own_kernels.h"
 
 namespace kiln::cpu {
@@ -36,6 +37,7 @@ class ConcatKernel : public CpuKernel {
         dst += run_[k];
       }
     });
+    if (ctx.bounds) ctx.bounds->SetMaxOf(in_, out_);  // guarded readers need not scan it
     return absl::OkStatus();
   }
 
@@ -65,6 +67,7 @@ class LayoutConcatKernel : public CpuKernel {
         dst += run[k];
       }
     });
+    if (ctx.bounds) ctx.bounds->SetMaxOf(in, out);
     return absl::OkStatus();
   }
 

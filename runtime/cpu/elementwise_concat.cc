@@ -6,6 +6,7 @@
 // plain and each image's slice is ck rows of the spatial size.
 #include "ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_kernel.h"
+#include "runtime/cpu/nonfinite_guard.h"
 
 namespace kiln::cpu {
 namespace {
@@ -26,15 +27,19 @@ class PiecesKernel : public CpuKernel {
     }
     if (work < kParallelElements || team < 2) {
       for (const auto& p : pieces) p->RunShare(ctx, 0, 1);
-      return absl::OkStatus();
-    }
+    } else {
 #pragma omp parallel num_threads(static_cast <int>(team))
-    {
-      const int t = omp_get_thread_num(), parts = omp_get_num_threads();
-      for (const auto& p : pieces) p->RunShare(ctx, t, parts);
+      {
+        const int t = omp_get_thread_num(), parts = omp_get_num_threads();
+        for (const auto& p : pieces) p->RunShare(ctx, t, parts);
+      }
     }
+    float bound = 0.f;  // the output's: the largest piece's (each writes its own channels)
+    for (const auto& p : pieces) bound = std::max(bound, p->OutputBound(ctx));
+    if (ctx.bounds && bound <= kSafeBound) ctx.bounds->Set(out, bound);
     return absl::OkStatus();
   }
+  int out = -1;                     // the slot the pieces write
   std::unique_ptr<CpuKernel> join;  // channels-last pieces joined first (JoinChannelsLast)
   std::vector<std::unique_ptr<SharedKernel>> pieces;
 };
@@ -178,6 +183,7 @@ std::unique_ptr<CpuKernel> MakeConcatProgram(BuildContext& ctx, const Node& node
   const int y_slot = pl.layout != ChannelLayout::kOther
                          ? ctx.WriteAs(out, ChannelLayoutDesc(y, pl.layout, pl.block))
                          : ctx.WriteAs(out, ctx.PlainMd(out));
+  k_out->out = y_slot;
   for (const auto& [r, ck] : reads) {
     PieceDims d = DimsOf(walk, y[0], y[1], spatial, c0, ck);
     std::vector<Operand> in;
@@ -186,6 +192,7 @@ std::unique_ptr<CpuKernel> MakeConcatProgram(BuildContext& ctx, const Node& node
       std::optional<Operand> o = SliceOperand(others[j], ctx.slots[others[j]].shape, y, c0, walk);
       if (!o) return nullptr;
       o->used = ReadsOperand(*prog, static_cast<int>(j + 1));
+      o->bound = ConstantBound(node.inputs[static_cast<size_t>(k) + j]);
       in.push_back(std::move(*o));
     }
     k_out->pieces.push_back(NewElementwiseKernel(std::move(in), *prog, y_slot, std::move(d.dims),

@@ -13,6 +13,7 @@
 
 #include "ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
+#include "runtime/cpu/nonfinite_guard.h"
 #include "runtime/cpu/own_kernels.h"
 #include "runtime/cpu/quantize_math.h"
 
@@ -78,7 +79,25 @@ class ElementwiseKernel : public SharedKernel {
     if (total == 0) return absl::OkStatus();
     ForEachChunk(Units(), total >= kParallelElements, static_cast<int>(cursors_.size()),
                  [&](int t, int64_t u0, int64_t u1) { RunUnits(ctx, t, u0, u1); });
+    if (const float b = OutputBound(ctx); b <= kSafeBound) ctx.bounds->Set(out_, b);
     return absl::OkStatus();
+  }
+
+  float OutputBound(const ExecContext& ctx) const override {
+    constexpr float kInf = std::numeric_limits<float>::infinity();
+    if (!affine_ || !ctx.bounds) return kInf;
+    auto of = [&](int k) -> double {
+      if (k < 0) return -1.0;  // absent
+      const Operand& o = in_[k];
+      const float b = o.bound <= kSafeBound ? o.bound : ctx.bounds->Known(o.slot);
+      return b <= kSafeBound ? b : kInf;
+    };
+    const double x = of(affine_->x), s = of(affine_->scale), b = of(affine_->shift);
+    if (!(x < kInf) || !(s < kInf) || !(b < kInf)) return kInf;
+    const double scale = s < 0 ? 1.0 : s, shift = b < 0 ? 0.0 : b;
+    // In double, then widened past the float rounding of the chain's two or three steps.
+    const double y = (affine_->add_first ? (x + shift) * scale : x * scale + shift) * (1 + 1e-5);
+    return y <= kSafeBound ? static_cast<float>(y) : kInf;
   }
 
   int64_t Work() const override { return NumElements(shape_); }
@@ -344,6 +363,13 @@ std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>&
   return strides;
 }
 
+float ConstantBound(const Value* v) {
+  if (!v || !v->is_constant() || v->constant->dtype() != DType::kFloat32) {
+    return std::numeric_limits<float>::infinity();
+  }
+  return FiniteMaxAbs(v->constant->data<float>(), v->constant->numel());
+}
+
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node) {
   // Operand 0 spans several inputs: the factories below map input k to operand k.
   if (kiln_ops::ConcatInputs(node) != 0) return MakeConcatProgram(ctx, node);
@@ -379,6 +405,7 @@ std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& 
     const bool dense = NumElements(ctx.slots[s].shape) == NumElements(shape);
     Operand o{s, *strides, dense, to_float};
     o.dtype = dt;
+    o.bound = ConstantBound(node.inputs[k]);
     in.push_back(std::move(o));
   }
   // A value computed in the program is float; a cast may only read a converted input, and a

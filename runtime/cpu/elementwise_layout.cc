@@ -116,6 +116,7 @@ std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& 
     if (!pc) return nullptr;
     const int plain = ctx.slots[s].is_plain() ? s : ctx.ReadAs(s, ctx.PlainMd(s));
     in.push_back({plain, PerChannelStrides(*pc, y, layout, block), false});
+    in.back().bound = ConstantBound(v);
   }
   const int y_slot = ctx.WriteAs(out, ChannelLayoutDesc(y, layout, block));
   std::vector<int64_t> iter = MergeSpatialIntoRows(dims, layout, in);

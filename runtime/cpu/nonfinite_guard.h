@@ -15,6 +15,7 @@
 // graph input's one scan; a value no guarded kernel wrote is scanned once when needed.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -50,6 +51,13 @@ class FiniteBounds {
     const float b = FiniteMaxAbs(static_cast<const float*>(p), floats);
     Set(slot, b);
     return b;
+  }
+  // `out` holds exactly the values of `in` (a concatenation): its bound is the largest of
+  // theirs when every one is known this run; else nothing is recorded.
+  void SetMaxOf(const std::vector<int>& in, int out) {
+    float b = 0.f;
+    for (int s : in) b = std::max(b, Known(s));
+    if (b <= kSafeBound) Set(out, b);
   }
   void Set(int slot, float b) {
     if (slot < 0 || static_cast<size_t>(slot) >= stamp_.size()) return;

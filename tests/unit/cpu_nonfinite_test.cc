@@ -187,5 +187,51 @@ TEST(CpuNonFinite, SoftmaxLayerNormAndReductions) {
   }
 }
 
+// Bounds recorded for the guards (nonfinite_guard.h) carried past kernels that are not
+// guarded: a concatenation of two convolutions' outputs read by a max pool; a scale/shift/ReLU
+// program over it (or over one convolution's output) read by a convolution with a fused ReLU.
+// A bound carried too far would let the pool or the fused ReLU run on NaN or inf and drop
+// it; a scale with inf or NaN in it must not give a bound at all, nor a piece whose bound is
+// not known. `what`: "pool", "program",
+// "program over one".
+std::unique_ptr<Graph> BoundCarrier(const std::string& what, float odd_scale) {
+  GraphBuilder b;
+  Value* x = b.Input("x", DType::kFloat32, {1, 8, 6, 6});
+  auto conv_relu = [&](Value* in, int64_t cin, int seed) {
+    Value* w = b.Constant("w" + std::to_string(seed), Random({16, cin, 1, 1}, seed));
+    return b.Op("Relu", {b.Op("Conv", {in, w})});
+  };
+  Value* a = conv_relu(x, 8, 21);
+  // The second piece through a program of its own (an odd value added where the pool is
+  // asked): no bound recorded for it, so none for the concatenation either.
+  Tensor odd = Random({16, 1, 1}, 26);
+  if (what == "pool") odd.mutable_data<float>()[5] = odd_scale;
+  Value* second = b.Op("Abs", {b.Op("Add", {conv_relu(x, 8, 22), b.Constant("odd", odd)})});
+  Value* cat =
+      what == "program over one" ? a : b.Op("Concat", {a, second}, {{"axis", Attribute::Int(1)}});
+  const int64_t c = what == "program over one" ? 16 : 32;
+  if (what == "pool") {
+    b.Output(
+        b.Op("MaxPool", {cat}, {{"kernel_shape", Ints({3, 3})}, {"pads", Ints({1, 1, 1, 1})}}));
+    return b.Build();
+  }
+  Tensor scale = Random({c, 1, 1}, 23);
+  scale.mutable_data<float>()[3] = odd_scale;
+  Value* m = b.Op("Mul", {cat, b.Constant("scale", scale)});
+  Value* r = b.Op("Relu", {b.Op("Add", {m, b.Constant("shift", Random({c, 1, 1}, 24))})});
+  b.Output(conv_relu(r, c, 25));
+  return b.Build();
+}
+
+TEST(CpuNonFinite, BoundsCarriedPastConcatenationsAndPrograms) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const std::string what : {"pool", "program", "program over one"}) {
+    for (float odd : {0.5f, inf, -inf, std::numeric_limits<float>::quiet_NaN()}) {
+      SCOPED_TRACE(what + " scale " + std::to_string(odd));
+      ExpectSameAsReference(*BoundCarrier(what, odd), {1, 8, 6, 6});
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
