@@ -192,11 +192,11 @@ std::unique_ptr<CpuKernel> MakeConcatProgram(BuildContext& ctx, const Node& node
       std::optional<Operand> o = SliceOperand(others[j], ctx.slots[others[j]].shape, y, c0, walk);
       if (!o) return nullptr;
       o->used = ReadsOperand(*prog, static_cast<int>(j + 1));
-      o->bound = ConstantBound(node.inputs[static_cast<size_t>(k) + j]);
       in.push_back(std::move(*o));
     }
     k_out->pieces.push_back(NewElementwiseKernel(std::move(in), *prog, y_slot, std::move(d.dims),
-                                                 DType::kFloat32, {d.out, d.out_base}));
+                                                 DType::kFloat32, {d.out, d.out_base},
+                                                 ctx.slots[out].blocked_ok));
     c0 += ck;
   }
   return k_out;

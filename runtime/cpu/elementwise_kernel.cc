@@ -37,6 +37,9 @@ struct Cursor {
   std::vector<int64_t> index, offsets;
   std::vector<int64_t> filled;  // per periodic operand: the offset its register holds, or -1
   int64_t out_offset = 0;       // a strided output's (OutputView) current row
+  // record_bound: the largest |y| this cursor wrote in run `stamp` (+inf for NaN or inf).
+  float max_abs = 0.f;
+  uint64_t stamp = 0;
 };
 
 class ElementwiseKernel : public SharedKernel {
@@ -44,14 +47,16 @@ class ElementwiseKernel : public SharedKernel {
   bool follows_team() const override { return true; }
   // `out_dtype`: float32, or the integer type a final kQuantize instruction stores.
   ElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog, int out,
-                    std::vector<int64_t> shape, int threads, DType out_dtype, OutputView view)
+                    std::vector<int64_t> shape, int threads, DType out_dtype, OutputView view,
+                    bool record_bound)
       : in_(std::move(in)),
         prog_(std::move(prog)),
         out_(out),
         shape_(std::move(shape)),
         out_dtype_(out_dtype),
         out_size_(static_cast<int64_t>(DTypeSize(out_dtype))),
-        view_(std::move(view)) {
+        view_(std::move(view)),
+        record_(record_bound && out_dtype == DType::kFloat32) {
     if (shape_.empty()) shape_ = {1};
     Coalesce();
     inner_ = shape_.back();
@@ -85,19 +90,12 @@ class ElementwiseKernel : public SharedKernel {
 
   float OutputBound(const ExecContext& ctx) const override {
     constexpr float kInf = std::numeric_limits<float>::infinity();
-    if (!affine_ || !ctx.bounds) return kInf;
-    auto of = [&](int k) -> double {
-      if (k < 0) return -1.0;  // absent
-      const Operand& o = in_[k];
-      const float b = o.bound <= kSafeBound ? o.bound : ctx.bounds->Known(o.slot);
-      return b <= kSafeBound ? b : kInf;
-    };
-    const double x = of(affine_->x), s = of(affine_->scale), b = of(affine_->shift);
-    if (!(x < kInf) || !(s < kInf) || !(b < kInf)) return kInf;
-    const double scale = s < 0 ? 1.0 : s, shift = b < 0 ? 0.0 : b;
-    // In double, then widened past the float rounding of the chain's two or three steps.
-    const double y = (affine_->add_first ? (x + shift) * scale : x * scale + shift) * (1 + 1e-5);
-    return y <= kSafeBound ? static_cast<float>(y) : kInf;
+    if (!record_ || !ctx.bounds) return kInf;
+    float m = 0.f;  // over the cursors that ran this run (together they wrote every unit)
+    for (const Cursor& c : cursors_) {
+      if (c.stamp == ctx.bounds->run()) m = std::max(m, c.max_abs);
+    }
+    return m <= kSafeBound ? m : kInf;
   }
 
   int64_t Work() const override { return NumElements(shape_); }
@@ -131,12 +129,17 @@ class ElementwiseKernel : public SharedKernel {
     char* y = static_cast<char*>(ctx.ptrs[out_]);
     const int64_t rows = NumElements(shape_) / inner_, per = RowsPerTile();
     Cursor& c = cursors_[t];
+    if (record_ && ctx.bounds) {
+      c.stamp = ctx.bounds->run();
+      c.max_abs = 0.f;
+    }
     if (per > 0) {
       Seek(c, u0 * per);
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t r0 = u * per, k = std::min(per, rows - r0);
         LoadRows(ctx, c, r0, k);
         Compute(c, y + r0 * inner_ * out_size_, k * inner_);
+        Record(c, y + r0 * inner_ * out_size_, k * inner_);
       }
       return;
     }
@@ -150,6 +153,7 @@ class ElementwiseKernel : public SharedKernel {
       LoadInputs(ctx, c, t0, n);
       const int64_t at = strided ? c.out_offset + t0 : row * inner_ + t0;
       Compute(c, y + at * out_size_, n);
+      Record(c, y + at * out_size_, n);
       if (++tile == tiles && u + 1 < u1) {
         tile = 0;
         ++row;
@@ -270,6 +274,12 @@ class ElementwiseKernel : public SharedKernel {
     }
   }
 
+  // Folds the largest |y| of a tile just written (still in cache) into the cursor's.
+  void Record(Cursor& c, const char* y, int64_t n) const {
+    if (record_)
+      c.max_abs = std::max(c.max_abs, FiniteMaxAbs(reinterpret_cast<const float*>(y), n));
+  }
+
   // Runs the program over `n` loaded elements; the last result goes to `y` (through its
   // register and a conversion when the output is an integer type).
   void Compute(Cursor& c, void* y, int64_t n) {
@@ -336,15 +346,18 @@ class ElementwiseKernel : public SharedKernel {
   std::vector<Cursor> cursors_;  // one per thread of the team the engine was built for
   OutputView view_;              // strided output; empty strides: dense
   std::optional<ew::AffineChain> affine_;  // the program as one pass (float output only)
+  bool record_ = false;                    // the output's largest |y| taken per run
 };
 
 }  // namespace
 
 std::unique_ptr<SharedKernel> NewElementwiseKernel(std::vector<Operand> in, std::vector<Instr> prog,
                                                    int out, std::vector<int64_t> shape,
-                                                   DType out_dtype, OutputView view) {
+                                                   DType out_dtype, OutputView view,
+                                                   bool record_bound) {
   return std::make_unique<ElementwiseKernel>(std::move(in), std::move(prog), out, std::move(shape),
-                                             omp_get_max_threads(), out_dtype, std::move(view));
+                                             omp_get_max_threads(), out_dtype, std::move(view),
+                                             record_bound);
 }
 
 std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>& in,
@@ -361,13 +374,6 @@ std::optional<std::vector<int64_t>> BroadcastStrides(const std::vector<int64_t>&
     s *= n;
   }
   return strides;
-}
-
-float ConstantBound(const Value* v) {
-  if (!v || !v->is_constant() || v->constant->dtype() != DType::kFloat32) {
-    return std::numeric_limits<float>::infinity();
-  }
-  return FiniteMaxAbs(v->constant->data<float>(), v->constant->numel());
 }
 
 std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& node) {
@@ -405,7 +411,6 @@ std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& 
     const bool dense = NumElements(ctx.slots[s].shape) == NumElements(shape);
     Operand o{s, *strides, dense, to_float};
     o.dtype = dt;
-    o.bound = ConstantBound(node.inputs[k]);
     in.push_back(std::move(o));
   }
   // A value computed in the program is float; a cast may only read a converted input, and a
@@ -423,7 +428,8 @@ std::unique_ptr<CpuKernel> MakeElementwiseKernel(BuildContext& ctx, const Node& 
   for (Operand& o : in) {
     if (o.used && !ctx.slots[o.slot].is_plain()) o.slot = ctx.ReadAs(o.slot, ctx.PlainMd(o.slot));
   }
-  return NewElementwiseKernel(std::move(in), std::move(*prog), out, shape, out_dtype);
+  return NewElementwiseKernel(std::move(in), std::move(*prog), out, shape, out_dtype, {},
+                              ctx.slots[out].blocked_ok);
 }
 
 }  // namespace kiln::cpu

@@ -4,7 +4,6 @@
 // convolution left in its own layout.
 #pragma once
 
-#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -34,9 +33,6 @@ struct Operand {
   // once the spatial dims are merged into the row, MergeSpatialIntoRows); its tile is the
   // period's values repeated, filled once per row. The tile length is a multiple of it.
   int64_t period = 0;
-  // The largest |value| of a constant operand (ConstantBound); +inf for one known only per run,
-  // whose bound the run may have recorded (nonfinite_guard.h).
-  float bound = std::numeric_limits<float>::infinity();
   // Element offset of the operand's first element read (a per-channel operand's slice, read
   // by the program over one piece of a concatenation).
   int64_t base = 0;
@@ -62,23 +58,22 @@ class SharedKernel : public CpuKernel {
   virtual void RunShare(const ExecContext& ctx, int part, int parts) = 0;
   // How many parts it may be cut into (the team it was built for).
   virtual int Shares() const = 0;
-  // A bound on |y| once every part has run, from its operands' bounds where the program is a
-  // scale/shift/ReLU chain (so a guarded convolution or pool reading it need not scan it);
-  // +inf when not known.
+  // The largest |y| this run wrote, once every part has run, for a kernel that records it
+  // (NewElementwiseKernel's `record_bound`); +inf when not recorded or when y holds NaN or
+  // an infinity.
   virtual float OutputBound(const ExecContext& ctx) const = 0;
 };
 
-// The largest |value| of `v` when it is a float32 constant with every element finite; +inf
-// otherwise.
-float ConstantBound(const Value* v);
-
 // The kernel over `in`, writing slot `out` of `shape` (float32, or the integer type a final
 // kQuantize instruction stores), split across the OpenMP team it is built for.
+// `record_bound` (float32 outputs read by guarded kernels, BuildContext's `blocked_ok`): each
+// tile's largest |y| is taken while the tile is still in cache, and Run records the
+// output's for the non-finite guard (nonfinite_guard.h), which then need not scan it.
 std::unique_ptr<SharedKernel> NewElementwiseKernel(std::vector<Operand> in,
                                                    std::vector<ew::Instr> prog, int out,
                                                    std::vector<int64_t> shape,
                                                    DType out_dtype = DType::kFloat32,
-                                                   OutputView view = {});
+                                                   OutputView view = {}, bool record_bound = false);
 
 // The instructions of a FusedElementwise node, or of a single element-wise node; nullopt
 // when the kernel cannot run it (the reference then does).

@@ -116,11 +116,11 @@ std::unique_ptr<CpuKernel> MakeLayoutElementwise(BuildContext& ctx, const Node& 
     if (!pc) return nullptr;
     const int plain = ctx.slots[s].is_plain() ? s : ctx.ReadAs(s, ctx.PlainMd(s));
     in.push_back({plain, PerChannelStrides(*pc, y, layout, block), false});
-    in.back().bound = ConstantBound(v);
   }
   const int y_slot = ctx.WriteAs(out, ChannelLayoutDesc(y, layout, block));
   std::vector<int64_t> iter = MergeSpatialIntoRows(dims, layout, in);
-  return NewElementwiseKernel(std::move(in), prog, y_slot, std::move(iter));
+  return NewElementwiseKernel(std::move(in), prog, y_slot, std::move(iter), DType::kFloat32, {},
+                              /*record_bound=*/true);
 }
 
 namespace {

@@ -36,6 +36,8 @@ class FiniteBounds {
     stamp_.assign(slots, 0);
   }
   void NewRun() { ++run_; }
+  // The current run's number (a kernel keeping per-run state stamps it).
+  uint64_t run() const { return run_; }
   // The bound recorded for `slot` in this run, if any.
   float Known(int slot) const {
     if (slot >= 0 && static_cast<size_t>(slot) < stamp_.size() && stamp_[slot] == run_) {
