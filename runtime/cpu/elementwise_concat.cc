@@ -25,10 +25,11 @@ class PiecesKernel : public CpuKernel {
       work += p->Work();
       team = std::min<int64_t>(team, p->Shares());
     }
-    if (work < kParallelElements || team < 2) {
+    const int threads = static_cast<int>(team);
+    if (work < kParallelElements || threads < 2) {
       for (const auto& p : pieces) p->RunShare(ctx, 0, 1);
     } else {
-#pragma omp parallel num_threads(static_cast <int>(team))
+#pragma omp parallel num_threads(threads)
       {
         const int t = omp_get_thread_num(), parts = omp_get_num_threads();
         for (const auto& p : pieces) p->RunShare(ctx, t, parts);

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ir/kiln_ops.h"
 #include "runtime/cpu/elementwise_ops.h"
